@@ -1,0 +1,229 @@
+"""Layout checks and derivations (seed 002's rules): world size, TP inside a node, batch arithmetic,
+ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see before a job is queued."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from clusterkit.errors import Finding, RecipeError
+from clusterkit.profile import ClusterProfile
+from clusterkit.recipe import Recipe
+from clusterkit.timefmt import slurm_time_minutes
+from clusterkit.yaml_source import KeyPath, SourceMap
+
+# TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
+RECIPE_OWNED_TRAINER_ARGS = {
+    "per_device_train_batch_size": "parallelism.micro_batch_size",
+    "gradient_accumulation_steps": "parallelism.gradient_accumulation_steps",
+    "deepspeed": "parallelism.zero_stage (clusterkit renders ds_config.json)",
+    "bf16": "precision",
+    "fp16": "precision",
+    "output_dir": "runs_dir (each run writes into its own run directory)",
+    "use_cpu": "the cluster profile's accelerator",
+    "local_rank": "the launcher (it sets LOCAL_RANK)",
+}
+# Environment settings that belong to debugging sessions, not to production jobs.
+DEBUG_ENV = {
+    "NCCL_DEBUG": {"INFO", "TRACE"},
+    "TORCH_DISTRIBUTED_DEBUG": {"DETAIL", "INFO"},
+    "CUDA_LAUNCH_BLOCKING": {"1"},
+    "NCCL_P2P_DISABLE": {"1"},
+}
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> dict[str, Any] | None:
+    """The model's config when it is known locally (an inline dict or a config.json path); never a hub."""
+    trainer = recipe.task.trainer
+    if trainer is None or trainer.model.config is None:
+        return None
+    config = trainer.model.config
+    if isinstance(config, dict):
+        return config
+    path = Path(config).expanduser()
+    path = path if path.is_absolute() else recipe_dir / path
+    if path.is_dir():
+        path = path / "config.json"
+    key = ("task", "trainer", "model", "config")
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipeError(Finding(source.locate(key), key, f"model config not found: {path}")) from None
+    except (OSError, ValueError) as exc:
+        raise RecipeError(Finding(source.locate(key), key, f"cannot read model config {path}: {exc}")) from None
+    if not isinstance(loaded, dict):
+        raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
+    return loaded
+
+
+def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class _Findings:
+    def __init__(self, source: SourceMap, profile_source: SourceMap):
+        self.items: list[Finding] = []
+        self._source = source
+        self._profile_source = profile_source
+
+    def error(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._source.locate(key), key, message))
+
+    def warn(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._source.locate(key), key, message, "warning"))
+
+    def profile_error(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._profile_source.locate(key), key, message))
+
+
+def resolve_and_check(
+    recipe: Recipe,
+    profile: ClusterProfile,
+    source: SourceMap,
+    profile_source: SourceMap,
+    model_config: dict[str, Any] | None,
+) -> tuple[Recipe, list[Finding]]:
+    """Derive dp and the batch sizes, then run every layout check. Returns the resolved recipe and
+    all findings (errors and warnings), so one pass reports every problem at once."""
+    found = _Findings(source, profile_source)
+    _check_task(recipe, found)
+    parallelism = _resolve_parallelism(recipe, found)
+    recipe = msgspec.structs.replace(recipe, parallelism=parallelism)
+    _check_layout(recipe, profile, found)
+    _check_zero(recipe, profile, found)
+    if model_config is not None:
+        _check_model_shape(recipe, model_config, found)
+    _check_time(recipe, profile, found)
+    _check_env(recipe, found)
+    return recipe, found.items
+
+
+def _check_task(recipe: Recipe, found: _Findings) -> None:
+    task = recipe.task
+    if (task.trainer is None) == (task.script is None):
+        found.error(("task",), "give exactly one of task.trainer (built-in HF Trainer runner) and task.script")
+        return
+    if task.trainer is None:
+        if task.script is not None and task.module and not all(p.isidentifier() for p in task.script.split(".")):
+            found.error(("task", "script"), "with module: true, script must be a dotted module name")
+        return
+    if task.args:
+        found.error(("task", "args"), "task.args is for task.script; use task.trainer.args for TrainingArguments")
+    model = task.trainer.model
+    if (model.config is None) == (model.pretrained is None):
+        found.error(("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained")
+    dataset = task.trainer.dataset
+    if dataset.type != "synthetic" and dataset.path is None:
+        found.error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
+    for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
+        if key in task.trainer.args:
+            found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
+    if recipe.parallelism.pp > 1:
+        found.error(
+            ("parallelism", "pp"),
+            "the built-in HF Trainer runner cannot do pipeline parallelism; use task.script with a "
+            "PP-capable framework (e.g. Megatron-DeepSpeed), or set pp: 1",
+        )
+
+
+def _resolve_parallelism(recipe: Recipe, found: _Findings) -> Any:
+    p = recipe.parallelism
+    world = recipe.resources.nodes * (recipe.resources.gpus_per_node or 1)
+    if p.dp == "auto":
+        if world % (p.tp * p.pp):
+            found.error(("parallelism", "tp"), f"tp*pp = {p.tp * p.pp} does not divide the {world} GPUs (nodes*gpus_per_node)")
+            return p
+        dp = world // (p.tp * p.pp)
+    else:
+        dp = p.dp
+        if dp * p.tp * p.pp != world:
+            found.error(
+                ("parallelism",),
+                f"dp*tp*pp = {dp}*{p.tp}*{p.pp} = {dp * p.tp * p.pp}, but nodes*gpus_per_node = "
+                f"{recipe.resources.nodes}*{recipe.resources.gpus_per_node} = {world}",
+            )
+    micro, global_, accum = p.micro_batch_size, p.global_batch_size, p.gradient_accumulation_steps
+    key = ("parallelism", "global_batch_size")
+    if global_ is None:
+        micro, accum = micro or 1, accum or 1
+        global_ = micro * accum * dp
+    elif micro and accum:
+        if micro * accum * dp != global_:
+            found.error(key, f"global_batch_size {global_} != micro_batch_size*gradient_accumulation_steps*dp"
+                             f" = {micro}*{accum}*{dp} = {micro * accum * dp}")
+    else:
+        # Derive the missing one of micro / accumulation (micro defaults to 1 when both are open).
+        known_name, known = ("gradient_accumulation_steps", accum) if accum else ("micro_batch_size", micro or 1)
+        if global_ % (known * dp):
+            found.error(key, f"global_batch_size {global_} is not divisible by {known_name}*dp = {known}*{dp}")
+        elif accum:
+            micro = global_ // (known * dp)
+        else:
+            micro, accum = known, global_ // (known * dp)
+    return msgspec.structs.replace(
+        p, dp=dp, micro_batch_size=micro, gradient_accumulation_steps=accum, global_batch_size=global_
+    )
+
+
+def _check_layout(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    gpus = recipe.resources.gpus_per_node or 1
+    p = recipe.parallelism
+    if gpus > profile.gpus_per_node:
+        found.error(("resources", "gpus_per_node"), f"{gpus} asked, but nodes of cluster '{profile.name}' have {profile.gpus_per_node}")
+    if p.tp > gpus or gpus % p.tp:
+        found.error(("parallelism", "tp"), f"tensor parallelism must stay inside one node: tp={p.tp} must divide gpus_per_node={gpus}")
+    if profile.accelerator == "cpu" and recipe.precision == "fp16":
+        found.error(("precision",), f"fp16 needs a GPU; cluster '{profile.name}' is CPU-only (use fp32 or bf16)")
+
+
+def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    p = recipe.parallelism
+    if p.zero_stage >= 2 and p.pp > 1:
+        found.error(("parallelism", "zero_stage"), f"ZeRO stage {p.zero_stage} does not compose with pipeline parallelism (pp={p.pp}); only stage 1 does")
+    if p.offload_optimizer != "none" and p.zero_stage == 0:
+        found.error(("parallelism", "offload_optimizer"), "optimizer offload needs ZeRO (zero_stage 1, 2 or 3)")
+    if p.offload_params != "none" and p.zero_stage != 3:
+        found.error(("parallelism", "offload_params"), "parameter offload needs zero_stage: 3")
+    if "nvme" in (p.offload_optimizer, p.offload_params) and not profile.nvme_path:
+        found.profile_error(("nvme_path",), f"NVMe offload needs nvme_path in cluster profile '{profile.name}'")
+    if recipe.launcher == "deepspeed" and p.zero_stage == 0:
+        found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
+
+
+def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:
+    p = recipe.parallelism
+    key = ("task", "trainer", "model", "config")
+    heads, layers = _first_int(config, _HEAD_KEYS), _first_int(config, _LAYER_KEYS)
+    if heads is not None and heads % p.tp:
+        found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
+    if layers is not None and layers % p.pp:
+        found.error(key, f"the model's {layers} layers are not divisible by pp={p.pp}")
+
+
+def _check_time(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    key = ("resources", "time")
+    if recipe.resources.time is None:
+        limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""
+        found.warn(key, f"no time limit set{limit}; set resources.time so the scheduler can backfill the job")
+        return
+    if profile.max_time is not None:
+        asked, allowed = slurm_time_minutes(str(recipe.resources.time)), slurm_time_minutes(str(profile.max_time))
+        if asked > allowed:
+            found.warn(key, f"{recipe.resources.time} is above cluster '{profile.name}' max_time {profile.max_time}; SLURM will reject or cap it")
+
+
+def _check_env(recipe: Recipe, found: _Findings) -> None:
+    key_base: KeyPath
+    for key_base, env in ((("network", "env"), recipe.network.env), (("env",), recipe.env)):
+        for name, value in sorted(env.items()):
+            if str(value).upper() in DEBUG_ENV.get(name, ()) and not recipe.network.debug:
+                found.warn(key_base + (name,), f"{name}={value} is a debugging setting that slows jobs or floods logs; use network.debug: true while debugging")

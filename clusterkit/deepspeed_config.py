@@ -1,0 +1,76 @@
+"""ds_config.json as a pure function of the recipe.
+
+Batch sizes are written as numbers that satisfy DeepSpeed's own assertion
+``train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp``; the
+built-in runner passes the same numbers to TrainingArguments, so the Trainer's consistency check
+agrees too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterkit.profile import ClusterProfile
+from clusterkit.recipe import Recipe
+
+# Communication defaults (DeepSpeed's documented values, stated here so the rendered file shows them).
+BUCKET_SIZE = 500_000_000  # elements per reduce/all-gather bucket (ZeRO 1-2)
+STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
+STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000  # parameters smaller than this stay unpartitioned
+GRADIENT_CLIPPING = 1.0  # equals TrainingArguments.max_grad_norm's default
+
+
+def uses_deepspeed(recipe: Recipe) -> bool:
+    return recipe.launcher == "deepspeed" or recipe.parallelism.zero_stage > 0
+
+
+def deepspeed_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+    p = recipe.parallelism
+    config: dict[str, Any] = {
+        "train_batch_size": p.global_batch_size,
+        "train_micro_batch_size_per_gpu": p.micro_batch_size,
+        "gradient_accumulation_steps": p.gradient_accumulation_steps,
+        "gradient_clipping": GRADIENT_CLIPPING,
+        "bf16": {"enabled": recipe.precision == "bf16"},
+        "fp16": _fp16(recipe.precision == "fp16"),
+        "zero_optimization": _zero(recipe, profile),
+        "steps_per_print": 1_000_000,  # the runner logs metrics itself
+        "wall_clock_breakdown": False,
+    }
+    return config
+
+
+def _fp16(enabled: bool) -> dict[str, Any]:
+    if not enabled:
+        return {"enabled": False}
+    # Dynamic loss scaling (loss_scale 0) starting at 2^16, as DeepSpeed recommends for fp16.
+    return {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+            "hysteresis": 2, "min_loss_scale": 1}
+
+
+def _offload(device: str, profile: ClusterProfile) -> dict[str, Any]:
+    if device == "nvme":
+        return {"device": "nvme", "nvme_path": profile.nvme_path, "pin_memory": True}
+    return {"device": "cpu", "pin_memory": True}
+
+
+def _zero(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+    p = recipe.parallelism
+    zero: dict[str, Any] = {"stage": p.zero_stage}
+    if p.zero_stage == 0:
+        return zero
+    zero.update(overlap_comm=True, contiguous_gradients=True, reduce_bucket_size=BUCKET_SIZE)
+    if p.zero_stage < 3:
+        zero.update(allgather_partitions=True, allgather_bucket_size=BUCKET_SIZE, reduce_scatter=True)
+    else:
+        zero.update(
+            stage3_prefetch_bucket_size=STAGE3_PREFETCH_BUCKET_SIZE,
+            stage3_param_persistence_threshold=STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+            # Without this a ZeRO-3 save holds only shards that from_pretrained cannot load.
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
+    if p.offload_optimizer != "none":
+        zero["offload_optimizer"] = _offload(p.offload_optimizer, profile)
+    if p.offload_params != "none":
+        zero["offload_param"] = _offload(p.offload_params, profile)
+    return zero

@@ -1,0 +1,280 @@
+"""Load a recipe file into a validated, fully resolved :class:`~clusterkit.recipe.Recipe`.
+
+Order: read YAML (remembering lines) → merge ``extends`` bases → apply ``--set`` overrides →
+check the schema → fill defaults from the cluster profile → derive dp and batch sizes → layout
+checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from clusterkit import checks
+from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
+from clusterkit.profile import ClusterProfile, available_profiles, find_profile
+from clusterkit.recipe import Recipe
+from clusterkit.yaml_source import KeyPath, SourceMap, load_yaml_file
+
+DEFAULT_RUNS_DIR = "./runs"
+_MAX_EXTENDS_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    """A validated recipe with every default and derived value filled in, plus where it came from."""
+
+    recipe: Recipe
+    profile: ClusterProfile
+    path: Path
+    source: SourceMap
+    profile_path: Path
+    profile_source: SourceMap
+    warnings: list[Finding] = field(default_factory=list)
+    # The model's architecture numbers when a local config is known (layers, heads, hidden...).
+    model_config: dict[str, Any] | None = None
+
+    def locate(self, key_path: KeyPath) -> Location:
+        return self.source.locate(key_path)
+
+
+def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> LoadedRecipe:
+    """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``key.path=value``."""
+    path = Path(path)
+    data, source = _load_with_bases(path, chain=())
+    if not isinstance(data, dict):
+        raise RecipeError(Finding(source.default, (), "a recipe must be a mapping of keys to values"))
+    for override in overrides:
+        _apply_override(data, source, override)
+    data.pop("extends", None)
+    recipe = _convert(data, Recipe, source)
+    profile, profile_path, profile_source = _load_profile(recipe, path, source)
+    recipe = _apply_profile_defaults(recipe, profile)
+    model_config = checks.read_model_config(recipe, path.parent, source)
+    recipe, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise RecipeErrors(errors) if len(errors) > 1 else RecipeError(errors[0])
+    return LoadedRecipe(
+        recipe=recipe,
+        profile=profile,
+        path=path,
+        source=source,
+        profile_path=profile_path,
+        profile_source=profile_source,
+        warnings=[f for f in findings if f.severity == "warning"],
+        model_config=model_config,
+    )
+
+
+def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMap]:
+    data, source = load_yaml_file(path)
+    if not isinstance(data, dict) or "extends" not in data:
+        return data, source
+    bases = data["extends"]
+    bases_location = source.locate(("extends",))
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise RecipeError(Finding(bases_location, ("extends",), "must be a path or a list of paths"))
+    if len(chain) >= _MAX_EXTENDS_DEPTH:
+        raise RecipeError(Finding(bases_location, ("extends",), f"more than {_MAX_EXTENDS_DEPTH} levels of extends"))
+    merged: dict[str, Any] = {}
+    merged_source = SourceMap(source.default)
+    for base in bases:
+        base_path = (path.parent / base).resolve()
+        if base_path in chain or base_path == path.resolve():
+            raise RecipeError(Finding(bases_location, ("extends",), f"circular extends through {base}"))
+        if not base_path.is_file():
+            raise RecipeError(Finding(bases_location, ("extends",), f"base recipe not found: {base}"))
+        base_data, base_source = _load_with_bases(base_path, chain + (path.resolve(),))
+        if not isinstance(base_data, dict):
+            raise RecipeError(Finding(base_source.default, (), "a base recipe must be a mapping"))
+        base_data.pop("extends", None)
+        _deep_merge(merged, base_data, merged_source, base_source, ())
+    data = dict(data)
+    _deep_merge(merged, data, merged_source, source, ())
+    return merged, merged_source
+
+
+def _deep_merge(into: dict, new: dict, into_source: SourceMap, new_source: SourceMap, path: KeyPath) -> None:
+    """Merge ``new`` over ``into`` (mappings recursively, anything else replaced whole)."""
+    for key, value in new.items():
+        key_path = path + (key,)
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            into_source.set(key_path, new_source.locate(key_path))
+            _deep_merge(into[key], value, into_source, new_source, key_path)
+            continue
+        into[key] = copy.deepcopy(value)
+        into_source.drop_below(key_path)
+        into_source.set(key_path, new_source.locate(key_path))
+        _copy_locations_below(new_source, into_source, key_path, value)
+
+
+def _copy_locations_below(src: SourceMap, dst: SourceMap, path: KeyPath, value: Any) -> None:
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        dst.set(path + (key,), src.locate(path + (key,)))
+        _copy_locations_below(src, dst, path + (key,), child)
+
+
+def parse_override(override: str) -> tuple[KeyPath, Any]:
+    """``"resources.nodes=4"`` → (("resources", "nodes"), 4). The value is read as YAML."""
+    location = Location(f"--set {override}")
+    key, sep, raw = override.partition("=")
+    parts = tuple(key.strip().split("."))
+    if not sep or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
+        raise RecipeError(Finding(location, (), "expected key.path=value, e.g. resources.nodes=4"))
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise RecipeError(Finding(location, parts, f"value is not valid YAML: {exc}")) from None
+    return tuple(int(p) if p.isdigit() else p for p in parts), value
+
+
+def _apply_override(data: dict, source: SourceMap, override: str) -> None:
+    key_path, value = parse_override(override)
+    location = Location(f"--set {override}")
+    node: Any = data
+    for depth, part in enumerate(key_path[:-1]):
+        if isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise RecipeError(Finding(location, key_path[: depth + 1], "cannot set a key inside a non-mapping value"))
+        node = node.setdefault(part, {})
+    last = key_path[-1]
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise RecipeError(Finding(location, key_path, "cannot set a key inside a non-mapping value"))
+    source.drop_below(key_path)
+    source.set(key_path, location)
+
+
+_T = typing.TypeVar("_T")
+_ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_PATTERN_HINTS = {
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$": "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "a valid environment variable name",
+    r"^\d+[KMGT]?$": "a SLURM memory size such as 480G, or 0 for all",
+    r"^[a-z][a-z0-9-]*$": "a long sbatch option name without dashes, e.g. mail-type",
+}
+
+
+def _convert(data: Any, target: type[_T], source: SourceMap) -> _T:
+    try:
+        return msgspec.convert(data, target, strict=True)
+    except msgspec.ValidationError as exc:
+        raise RecipeError(_finding_from_validation(str(exc), target, source)) from None
+
+
+def _finding_from_validation(text: str, root: type, source: SourceMap) -> Finding:
+    match = _ERROR_AT.match(text)
+    assert match is not None  # the pattern matches any string
+    message, raw_path = match.group("message"), match.group("path") or ""
+    path: list[str | int] = []
+    for name, index in _PATH_PART.findall(raw_path):
+        if index == "...":
+            break
+        path.append(name if name else int(index))
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
+    missing = re.match(r"Object missing required field `(.*)`", message)
+    if unknown:
+        key = unknown.group(1)
+        choices = _struct_fields(root, path)
+        close = difflib.get_close_matches(key, choices, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        message = f"unknown key '{key}'; {hint}valid keys: {', '.join(choices)}"
+        path.append(key)
+    elif missing:
+        message = f"required key '{missing.group(1)}' is missing"
+        path.append(missing.group(1))
+    elif "matching regex" in message:
+        pattern = message.split("matching regex ", 1)[1].strip("'")
+        message = f"must be {_PATTERN_HINTS.get(pattern, 'a single line of text without control characters')}"
+    return Finding(source.locate(tuple(path)), tuple(path), message)
+
+
+def _struct_fields(root: Any, path: list[str | int]) -> list[str]:
+    """Field names of the struct found by following ``path`` through ``root``'s type annotations."""
+    current: Any = root
+    for part in path:
+        current = _descend(current, part)
+        if current is None:
+            return []
+    struct = _find_struct(current)
+    return list(struct.__struct_fields__) if struct else []
+
+
+def _find_struct(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _find_struct(arg)
+        if found:
+            return found
+    return None
+
+
+def _descend(annotation: Any, part: str | int) -> Any:
+    struct = _find_struct(annotation)
+    if isinstance(part, str) and struct is not None:
+        return typing.get_type_hints(struct, include_extras=True).get(part)
+    for arg in typing.get_args(annotation):  # list[T] / dict[K, V]: the element type
+        if typing.get_origin(arg) in (list, dict):
+            return typing.get_args(arg)[-1]
+    if typing.get_origin(annotation) in (list, dict):
+        return typing.get_args(annotation)[-1]
+    return None
+
+
+def _load_profile(recipe: Recipe, recipe_path: Path, source: SourceMap) -> tuple[ClusterProfile, Path, SourceMap]:
+    profile_path = find_profile(recipe.cluster, recipe_path.parent)
+    if profile_path is None:
+        known = available_profiles(recipe_path.parent)
+        close = difflib.get_close_matches(recipe.cluster, known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise RecipeError(
+            Finding(source.locate(("cluster",)), ("cluster",),
+                    f"no cluster profile '{recipe.cluster}'; {hint}known profiles: {', '.join(known)}")
+        )
+    data, profile_source = load_yaml_file(profile_path)
+    if not isinstance(data, dict):
+        raise RecipeError(Finding(profile_source.default, (), "a cluster profile must be a mapping"))
+    return _convert(data, ClusterProfile, profile_source), profile_path, profile_source
+
+
+def _apply_profile_defaults(recipe: Recipe, profile: ClusterProfile) -> Recipe:
+    """Fill every field the recipe left open from the profile (the recipe always wins)."""
+    r = recipe.resources
+    resources = msgspec.structs.replace(
+        r,
+        gpus_per_node=r.gpus_per_node or profile.gpus_per_node,
+        cpus_per_task=r.cpus_per_task or profile.cpus_per_node,
+        mem=r.mem if r.mem is not None else profile.mem_per_node,
+        partition=r.partition or profile.partition,
+        account=r.account or profile.account,
+        qos=r.qos or profile.qos,
+        time=str(r.time) if r.time is not None else None,
+    )
+    network = msgspec.structs.replace(recipe.network, profile=recipe.network.profile or profile.interconnect)
+    return msgspec.structs.replace(
+        recipe,
+        resources=resources,
+        network=network,
+        precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
+        runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
+        python=recipe.python or profile.python,
+    )

@@ -1,0 +1,143 @@
+"""The recipe: what to train and how to lay it out. Plain typed structs (msgspec) — the one source
+of truth that every rendered file is a pure function of.
+
+Field names are public interface: ``--set resources.nodes=4`` and the docs use them.
+A field left ``None`` is filled from the cluster profile by :mod:`clusterkit.loader`; after loading,
+a :class:`Recipe` has every derived value (dp, batch sizes, precision, network profile) filled in.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+import msgspec
+from msgspec import Meta, field
+
+# One line of printable text: a newline in an #SBATCH value would start a new script line.
+Line = Annotated[str, Meta(pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]*$")]
+NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]+$")]
+Name = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="Job and run-directory name: letters, digits, '.', '_' and '-', at most 64.",
+    ),
+]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# Environment values reach the shell quoted; only NUL cannot be carried at all.
+EnvValue = Union[Annotated[str, Meta(pattern=r"^[^\x00]*$")], int, float, bool]
+EnvMap = dict[EnvName, EnvValue]
+PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
+# SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+SlurmTime = Union[
+    Annotated[str, Meta(pattern=r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")],
+    Annotated[int, Meta(ge=1)],
+]
+Memory = Annotated[str, Meta(pattern=r"^\d+[KMGT]?$", description="SLURM memory, e.g. 480G; 0 = all")]
+Offload = Literal["none", "cpu", "nvme"]
+NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Launcher = Literal["torchrun", "deepspeed"]
+SbatchValue = Union[Line, int, bool]
+SbatchFlag = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9-]*$")]
+
+
+class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):
+    """Base: unknown keys are errors, every field is a keyword."""
+
+
+class Resources(_Struct):
+    nodes: PositiveInt = 1
+    gpus_per_node: Optional[Annotated[int, Meta(ge=1, le=64)]] = None
+    cpus_per_task: Optional[PositiveInt] = None
+    mem: Optional[Memory] = None
+    time: Optional[SlurmTime] = None
+    partition: Optional[NonEmptyLine] = None
+    account: Optional[NonEmptyLine] = None
+    qos: Optional[NonEmptyLine] = None
+    constraint: Optional[NonEmptyLine] = None
+    reservation: Optional[NonEmptyLine] = None
+    exclusive: bool = False
+    extra_sbatch: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
+
+
+class Parallelism(_Struct):
+    dp: Union[Annotated[int, Meta(ge=1)], Literal["auto"]] = "auto"
+    tp: Annotated[int, Meta(ge=1, le=64)] = 1
+    pp: Annotated[int, Meta(ge=1, le=1024)] = 1
+    zero_stage: Annotated[int, Meta(ge=0, le=3)] = 0
+    offload_optimizer: Offload = "none"
+    offload_params: Offload = "none"
+    micro_batch_size: Optional[PositiveInt] = None
+    global_batch_size: Optional[Annotated[int, Meta(ge=1, le=100_000_000)]] = None
+    gradient_accumulation_steps: Optional[PositiveInt] = None
+
+
+class ModelSpec(_Struct):
+    """Exactly one of ``config`` (a dict, or a path to a local config.json) and ``pretrained``."""
+
+    config: Union[dict[str, Any], NonEmptyLine, None] = None
+    pretrained: Optional[NonEmptyLine] = None
+    tokenizer: Optional[NonEmptyLine] = None
+
+
+class DatasetSpec(_Struct):
+    type: Literal["synthetic", "text", "jsonl", "disk"] = "synthetic"
+    path: Optional[NonEmptyLine] = None
+    field: NonEmptyLine = "text"
+    seq_len: Annotated[int, Meta(ge=2, le=1_048_576)] = 128
+    num_samples: Annotated[int, Meta(ge=1, le=100_000_000)] = 1024
+
+
+class TrainerTask(_Struct):
+    model: ModelSpec
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    # Passed to transformers.TrainingArguments; keys the recipe owns elsewhere are rejected.
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(_Struct):
+    """Exactly one of ``trainer`` (the built-in HF Trainer runner) and ``script``."""
+
+    trainer: Optional[TrainerTask] = None
+    script: Optional[NonEmptyLine] = None
+    module: bool = False
+    args: list[Annotated[str, Meta(pattern=r"^[^\x00]*$")]] = field(default_factory=list)
+    model_size: Optional[Annotated[int, Meta(ge=1)]] = None
+
+
+class Network(_Struct):
+    profile: Optional[NetworkProfileName] = None
+    env: EnvMap = field(default_factory=dict)
+    debug: bool = False
+
+
+class Recipe(_Struct, kw_only=True):
+    name: Name
+    cluster: NonEmptyLine = "dev"
+    description: Optional[str] = None
+    resources: Resources = field(default_factory=Resources)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    launcher: Launcher = "torchrun"
+    precision: Optional[Precision] = None
+    task: Task
+    network: Network = field(default_factory=Network)
+    env: EnvMap = field(default_factory=dict)
+    setup: list[Line] = field(default_factory=list)
+    runs_dir: Optional[NonEmptyLine] = None
+    master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
+    python: Optional[NonEmptyLine] = None
+
+
+def recipe_json_schema() -> dict[str, Any]:
+    """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
+    schema = msgspec.json.schema(Recipe)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "clusterkit recipe"
+    # `extends` is resolved (and removed) before the struct is built, so it is not a Recipe field.
+    recipe_def = schema["$defs"]["Recipe"]
+    recipe_def["properties"]["extends"] = {
+        "description": "base recipe path(s), relative to this file; deep-merged, later wins, this file wins",
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+    }
+    return schema

@@ -1,0 +1,209 @@
+"""Rendering: a pure function from a loaded recipe (plus templates) to the job's files.
+
+Nothing here runs a subprocess, reads the clock or writes files; :func:`write_rendered` is the
+separate, atomic write. ``clusterkit submit`` sends exactly what :func:`render_job` returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import msgspec
+import yaml
+
+from clusterkit import __version__
+from clusterkit.deepspeed_config import deepspeed_config, uses_deepspeed
+from clusterkit.loader import LoadedRecipe
+from clusterkit.network import network_env
+from clusterkit.shell import Shell, comment, quote
+
+BUILTIN_TEMPLATES = Path(str(resources.files("clusterkit.templates")))
+JOB_TEMPLATE = "job.sbatch.j2"
+ENV_TEMPLATE = "env.sh.j2"
+# Derived from the job id so two jobs sharing a node never pick the same rendezvous port; kept
+# below Linux's ephemeral range (32768+) so no outgoing connection can be holding it.
+DERIVED_MASTER_PORT = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """Everything a submission consists of, as text. ``files`` maps file name → content."""
+
+    name: str
+    files: dict[str, str]
+    summary: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def script(self) -> str:
+        return self.files["job.sbatch"]
+
+
+def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Where templates are looked up, first match wins: ``--template-dir`` directories,
+    $CLUSTERKIT_TEMPLATES (colon-separated ops directories), the recipe's directory, the built-ins."""
+    env_dirs = [d for d in os.environ.get("CLUSTERKIT_TEMPLATES", "").split(os.pathsep) if d]
+    dirs = [*extra_dirs, *env_dirs, str(loaded.path.parent), str(BUILTIN_TEMPLATES)]
+    return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(list(search_path)),
+        undefined=jinja2.StrictUndefined,  # a typo in a template fails loudly
+        finalize=quote,  # quote by default; Shell values pass as written
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["comment"] = comment
+    env.filters["raw_shell"] = Shell
+    return env
+
+
+def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
+    """Every #SBATCH option as (flag, value); value None means a bare flag. Sorted by flag."""
+    recipe, profile = loaded.recipe, loaded.profile
+    r = recipe.resources
+    log_base = f"{recipe.runs_dir}/{recipe.name}/%j/%j_0_log"
+    options: dict[str, Any] = {
+        "job-name": recipe.name,
+        "nodes": r.nodes,
+        "ntasks-per-node": 1,  # one launcher per node; it starts the ranks
+        "cpus-per-task": r.cpus_per_task,
+        "output": f"{log_base}.out",
+        "error": f"{log_base}.err",
+        "open-mode": "append",  # the batch shell and node 0's srun task share the log
+    }
+    if profile.accelerator == "gpu" and profile.gpu_request == "gres":
+        options["gres"] = f"gpu:{r.gpus_per_node}"
+    elif profile.accelerator == "gpu" and profile.gpu_request == "gpus-per-node":
+        options["gpus-per-node"] = r.gpus_per_node
+    for flag, value in (("mem", r.mem), ("time", r.time), ("partition", r.partition), ("account", r.account),
+                        ("qos", r.qos), ("constraint", r.constraint), ("reservation", r.reservation)):
+        if value is not None:
+            options[flag] = value
+    if r.exclusive:
+        options["exclusive"] = None
+    for flag, value in r.extra_sbatch.items():
+        if value is False:
+            options.pop(flag, None)
+        else:
+            options[flag] = None if value is True else value
+    return sorted(options.items())
+
+
+RUN_DIR_PLACEHOLDER = "{run_dir}"
+
+
+def script_argument(text: str) -> Shell:
+    """Quote one script argument; ``{run_dir}`` inside it becomes the job's run directory."""
+    if RUN_DIR_PLACEHOLDER not in text:
+        return Shell(quote(text))
+    return Shell('"$RUN_DIR"'.join(quote(part) if part else "" for part in text.split(RUN_DIR_PLACEHOLDER)))
+
+
+def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
+    task = loaded.recipe.task
+    if task.trainer is not None:
+        return {"entry": "clusterkit.runner", "module": True, "args": [Shell('"$RUN_DIR/job.json"')]}
+    return {"entry": task.script, "module": task.module, "args": [script_argument(a) for a in task.args]}
+
+
+def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> RenderedJob:
+    """Render every file of the job. Deterministic: the same recipe gives byte-identical files."""
+    recipe, profile = loaded.recipe, loaded.profile
+    env = _environment(template_search_path(loaded, template_dirs))
+    resolved = msgspec.to_builtins(recipe)
+    files: dict[str, str] = {}
+    ds_config_text = None
+    if uses_deepspeed(recipe):
+        ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
+        files["ds_config.json"] = ds_config_text
+    job_json = json.dumps({"recipe": resolved, "profile": msgspec.to_builtins(profile)}, sort_keys=True) + "\n"
+    setup = [f"module load {m}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
+    context = {
+        "version": __version__,
+        "name": recipe.name,
+        "recipe_file": str(loaded.path),
+        "profile": profile,
+        "recipe": recipe,
+        "sbatch": sbatch_options(loaded),
+        "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
+        "setup": [Shell(line) for line in setup],
+        "env": network_env(recipe, profile),
+        "network_profile": recipe.network.profile,
+        "master_port": recipe.master_port or Shell(DERIVED_MASTER_PORT),
+        "ds_config_json": ds_config_text,
+        "job_json": job_json,
+        "launch": _launch_command(loaded),
+    }
+    files["env.sh"] = env.get_template(ENV_TEMPLATE).render(context)
+    files["job.sbatch"] = env.get_template(JOB_TEMPLATE).render(context)
+    files["recipe.resolved.yaml"] = (
+        f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
+        f"on cluster profile {comment(loaded.profile_path)}\n"
+        + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=False, width=100)
+    )
+    return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summarize(loaded))
+
+
+def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
+    recipe, profile = loaded.recipe, loaded.profile
+    r, p = recipe.resources, recipe.parallelism
+    unit = "GPUs" if profile.accelerator == "gpu" else "processes"
+    task = f"trainer ({_model_label(loaded)})" if recipe.task.trainer else f"script {recipe.task.script}"
+    return [
+        ("recipe", f"{recipe.name} ({loaded.path})"),
+        ("cluster", f"{profile.name} ({profile.accelerator}, {recipe.network.profile} network)"),
+        ("resources", f"{r.nodes} nodes x {r.gpus_per_node} {unit} = {r.nodes * (r.gpus_per_node or 1)}"),
+        ("layout", f"dp={p.dp} tp={p.tp} pp={p.pp} zero={p.zero_stage}"
+                   + (f" offload(opt={p.offload_optimizer}, params={p.offload_params})" if p.zero_stage else "")),
+        ("batch", f"micro {p.micro_batch_size} x accum {p.gradient_accumulation_steps} x dp {p.dp} = global {p.global_batch_size}"),
+        ("launcher", f"{recipe.launcher}, {recipe.precision}"),
+        ("task", task),
+        ("time", str(r.time or profile.max_time or "partition default")),
+    ]
+
+
+def _model_label(loaded: LoadedRecipe) -> str:
+    model = loaded.recipe.task.trainer.model  # type: ignore[union-attr]
+    if model.pretrained:
+        return model.pretrained
+    config = loaded.model_config or {}
+    return str(config.get("model_type", "model from config"))
+
+
+def write_rendered(job: RenderedJob, out_dir: Path) -> None:
+    """Write all files or none: render into a temporary sibling, then swap it into place."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, text in job.files.items():
+            mode = 0o755 if name.endswith(".sbatch") else 0o644
+            path = staging / name
+            path.write_text(text, encoding="utf-8")
+            path.chmod(mode)
+        staging.chmod(0o755)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            old.rmdir()
+            out_dir.rename(old)
+            staging.rename(out_dir)
+            shutil.rmtree(old)
+        else:
+            staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

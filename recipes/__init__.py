@@ -1,0 +1,1 @@
+"""Example recipes shipped with clusterkit."""

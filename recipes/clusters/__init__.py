@@ -1,0 +1,1 @@
+"""Cluster profiles shipped with clusterkit."""
