@@ -1,0 +1,12 @@
+"""``python -m clusterkit.runner RUN_DIR/job.json`` — what every rank of a task.trainer job runs."""
+
+import argparse
+from pathlib import Path
+
+from clusterkit.runner.train import main
+
+parser = argparse.ArgumentParser(prog="python -m clusterkit.runner")
+parser.add_argument("job_file", type=Path, help="the job.json the batch script wrote into the run directory")
+# The DeepSpeed launcher appends --local_rank; LOCAL_RANK in the environment says the same.
+parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+main(parser.parse_args().job_file)

@@ -1,0 +1,182 @@
+"""The built-in runner: every rank of a ``task.trainer`` job runs :func:`main` under torchrun or
+the DeepSpeed launcher. It maps the resolved recipe to ``TrainingArguments``, trains with HF
+``Trainer``, resumes from the newest complete checkpoint in the run directory, writes metrics as
+JSON lines from rank 0, and writes one ``ranks/rank-<R>.json`` per rank that proves the layout
+(real world size, the batches the rank saw, a checksum of its final parameters)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers.trainer_utils import get_last_checkpoint
+
+from clusterkit.runner.data import build_dataset
+from clusterkit.runner.model import build_model, build_tokenizer
+
+# How many of a rank's first batches are fingerprinted in rank-<R>.json.
+FINGERPRINTED_BATCHES = 4
+
+
+class LayoutError(RuntimeError):
+    """The processes the launcher started do not form the world the recipe asked for."""
+
+
+def training_arguments(recipe: dict[str, Any], profile: dict[str, Any], run_dir: Path) -> TrainingArguments:
+    """TrainingArguments from the recipe. The layout keys come from the recipe; the user's
+    task.trainer.args fill or override the rest; defaults follow seed 004 on a GPU and still run on CPU."""
+    on_gpu = profile["accelerator"] == "gpu"
+    parallelism = recipe["parallelism"]
+    ranks_per_node = recipe["resources"]["gpus_per_node"]
+    cpus_per_rank = max(1, recipe["resources"]["cpus_per_task"] // ranks_per_node)
+    settings: dict[str, Any] = {
+        "logging_steps": 10,
+        "save_steps": 500,
+        "seed": 42,
+        "report_to": "none",
+        "disable_tqdm": True,  # progress goes to metrics.jsonl; tqdm bars garble per-node logs
+        "optim": "adamw_torch_fused" if on_gpu else "adamw_torch",
+        "dataloader_num_workers": min(4, cpus_per_rank - 1) if on_gpu else 0,
+        "dataloader_pin_memory": on_gpu,
+        "ddp_find_unused_parameters": False,  # True costs an extra graph traversal per step
+    }
+    settings.update(recipe["task"]["trainer"]["args"])
+    settings.update(
+        output_dir=str(run_dir / "checkpoints"),
+        per_device_train_batch_size=parallelism["micro_batch_size"],
+        gradient_accumulation_steps=parallelism["gradient_accumulation_steps"],
+        bf16=recipe["precision"] == "bf16",
+        fp16=recipe["precision"] == "fp16",
+        # Without use_cpu on a CPU-only node, DDP silently trains every rank alone (world size 1).
+        use_cpu=not on_gpu,
+    )
+    if not on_gpu:
+        settings["ddp_backend"] = "gloo"
+    ds_config = run_dir / "ds_config.json"
+    if recipe["launcher"] == "deepspeed" or parallelism["zero_stage"] > 0:
+        settings["deepspeed"] = str(ds_config)
+    return TrainingArguments(**settings)
+
+
+class MetricsWriter(TrainerCallback):
+    """Rank 0 appends one JSON line per log step: step, loss, samples/s, tokens/s, world size."""
+
+    def __init__(self, path: Path, global_batch: int, seq_len: int, world_size: int):
+        self.path = path
+        self.global_batch = global_batch
+        self.seq_len = seq_len
+        self.world_size = world_size
+        self._last: tuple[float, int] | None = None
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self._last = (time.time(), state.global_step)
+            self._write({"event": "start", "time": time.time(), "step": state.global_step, "max_steps": state.max_steps,
+                         "world_size": self.world_size, "global_batch_size": self.global_batch})
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "loss" not in logs:
+            return
+        now = time.time()
+        last_time, last_step = self._last or (now, state.global_step)
+        steps = state.global_step - last_step
+        samples_per_s = steps * self.global_batch / (now - last_time) if steps and now > last_time else None
+        self._last = (now, state.global_step)
+        self._write({
+            "event": "log", "time": now, "step": state.global_step, "max_steps": state.max_steps,
+            "loss": logs["loss"], "learning_rate": logs.get("learning_rate"), "epoch": logs.get("epoch"),
+            "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * self.seq_len if samples_per_s else None,
+            "world_size": self.world_size,
+        })
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self._write({"event": "end", "time": time.time(), "step": state.global_step, "world_size": self.world_size})
+
+
+class FingerprintingTrainer(Trainer):
+    """Records a hash of each of the rank's first batches (in the main process, whatever the
+    number of data-loader workers) so a run can prove that ranks saw different data."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.batch_fingerprints: list[str] = []
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        if len(self.batch_fingerprints) < FINGERPRINTED_BATCHES:
+            ids = inputs["input_ids"].detach().to("cpu").contiguous()
+            self.batch_fingerprints.append(hashlib.sha1(ids.numpy().tobytes()).hexdigest()[:16])
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+def _parameter_checksum(model: torch.nn.Module) -> float | None:
+    params = [p for p in model.parameters() if p.numel()]
+    if not params:  # ZeRO-3 keeps only partitions on each rank
+        return None
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum().item() for p in params))
+
+
+def _check_world(args: TrainingArguments, expected: int) -> None:
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != expected:
+        raise LayoutError(f"the launcher started {launched} ranks but the recipe lays out {expected} (nodes x gpus_per_node)")
+    if args.world_size != launched:
+        raise LayoutError(
+            f"the Trainer sees world size {args.world_size} but {launched} ranks were launched: every rank "
+            "would train alone on the same data (on CPU, TrainingArguments needs use_cpu=True)"
+        )
+
+
+def main(job_file: Path) -> None:
+    job = json.loads(job_file.read_text(encoding="utf-8"))
+    recipe, profile = job["recipe"], job["profile"]
+    run_dir = job_file.parent
+    trainer_spec = recipe["task"]["trainer"]
+    base_dir = Path.cwd()
+    args = training_arguments(recipe, profile, run_dir)
+    expected_world = recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
+    _check_world(args, expected_world)
+
+    model = build_model(trainer_spec["model"], base_dir)
+    tokenizer = build_tokenizer(trainer_spec["model"], base_dir)
+    dataset = build_dataset(trainer_spec["dataset"], tokenizer, model.config.vocab_size, args.seed, base_dir)
+    if args.gradient_checkpointing:
+        model.config.use_cache = False  # the KV cache is useless in training and conflicts with checkpointing
+
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", recipe["parallelism"]["global_batch_size"],
+                            trainer_spec["dataset"]["seq_len"], args.world_size)
+    trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset,
+                                    data_collator=default_data_collator, callbacks=[metrics])
+    checkpoint = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
+    if checkpoint and args.process_index == 0:
+        print(f"clusterkit: resuming from {checkpoint}", flush=True)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(str(run_dir / "model"))
+
+    rank_dir = run_dir / "ranks"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    rank_record = {
+        "rank": args.process_index,
+        "local_rank": args.local_process_index,
+        "world_size": args.world_size,
+        "dist_world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
+        "host": socket.gethostname(),
+        "slurm_node": os.environ.get("SLURMD_NODENAME"),
+        "batch_fingerprints": trainer.batch_fingerprints,
+        "parameter_checksum": _parameter_checksum(trainer.model),
+        "resumed_from": checkpoint,
+        "global_step": trainer.state.global_step,
+    }
+    (rank_dir / f"rank-{args.process_index}.json").write_text(json.dumps(rank_record, indent=2) + "\n", encoding="utf-8")
