@@ -72,6 +72,108 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    from clusterkit.loader import load_recipe
+    from clusterkit.render import render_job
+    from clusterkit.submission import dry_run, schedule
+
+    loaded = load_recipe(args.recipe, args.set or ())
+    request = dry_run(loaded, render_job(loaded, tuple(args.template_dir or ())), args.executor)
+    for warning in loaded.warnings:
+        print(warning, file=sys.stderr)
+    if args.dry_run:
+        print(f"# would run: {' '.join(request.argv)}", file=sys.stderr)
+        sys.stdout.write(request.script)
+        return 0
+    record = schedule(request)
+    print(f"submitted job {record.job_id} ({request.scheduler} executor)")
+    print(f"run dir: {record.run_dir}")
+    print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
+    if args.follow:
+        from clusterkit.follow import follow
+        from clusterkit.jobstate import COMPLETED
+
+        return 0 if follow(record).state == COMPLETED else 1
+    return 0
+
+
+def _runs_dir(args: argparse.Namespace) -> Path:
+    return Path(args.runs_dir)
+
+
+def _find(args: argparse.Namespace):
+    from clusterkit.runs import find_run
+
+    return find_run(args.job, _runs_dir(args))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from clusterkit.jobstate import job_status
+    from clusterkit.runs import list_runs
+
+    records = [_find(args)] if args.job else list_runs(_runs_dir(args))[: args.limit]
+    if not records:
+        print(f"no runs under {_runs_dir(args)}")
+        return 0
+    for record in records:
+        status = job_status(record)
+        line = f"{record.job_id}  {record.name}  {status.state}"
+        if status.exit_code is not None:
+            line += f"  exit {status.exit_code}"
+        if status.reason:
+            line += f"  ({status.reason})"
+        print(line)
+        if args.job:
+            print(f"  run dir: {record.run_dir}")
+            print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
+        if status.failure:
+            print(f"  first failure: {status.failure}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import datetime
+
+    from clusterkit.jobstate import job_status
+    from clusterkit.runs import list_runs
+
+    records = list_runs(_runs_dir(args))[: args.limit]
+    if not records:
+        print(f"no runs under {_runs_dir(args)}")
+        return 0
+    rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
+    for record in records:
+        when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
+        rows.append((record.job_id, record.name, job_status(record).state, when,
+                     f"{record.nodes}x{record.ranks_per_node} {record.launcher}", record.run_dir))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from clusterkit.logs import log_files, stream
+
+    record = _find(args)
+    files = log_files(record, args.rank)
+    if not files:
+        print(f"no logs yet in {record.run_dir}", file=sys.stderr)
+        return 1 if not args.follow else stream(record, args.rank, follow=True)
+    return stream(record, args.rank, follow=args.follow)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    record = _find(args)
+    if record.scheduler == "slurm":
+        from clusterkit.slurm_scheduler import cancel
+    else:
+        from clusterkit.local_scheduler import cancel
+    cancel(record)
+    print(f"cancelled job {record.job_id}")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from clusterkit.recipe import recipe_json_schema
 
@@ -107,6 +209,39 @@ def build_parser() -> argparse.ArgumentParser:
     with_overrides(p)
     p.set_defaults(func=cmd_render)
 
+    p = sub.add_parser("submit", help="validate, render and submit (SLURM where sbatch exists, else local)")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
+    p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
+    p.add_argument("--executor", choices=("slurm", "local"), help="default: slurm if sbatch is on PATH, else local")
+    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    with_overrides(p)
+    p.set_defaults(func=cmd_submit)
+
+    def with_job(p: argparse.ArgumentParser, required: bool = True) -> None:
+        p.add_argument("job", nargs=None if required else "?", metavar="JOB", help="job id or run directory")
+        p.add_argument("--runs-dir", default="./runs", help="where runs are looked up (default ./runs)")
+
+    p = sub.add_parser("status", help="state of one job, or of the recent runs")
+    with_job(p, required=False)
+    p.add_argument("--limit", type=int, default=10)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("ls", help="recent runs with their state")
+    p.add_argument("--runs-dir", default="./runs", help="where runs are looked up (default ./runs)")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("logs", help="a job's logs (all nodes, or one rank)")
+    with_job(p)
+    p.add_argument("--rank", type=int, help="global rank whose own output to show")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel a job")
+    with_job(p)
+    p.set_defaults(func=cmd_cancel)
+
     p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)")
     p.set_defaults(func=cmd_schema)
     return parser
@@ -120,6 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
+    except LookupError as exc:  # an unknown job id or run directory
+        print(f"clusterkit: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as exc:  # the scheduler refused or failed a command
+        print(f"clusterkit: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -1,0 +1,138 @@
+"""The state of a run, from the scheduler when it still knows the job and from the run directory
+when it does not (no ``sacct`` needed), plus the first failing rank's error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterkit import proc
+from clusterkit.runs import EXIT_CODE, RunRecord
+
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
+TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY})
+CANCELLED_MARKER = "cancelled"  # written by `clusterkit cancel` for the local executor
+
+# Every SLURM job state mapped onto ours; anything else is UNKNOWN.
+_SLURM_STATES = {
+    "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING, "RESV_DEL_HOLD": PENDING,
+    "RUNNING": RUNNING, "COMPLETING": RUNNING, "RESIZING": RUNNING, "SIGNALING": RUNNING,
+    "STAGE_OUT": RUNNING, "SUSPENDED": RUNNING, "STOPPED": RUNNING,
+    "COMPLETED": COMPLETED, "FAILED": FAILED, "BOOT_FAIL": FAILED, "SPECIAL_EXIT": FAILED,
+    "CANCELLED": CANCELLED, "REVOKED": CANCELLED, "DEADLINE": TIMEOUT, "TIMEOUT": TIMEOUT,
+    "PREEMPTED": PREEMPTED, "NODE_FAIL": NODE_FAIL, "OUT_OF_MEMORY": OUT_OF_MEMORY,
+}
+
+
+def normalize_slurm_state(raw: str) -> str:
+    """``"CANCELLED by 0"`` → CANCELLED; unknown or empty → UNKNOWN."""
+    word = raw.strip().split(" ")[0].rstrip("+").upper() if raw.strip() else ""
+    return _SLURM_STATES.get(word, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: str
+    exit_code: int | None = None
+    reason: str | None = None
+    failure: str | None = None  # the first failing rank's error, when one failed
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL
+
+
+def _exit_code_from_run_dir(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / EXIT_CODE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _slurm_status(record: RunRecord) -> JobStatus:
+    done = proc.run(["scontrol", "show", "job", "-o", record.job_id], check=False)
+    fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout)) if done.returncode == 0 else {}
+    exit_code = _exit_code_from_run_dir(record.path)
+    if "JobState" in fields:
+        state = normalize_slurm_state(fields["JobState"])
+        reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
+        if exit_code is None and fields.get("ExitCode", "").split(":")[0].isdigit():
+            exit_code = int(fields["ExitCode"].split(":")[0]) if state in TERMINAL else None
+        return JobStatus(state, exit_code, reason)
+    # SLURM has forgotten the job (MinJobAge passed) and there is no accounting: the run dir tells.
+    if exit_code is not None:
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
+    return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code")
+
+
+def _local_status(record: RunRecord) -> JobStatus:
+    if (record.path / CANCELLED_MARKER).exists():
+        return JobStatus(CANCELLED)
+    exit_code = _exit_code_from_run_dir(record.path)
+    if exit_code is not None:
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
+    if record.pid and _pid_alive(record.pid):
+        return JobStatus(RUNNING)
+    return JobStatus(FAILED, reason="the local batch process ended without an exit code")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (ended, not yet reaped) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def job_status(record: RunRecord) -> JobStatus:
+    status = _slurm_status(record) if record.scheduler == "slurm" else _local_status(record)
+    if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
+        return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
+    return status
+
+
+def first_failure(record: RunRecord) -> str | None:
+    """The earliest error a rank reported: torchelastic's error.json files first (they carry rank,
+    message and time), then the last line of the earliest rank log that holds a traceback."""
+    run_dir = record.path
+    reports = []
+    for error_file in run_dir.glob("ranks/node*/*/attempt_*/*/error.json"):
+        try:
+            message = json.loads(error_file.read_text())["message"]
+        except (OSError, ValueError, KeyError):
+            continue
+        node = int(error_file.parts[-5].removeprefix("node"))
+        rank = node * record.ranks_per_node + int(error_file.parts[-2])
+        text = message.get("message", "") if isinstance(message, dict) else str(message)
+        timestamp = message.get("extraInfo", {}).get("timestamp", "0") if isinstance(message, dict) else "0"
+        reports.append((int(timestamp), rank, text.strip().splitlines()[-1] if text.strip() else "error"))
+    if reports:
+        _, rank, text = min(reports)
+        return f"rank {rank} (node {rank // record.ranks_per_node}): {text}"
+    logs = sorted(
+        (p for p in run_dir.glob("ranks/node*/**/*.log") if "Traceback" in _tail(p)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if logs:
+        lines = [line for line in _tail(logs[0]).splitlines() if line.strip()]
+        return f"{logs[0].relative_to(run_dir)}: {lines[-1] if lines else 'traceback'}"
+    return None
+
+
+def _tail(path: Path, size: int = 16384) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - size))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
