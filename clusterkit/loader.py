@@ -163,7 +163,7 @@ def _apply_override(data: dict, source: SourceMap, override: str) -> None:
 
 
 _T = typing.TypeVar("_T")
-_ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
 _PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 _PATTERN_HINTS = {
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$": "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",

@@ -18,8 +18,8 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     node_dir = run_dir / "ranks" / f"node{node}"
     # torchrun --log-dir: <dir>/<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log (newest attempt last)
     torchrun = sorted(node_dir.glob(f"*/attempt_*/{local}/std*.log"), key=lambda p: p.stat().st_mtime)
-    # DeepSpeed --enable_each_rank_log: <dir>/<...>_<global rank>.log
-    deepspeed = sorted(node_dir.glob(f"*_{rank}.log"))
+    # DeepSpeed --enable_each_rank_log: <dir>/<timestamp>_rank<global rank>.log
+    deepspeed = sorted(node_dir.glob(f"*_rank{rank}.log"))
     return torchrun or deepspeed
 
 

@@ -3,10 +3,14 @@
 import argparse
 from pathlib import Path
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from clusterkit.runner.train import main
 
 parser = argparse.ArgumentParser(prog="python -m clusterkit.runner")
 parser.add_argument("job_file", type=Path, help="the job.json the batch script wrote into the run directory")
 # The DeepSpeed launcher appends --local_rank; LOCAL_RANK in the environment says the same.
 parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-main(parser.parse_args().job_file)
+# record: under torchrun, a failing rank writes its traceback to an error file that
+# `clusterkit status` reads to name the first failing rank.
+record(main)(parser.parse_args().job_file)

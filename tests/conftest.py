@@ -1,0 +1,40 @@
+"""Shared fixtures. The SLURM tests run against the real dev cluster (bin/dev-cluster), started
+once per session; the training tests run real torchrun / DeepSpeed processes on CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "recipes"
+SHIPPED_RECIPES = sorted(RECIPES.glob("*.yaml"))
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "clusterkit.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def dev_cluster() -> str:
+    """Start (or reuse) the local two-node SLURM cluster; returns its SLURM_CONF."""
+    done = subprocess.run([str(REPO / "bin" / "dev-cluster"), "up"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"bin/dev-cluster up failed:\n{done.stdout}\n{done.stderr}")
+    conf = subprocess.run([str(REPO / "bin" / "dev-cluster"), "env"], capture_output=True, text=True).stdout
+    slurm_conf = conf.strip().split("=", 1)[1]
+    os.environ["SLURM_CONF"] = slurm_conf
+    return slurm_conf
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_extensions_cache() -> None:
+    # DeepSpeed JIT-compiles its CPU comm op once (~33 s); keep it across tests and runs.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".torch-extensions"))
