@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 from msgspec import Meta, field
+
+import clusterkit.recipes.clusters
 
 from clusterkit.recipe import (
     EnvMap,
@@ -20,7 +21,7 @@ from clusterkit.recipe import (
     _Struct,
 )
 
-BUILTIN_CLUSTERS_DIR = Path(str(resources.files("clusterkit.recipes.clusters")))
+BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
 
 
 class GPU(_Struct):

@@ -1,0 +1,147 @@
+"""End to end on the real dev cluster (slurmctld + two slurmd), CPU, gloo: real sbatch/srun, real
+torchrun and DeepSpeed launches of HF Trainer. Each test asserts what the job really did (world
+size, distinct nodes, distinct batches, agreeing parameters, falling loss), not just its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slurm
+TINY = str(REPO / "recipes" / "tiny-gpt2-cpu.yaml")
+
+
+def _submit(workdir: Path, recipe: str, *extra: str, env: dict[str, str] | None = None) -> tuple[int, Path, str]:
+    done = run_cli("submit", recipe, "--follow", "--set", f"runs_dir={workdir / 'runs'}", *extra, cwd=REPO, env=env)
+    run_dirs = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("run dir: ")]
+    assert run_dirs, done.stdout + done.stderr
+    return done.returncode, Path(run_dirs[0]), done.stdout + done.stderr
+
+
+def _rank_records(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(run_dir.glob("ranks/rank-*.json"))]
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _assert_real_data_parallel(run_dir: Path, world: int, nodes: set[str]) -> None:
+    ranks = _rank_records(run_dir)
+    assert sorted(r["rank"] for r in ranks) == list(range(world))
+    assert {r["world_size"] for r in ranks} == {world} and {r["dist_world_size"] for r in ranks} == {world}
+    assert {r["slurm_node"] for r in ranks} == nodes
+    first_batches = [r["batch_fingerprints"][0] for r in ranks]
+    assert len(set(first_batches)) == world, "every rank must see a different batch"
+    checksums = {round(r["parameter_checksum"], 6) for r in ranks}
+    assert len(checksums) == 1, f"parameters differ across ranks: {checksums}"
+    losses = [m["loss"] for m in _metrics(run_dir) if m["event"] == "log"]
+    assert len(losses) >= 2 and losses[-1] < losses[0], losses
+    assert {m["world_size"] for m in _metrics(run_dir)} == {world}
+
+
+def test_tiny_torchrun_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    rc, run_dir, output = _submit(tmp_path, TINY)
+    assert rc == 0, output
+    assert "slurm executor" in output and "COMPLETED" in output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert (run_dir / "checkpoints" / "checkpoint-30" / "trainer_state.json").is_file()
+    assert (run_dir / "model" / "model.safetensors").is_file()
+    assert (run_dir / "hostfile").read_text() == "node1 slots=2\nnode2 slots=2\n"
+    for name in ("job.sbatch", "env.sh", "recipe.resolved.yaml", "run.json"):
+        assert (run_dir / name).is_file(), name
+    # status / logs / ls work from the run directory (the dev cluster has no sacct).
+    job_id = run_dir.name
+    status = run_cli("status", job_id, "--runs-dir", str(tmp_path / "runs" / ".." / "runs"), cwd=REPO)
+    assert f"{job_id}  tiny-gpt2  COMPLETED  exit 0" in status.stdout
+    rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
+    assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
+    listing = run_cli("ls", "--runs-dir", str(tmp_path / "runs"), cwd=REPO)
+    assert job_id in listing.stdout and "COMPLETED" in listing.stdout
+
+
+def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=deepspeed", "--set", "parallelism.zero_stage=2",
+                                  "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=10")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
+    assert list((run_dir / "ranks" / "node1").glob("*_rank3.log")), "DeepSpeed's per-rank logs"
+
+
+def test_single_node_ddp(dev_cluster: str, tmp_path: Path) -> None:
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "resources.nodes=1", "--set", "task.trainer.args.max_steps=10")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=2, nodes={"node1"})
+
+
+def test_user_script_env_contract(dev_cluster: str, tmp_path: Path) -> None:
+    rc, run_dir, output = _submit(tmp_path, str(REPO / "tests" / "recipes" / "env-contract.yaml"))
+    assert rc == 0, output
+    seen = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert len(seen) == 4
+    assert {s["node"] for s in seen} == {"node1", "node2"}
+    assert sorted(int(s["env"]["RANK"]) for s in seen) == [0, 1, 2, 3]
+    assert {s["env"]["WORLD_SIZE"] for s in seen} == {"4"}
+    assert {s["env"]["MASTER_ADDR"] for s in seen} == {"node1"}
+    assert all(s["argv"] == ["--flag", "value with spaces", f"{run_dir}/out"] for s in seen)
+
+
+def test_dry_run_equals_what_sbatch_received(dev_cluster: str, tmp_path: Path) -> None:
+    runs = f"runs_dir={tmp_path / 'runs'}"
+    dry = run_cli("submit", TINY, "--dry-run", "--set", runs, cwd=REPO)
+    assert dry.returncode == 0 and not (tmp_path / "runs").exists(), "a dry run submits and writes nothing"
+    real = run_cli("submit", TINY, "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
+    assert real.returncode == 0, real.stderr
+    job_id = real.stdout.split("submitted job ", 1)[1].split()[0]
+    run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
+    submitted = (run_dir / f"{job_id}_submission.sh").read_text()  # what submitit handed to sbatch
+    expected = run_cli("submit", TINY, "--dry-run", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
+    assert submitted == expected.stdout
+    assert (run_dir / "job.sbatch").read_text() == submitted
+    run_cli("cancel", job_id, "--runs-dir", str(tmp_path / "runs"), cwd=REPO)
+
+
+def test_failing_rank_ends_the_job_promptly(dev_cluster: str, tmp_path: Path) -> None:
+    started = time.time()
+    rc, run_dir, output = _submit(tmp_path, str(REPO / "tests" / "recipes" / "failing-rank.yaml"))
+    elapsed = time.time() - started
+    assert rc != 0 and "FAILED" in output
+    assert elapsed < 300, f"took {elapsed:.0f} s: the job waited for its 10-minute limit"  # generous bound, not a timing
+    status = run_cli("status", str(run_dir), cwd=REPO)
+    assert "FAILED" in status.stdout
+    assert "first failure: rank 3 (node 1): RuntimeError: deliberate failure on rank 3" in status.stdout
+
+
+def test_cancel_a_running_job(dev_cluster: str, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = run_cli("submit", TINY, "--set", f"runs_dir={runs}", "--set", "task.trainer.args.max_steps=100000", cwd=REPO)
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    cancel = run_cli("cancel", job_id, "--runs-dir", str(runs), cwd=REPO)
+    assert cancel.returncode == 0 and f"cancelled job {job_id}" in cancel.stdout
+    deadline = time.time() + 60
+    while "CANCELLED" not in run_cli("status", job_id, "--runs-dir", str(runs), cwd=REPO).stdout:
+        assert time.time() < deadline, "job not cancelled within 60 s"
+        time.sleep(1)
+
+
+def test_local_executor_without_slurm(tmp_path: Path) -> None:
+    # A PATH with python but without sbatch: submit falls back to running the node launches here.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "awk", "head", "tr", "mkdir", "cat", "env", "sh", "python3"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    env = dict(os.environ, PATH=str(bin_dir))
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "task.trainer.args.max_steps=10", env=env)
+    assert rc == 0, output
+    assert "local executor" in output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"127.0.0.1", "127.0.0.2"})
