@@ -102,8 +102,10 @@ def job_status(record: RunRecord) -> JobStatus:
 
 
 def first_failure(record: RunRecord) -> str | None:
-    """The earliest error a rank reported: torchelastic's error.json files first (they carry rank,
-    message and time), then the last line of the earliest rank log that holds a traceback."""
+    """The earliest error a rank reported: torchelastic's error.json files first (rank and message),
+    ordered by when they were written — the ranks that fail only because a peer died write theirs
+    later, and torchelastic's own timestamp has one-second resolution, too coarse to tell — then the
+    last line of the earliest rank log that holds a traceback."""
     run_dir = record.path
     reports = []
     for error_file in run_dir.glob("ranks/node*/*/attempt_*/*/error.json"):
@@ -114,8 +116,7 @@ def first_failure(record: RunRecord) -> str | None:
         node = int(error_file.parts[-5].removeprefix("node"))
         rank = node * record.ranks_per_node + int(error_file.parts[-2])
         text = message.get("message", "") if isinstance(message, dict) else str(message)
-        timestamp = message.get("extraInfo", {}).get("timestamp", "0") if isinstance(message, dict) else "0"
-        reports.append((int(timestamp), rank, text.strip().splitlines()[-1] if text.strip() else "error"))
+        reports.append((error_file.stat().st_mtime_ns, rank, text.strip().splitlines()[-1] if text.strip() else "error"))
     if reports:
         _, rank, text = min(reports)
         return f"rank {rank} (node {rank // record.ranks_per_node}): {text}"

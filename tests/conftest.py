@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -23,15 +24,20 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 
 
 @pytest.fixture(scope="session")
-def dev_cluster() -> str:
-    """Start (or reuse) the local two-node SLURM cluster; returns its SLURM_CONF."""
-    done = subprocess.run([str(REPO / "bin" / "dev-cluster"), "up"], capture_output=True, text=True, timeout=300)
+def dev_cluster() -> Iterator[str]:
+    """Start (or reuse) the local two-node SLURM cluster; yields its SLURM_CONF. A cluster this
+    session started is stopped at the end; one that was already running is left running."""
+    script = str(REPO / "bin" / "dev-cluster")
+    was_running = "slurmctld: running" in subprocess.run([script, "status"], capture_output=True, text=True).stdout
+    done = subprocess.run([script, "up"], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         pytest.fail(f"bin/dev-cluster up failed:\n{done.stdout}\n{done.stderr}")
-    conf = subprocess.run([str(REPO / "bin" / "dev-cluster"), "env"], capture_output=True, text=True).stdout
+    conf = subprocess.run([script, "env"], capture_output=True, text=True).stdout
     slurm_conf = conf.strip().split("=", 1)[1]
     os.environ["SLURM_CONF"] = slurm_conf
-    return slurm_conf
+    yield slurm_conf
+    if not was_running:
+        subprocess.run([script, "down"], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session", autouse=True)

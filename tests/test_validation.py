@@ -172,3 +172,11 @@ def test_shipped_recipes_all_validate() -> None:
 def test_missing_recipe_file(tmp_path: Path) -> None:
     done = run_cli("render", str(tmp_path / "nope.yaml"))
     assert done.returncode == 2 and done.stderr.strip() == f"{tmp_path / 'nope.yaml'}: <top level>: file not found"
+
+
+def test_model_layers_against_pp_reported_with_the_runner_limit(tmp_path: Path) -> None:
+    recipe = _write(tmp_path, TRAINER + "parallelism: {pp: 2}\n")  # the model has 3 layers
+    done = run_cli("validate", str(recipe))
+    assert done.returncode == 2
+    assert "parallelism.pp: the built-in HF Trainer runner cannot do pipeline parallelism" in done.stderr
+    assert "task.trainer.model.config: the model's 3 layers are not divisible by pp=2" in done.stderr

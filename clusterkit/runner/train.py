@@ -29,8 +29,8 @@ class LayoutError(RuntimeError):
     """The processes the launcher started do not form the world the recipe asked for."""
 
 
-def training_arguments(recipe: dict[str, Any], profile: dict[str, Any], run_dir: Path) -> TrainingArguments:
-    """TrainingArguments from the recipe. The layout keys come from the recipe; the user's
+def training_settings(recipe: dict[str, Any], profile: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """TrainingArguments keywords from the recipe. The layout keys come from the recipe; the user's
     task.trainer.args fill or override the rest; defaults follow seed 004 on a GPU and still run on CPU."""
     on_gpu = profile["accelerator"] == "gpu"
     parallelism = recipe["parallelism"]
@@ -62,7 +62,7 @@ def training_arguments(recipe: dict[str, Any], profile: dict[str, Any], run_dir:
     ds_config = run_dir / "ds_config.json"
     if recipe["launcher"] == "deepspeed" or parallelism["zero_stage"] > 0:
         settings["deepspeed"] = str(ds_config)
-    return TrainingArguments(**settings)
+    return settings
 
 
 class MetricsWriter(TrainerCallback):
@@ -145,7 +145,7 @@ def main(job_file: Path) -> None:
     run_dir = job_file.parent
     trainer_spec = recipe["task"]["trainer"]
     base_dir = Path.cwd()
-    args = training_arguments(recipe, profile, run_dir)
+    args = TrainingArguments(**training_settings(recipe, profile, run_dir))
     expected_world = recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
     _check_world(args, expected_world)
 

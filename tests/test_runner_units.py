@@ -1,0 +1,79 @@
+"""The built-in runner's pieces, in one process: data builders, model builders and the mapping of a
+recipe to TrainingArguments keywords (for a GPU profile too, which cannot run here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from clusterkit import load_recipe
+from conftest import RECIPES
+
+torch = pytest.importorskip("torch")
+from clusterkit.runner.data import build_dataset  # noqa: E402
+from clusterkit.runner.model import build_model  # noqa: E402
+from clusterkit.runner.train import training_settings  # noqa: E402
+
+
+def _job(recipe_path: Path, *overrides: str) -> tuple[dict, dict]:
+    loaded = load_recipe(recipe_path, overrides)
+    return msgspec.to_builtins(loaded.recipe), msgspec.to_builtins(loaded.profile)
+
+
+def test_synthetic_samples_differ_and_are_learnable_sequences() -> None:
+    data = build_dataset({"type": "synthetic", "seq_len": 16, "num_samples": 64}, None, 512, seed=1, base_dir=Path())
+    rows = {tuple(data[i]["input_ids"].tolist()) for i in range(len(data))}
+    assert len(data) == 64 and len(rows) > 60
+    ids = data[0]["input_ids"]
+    steps = {int((ids[i + 1] - ids[i]) % 512) for i in range(15)}
+    assert len(steps) == 1, "each sample is an arithmetic sequence mod vocab"
+    assert torch.equal(data[0]["labels"], ids)
+
+
+def test_text_and_jsonl_datasets_byte_level(tmp_path: Path) -> None:
+    (tmp_path / "corpus.txt").write_text("hello world " * 20)
+    text = build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 16}, None, 512, seed=0, base_dir=tmp_path)
+    assert len(text) == 240 // 16 and text[0]["input_ids"][:5].tolist() == list(b"hello")
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"body": "abc " * 10}) for _ in range(4)) + "\n")
+    jsonl = build_dataset({"type": "jsonl", "path": str(tmp_path / "docs.jsonl"), "field": "body", "seq_len": 8},
+                          None, 512, seed=0, base_dir=Path())
+    assert len(jsonl) == 160 // 8
+    with pytest.raises(ValueError, match="vocab_size >= 256"):
+        build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 16}, None, 100, seed=0, base_dir=tmp_path)
+    with pytest.raises(ValueError, match="fewer than one block"):
+        build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 10_000}, None, 512, seed=0, base_dir=tmp_path)
+
+
+def test_model_from_inline_config_and_config_file(tmp_path: Path) -> None:
+    config = {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 300}
+    inline = build_model({"config": config}, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from_file = build_model({"config": "config.json"}, tmp_path)
+    assert inline.config.n_layer == from_file.config.n_layer == 1
+    assert sum(p.numel() for p in inline.parameters()) == sum(p.numel() for p in from_file.parameters())
+
+
+def test_training_settings_on_cpu(tmp_path: Path) -> None:
+    recipe, profile = _job(RECIPES / "tiny-gpt2-cpu.yaml", "task.trainer.args.logging_steps=3")
+    settings = training_settings(recipe, profile, tmp_path)
+    assert settings["use_cpu"] is True and settings["ddp_backend"] == "gloo"
+    assert settings["per_device_train_batch_size"] == 4 and settings["gradient_accumulation_steps"] == 1
+    assert settings["optim"] == "adamw_torch" and settings["dataloader_num_workers"] == 0
+    assert settings["logging_steps"] == 3, "the recipe's args override the defaults"
+    assert settings["output_dir"] == str(tmp_path / "checkpoints")
+    assert "deepspeed" not in settings
+
+
+def test_training_settings_on_gpu(tmp_path: Path) -> None:
+    recipe, profile = _job(RECIPES / "llama-7b-zero3-ib.yaml")
+    settings = training_settings(recipe, profile, tmp_path)
+    assert settings["use_cpu"] is False and "ddp_backend" not in settings
+    assert settings["bf16"] is True and settings["fp16"] is False
+    assert settings["optim"] == "adamw_torch_fused" and settings["dataloader_pin_memory"] is True
+    assert settings["dataloader_num_workers"] == 4  # 96 CPUs / 8 ranks, capped at 4
+    assert settings["gradient_checkpointing"] is True
+    assert settings["deepspeed"] == str(tmp_path / "ds_config.json")
+    assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] * 16 == 512
