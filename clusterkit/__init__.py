@@ -11,9 +11,16 @@ fast on a login node)::
 
 __version__ = "0.1.0"
 
+import gc
+
 from clusterkit.errors import RecipeError, RecipeErrors
 from clusterkit.loader import LoadedRecipe, load_recipe
 from clusterkit.render import RenderedJob, render_job
+
+# msgspec issue #717: collecting msgspec.Meta-constrained Struct types while the interpreter shuts
+# down can segfault (here: about one exit in three once a recipe was converted). Freezing moves the
+# types, now all defined, out of reach of the final collection; they live for the whole process anyway.
+gc.freeze()
 
 __all__ = [
     "LoadedRecipe",

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from clusterkit.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys, uses_deepspeed
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.profile import ClusterProfile
 from clusterkit.recipe import Recipe
@@ -61,6 +62,23 @@ def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> di
     return loaded
 
 
+def read_deepspeed_overrides(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> Recipe:
+    """Replace a deepspeed.config file path by its JSON content, so the resolved recipe holds it."""
+    config = recipe.deepspeed.config
+    if not isinstance(config, str):
+        return recipe
+    key = ("deepspeed", "config")
+    path = Path(config).expanduser()
+    path = path if path.is_absolute() else recipe_dir / path
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(Finding(source.locate(key), key, f"cannot read DeepSpeed config {path}: {exc}")) from None
+    if not isinstance(loaded, dict):
+        raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
+    return msgspec.structs.replace(recipe, deepspeed=msgspec.structs.replace(recipe.deepspeed, config=loaded))
+
+
 def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = config.get(key)
@@ -100,6 +118,7 @@ def resolve_and_check(
     recipe = msgspec.structs.replace(recipe, parallelism=parallelism)
     _check_layout(recipe, profile, found)
     _check_zero(recipe, profile, found)
+    _check_deepspeed(recipe, profile, found)
     if model_config is not None:
         _check_model_shape(recipe, model_config, found)
     _check_time(recipe, profile, found)
@@ -197,6 +216,34 @@ def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> No
         found.profile_error(("nvme_path",), f"NVMe offload needs nvme_path in cluster profile '{profile.name}'")
     if recipe.launcher == "deepspeed" and p.zero_stage == 0:
         found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
+
+
+def _check_deepspeed(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    settings = recipe.deepspeed
+    if settings.include and settings.exclude:
+        found.error(("deepspeed", "exclude"), "give deepspeed.include or deepspeed.exclude, not both")
+    if (settings.include or settings.exclude) and recipe.launcher != "deepspeed":
+        found.error(("deepspeed", "include" if settings.include else "exclude"), "include/exclude need launcher: deepspeed")
+    if settings.config is None:
+        return
+    if not uses_deepspeed(recipe):
+        found.error(("deepspeed", "config"), "a DeepSpeed config needs launcher: deepspeed or zero_stage >= 1")
+        return
+    merged = deepspeed_config(recipe, profile)
+    ours = base_config(recipe, profile)
+    for batch_key in BATCH_KEYS:
+        if merged.get(batch_key) not in (ours[batch_key], "auto"):
+            found.error(("deepspeed", "config", batch_key),
+                        f"{merged[batch_key]} contradicts the recipe's batch layout ({ours[batch_key]}); set it under parallelism")
+    for key in overridden_keys(recipe, profile):
+        if key not in BATCH_KEYS:
+            found.warn(("deepspeed", "config"), f"overrides ds_config key {key} = {json.dumps(_dig(merged, key))}")
+
+
+def _dig(config: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = config[part]
+    return config
 
 
 def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:

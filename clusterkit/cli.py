@@ -77,7 +77,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit.render import render_job
     from clusterkit.submission import dry_run, schedule
 
-    loaded = load_recipe(args.recipe, args.set or ())
+    recipe, overrides = args.recipe, list(args.set or ())
+    if args.resume:
+        from clusterkit.runs import read_record
+
+        earlier = read_record(Path(args.resume))
+        # The earlier run's recipe and --set values, then this command's, then where to resume from.
+        recipe = recipe or earlier.recipe
+        overrides = [*earlier.overrides, *overrides, f"resume_from={Path(args.resume).absolute()}"]
+    if recipe is None:
+        raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
+    loaded = load_recipe(recipe, overrides)
     request = dry_run(loaded, render_job(loaded, tuple(args.template_dir or ())), args.executor)
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
@@ -174,6 +184,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from clusterkit.export import export_model
+
+    run_dir = Path(args.run_dir)
+    out_dir = Path(args.output) if args.output else run_dir / "export"
+    checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
+    print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from clusterkit.recipe import recipe_json_schema
 
@@ -210,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("submit", help="validate, render and submit (SLURM where sbatch exists, else local)")
-    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("recipe", metavar="RECIPE", nargs="?")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an earlier run from its newest checkpoint (its recipe, unless RECIPE is given)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
     p.add_argument("--executor", choices=("slurm", "local"), help="default: slurm if sbatch is on PATH, else local")
@@ -242,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     with_job(p)
     p.set_defaults(func=cmd_cancel)
 
+    p = sub.add_parser("export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
+    p.add_argument("-o", "--output", metavar="DIR", help="default RUN_DIR/export")
+    p.set_defaults(func=cmd_export)
+
     p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)")
     p.set_defaults(func=cmd_schema)
     return parser
@@ -255,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    except LookupError as exc:  # an unknown job id or run directory
+    except (LookupError, FileNotFoundError) as exc:  # an unknown job id or run directory
         print(f"clusterkit: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as exc:  # the scheduler refused or failed a command

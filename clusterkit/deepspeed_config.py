@@ -24,10 +24,40 @@ def uses_deepspeed(recipe: Recipe) -> bool:
     return recipe.launcher == "deepspeed" or recipe.parallelism.zero_stage > 0
 
 
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
 def deepspeed_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+    """The config clusterkit renders, with the recipe's deepspeed.config merged over it."""
+    return merge_overrides(base_config(recipe, profile), recipe.deepspeed.config or {})[0]
+
+
+def overridden_keys(recipe: Recipe, profile: ClusterProfile) -> list[str]:
+    """The dotted keys whose values the recipe's deepspeed.config adds or changes."""
+    return merge_overrides(base_config(recipe, profile), recipe.deepspeed.config or {})[1]
+
+
+def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    merged = dict(base)
+    changed: list[str] = []
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key], below = merge_overrides(base[key], value, f"{path}.")
+            changed.extend(below)
+        elif base.get(key, object()) != value:
+            merged[key] = value
+            changed.append(path)
+    return merged, changed
+
+
+def base_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
     p = recipe.parallelism
+    # With include/exclude the number of ranks is only known to the launcher: let the Trainer fill
+    # the batch sizes from the ranks that remain ("auto").
+    subset = recipe.deepspeed.include or recipe.deepspeed.exclude
     config: dict[str, Any] = {
-        "train_batch_size": p.global_batch_size,
+        "train_batch_size": "auto" if subset else p.global_batch_size,
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
         "gradient_accumulation_steps": p.gradient_accumulation_steps,
         "gradient_clipping": GRADIENT_CLIPPING,
@@ -37,6 +67,10 @@ def deepspeed_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
         "steps_per_print": 1_000_000,  # the runner logs metrics itself
         "wall_clock_breakdown": False,
     }
+    if profile.accelerator == "cpu" and p.offload_optimizer != "none":
+        # On CPU-only nodes, keep torch's AdamW instead of JIT-compiling DeepSpeedCPUAdam (~55 s);
+        # on GPU clusters the compiled optimizer is the fast path and stays.
+        config["zero_force_ds_cpu_optimizer"] = False
     return config
 
 

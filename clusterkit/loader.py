@@ -39,6 +39,7 @@ class LoadedRecipe:
     profile_path: Path
     profile_source: SourceMap
     warnings: list[Finding] = field(default_factory=list)
+    overrides: tuple[str, ...] = ()
     # The model's architecture numbers when a local config is known (layers, heads, hidden...).
     model_config: dict[str, Any] | None = None
 
@@ -59,6 +60,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
     profile, profile_path, profile_source = _load_profile(recipe, path, source)
     recipe = _apply_profile_defaults(recipe, profile)
     model_config = checks.read_model_config(recipe, path.parent, source)
+    recipe = checks.read_deepspeed_overrides(recipe, path.parent, source)
     recipe, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
@@ -72,6 +74,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
         profile_source=profile_source,
         warnings=[f for f in findings if f.severity == "warning"],
         model_config=model_config,
+        overrides=tuple(overrides),
     )
 
 

@@ -62,7 +62,7 @@ def submit(request: SubmitRequest) -> RunRecord:
     record = RunRecord(
         job_id=job_id, name=request.name, scheduler="local", run_dir=str(run_dir), recipe=request.recipe,
         submitted_at=time.time(), nodes=request.nodes, ranks_per_node=request.ranks_per_node,
-        launcher=request.launcher, pid=process.pid,
+        launcher=request.launcher, pid=process.pid, overrides=request.overrides,
     )
     record.write()
     return record

@@ -82,6 +82,8 @@ def network_env(recipe: Recipe, profile: ClusterProfile) -> list[EnvVar]:
         layers.append(_DEBUG)
     ranks_per_node = recipe.resources.gpus_per_node or 1
     threads = max(1, (recipe.resources.cpus_per_task or 1) // ranks_per_node)
+    if profile.accelerator == "cpu":
+        layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
     layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per node = {recipe.resources.cpus_per_task}/{ranks_per_node}: no oversubscribed cores"),))
     layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' network_env") for k, v in sorted(profile.network_env.items())))
     layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' env") for k, v in sorted(profile.env.items())))

@@ -106,6 +106,15 @@ class Task(_Struct):
     model_size: Optional[Annotated[int, Meta(ge=1)]] = None
 
 
+class DeepSpeedSettings(_Struct):
+    # A whole or partial DeepSpeed config (a dict, or a JSON file path relative to the recipe),
+    # deep-merged over the one clusterkit renders; the keys it changes are reported.
+    config: Union[dict[str, Any], NonEmptyLine, None] = None
+    # DeepSpeed's -i/-e syntax, e.g. "node1:0,1@node2"; the batch sizes then follow the ranks that remain.
+    include: Optional[NonEmptyLine] = None
+    exclude: Optional[NonEmptyLine] = None
+
+
 class Network(_Struct):
     profile: Optional[NetworkProfileName] = None
     env: EnvMap = field(default_factory=dict)
@@ -122,11 +131,14 @@ class Recipe(_Struct, kw_only=True):
     precision: Optional[Precision] = None
     task: Task
     network: Network = field(default_factory=Network)
+    deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[NonEmptyLine] = None
+    # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
+    resume_from: Optional[NonEmptyLine] = None
 
 
 def recipe_json_schema() -> dict[str, Any]:

@@ -27,6 +27,7 @@ class RunRecord:
     ranks_per_node: int
     launcher: str
     pid: int | None = None  # the local executor's batch process
+    overrides: tuple[str, ...] = ()  # the --set values it was submitted with (for --resume)
 
     @property
     def path(self) -> Path:
@@ -41,6 +42,7 @@ class RunRecord:
 
 def read_record(run_dir: Path) -> RunRecord:
     data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+    data["overrides"] = tuple(data.get("overrides", ()))
     return RunRecord(**data)
 
 

@@ -47,7 +47,7 @@ def submit(request: SubmitRequest) -> RunRecord:
         record = RunRecord(
             job_id=job.job_id, name=request.name, scheduler="slurm", run_dir=str(run_dir),
             recipe=request.recipe, submitted_at=time.time(), nodes=request.nodes,
-            ranks_per_node=request.ranks_per_node, launcher=request.launcher,
+            ranks_per_node=request.ranks_per_node, launcher=request.launcher, overrides=request.overrides,
         )
         record.write()
         proc.run(["scontrol", "release", job.job_id])

@@ -27,6 +27,7 @@ class SubmitRequest:
     nodes: int
     ranks_per_node: int
     launcher: str
+    overrides: tuple[str, ...] = ()
 
     @property
     def argv(self) -> list[str]:
@@ -47,13 +48,14 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     return SubmitRequest(
         scheduler=scheduler or default_scheduler(),
         name=recipe.name,
-        recipe=str(loaded.path),
+        recipe=str(loaded.path.absolute()),
         runs_root=Path(recipe.runs_dir or "./runs").expanduser().absolute() / recipe.name,
         script=job.script,
         files=dict(job.files),
         nodes=recipe.resources.nodes,
         ranks_per_node=recipe.resources.gpus_per_node or 1,
         launcher=recipe.launcher,
+        overrides=loaded.overrides,
     )
 
 

@@ -164,3 +164,9 @@ def test_schema_command_prints_json_schema() -> None:
     recipe = schema["$defs"]["Recipe"]
     assert {"name", "cluster", "resources", "parallelism", "launcher", "task", "network", "extends"} <= set(recipe["properties"])
     assert recipe["additionalProperties"] is False
+
+
+def test_cli_exits_cleanly_every_time() -> None:
+    # Regression: msgspec issue #717 made ~1 in 3 exits segfault during interpreter shutdown.
+    codes = [run_cli("validate", "-q", str(RECIPES_DIR)).returncode for _ in range(15)]
+    assert codes == [0] * 15

@@ -120,12 +120,39 @@ class FingerprintingTrainer(Trainer):
         return super().training_step(model, inputs, *args, **kwargs)
 
 
-def _parameter_checksum(model: torch.nn.Module) -> float | None:
-    params = [p for p in model.parameters() if p.numel()]
-    if not params:  # ZeRO-3 keeps only partitions on each rank
-        return None
+def _parameter_checksum(model: torch.nn.Module, zero_stage: int) -> float:
+    """Sum of all parameters in float64; under ZeRO-3 the partitions are gathered first (every rank
+    must call this, as the gather is a collective)."""
+    params = list(model.parameters())
+    if zero_stage == 3:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params), torch.no_grad():
+            return float(sum(p.detach().double().sum().item() for p in params))
     with torch.no_grad():
         return float(sum(p.detach().double().sum().item() for p in params))
+
+
+def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
+    engine = getattr(trainer, "model_wrapped", None)
+    if engine is None or not hasattr(engine, "zero_optimization_stage"):
+        return {"zero_stage": 0, "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer else None}
+    return {"zero_stage": engine.zero_optimization_stage(), "optimizer": type(engine.optimizer).__name__}
+
+
+def find_checkpoint(own_dir: Path, resume_from: str | None) -> str | None:
+    """The newest checkpoint of this run (a requeued job continues itself), else of the run named
+    by resume_from (a run directory or its checkpoints directory)."""
+    candidates = [own_dir]
+    if resume_from:
+        earlier = Path(resume_from)
+        candidates.append(earlier / "checkpoints" if (earlier / "checkpoints").is_dir() else earlier)
+    for directory in candidates:
+        if directory.is_dir():
+            found = get_last_checkpoint(str(directory))
+            if found:
+                return found
+    return None
 
 
 def _check_world(args: TrainingArguments, expected: int) -> None:
@@ -146,7 +173,9 @@ def main(job_file: Path) -> None:
     trainer_spec = recipe["task"]["trainer"]
     base_dir = Path.cwd()
     args = TrainingArguments(**training_settings(recipe, profile, run_dir))
-    expected_world = recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
+    subset = recipe["deepspeed"]["include"] or recipe["deepspeed"]["exclude"]
+    # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
+    expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
     _check_world(args, expected_world)
 
     model = build_model(trainer_spec["model"], base_dir)
@@ -159,7 +188,7 @@ def main(job_file: Path) -> None:
                             trainer_spec["dataset"]["seq_len"], args.world_size)
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset,
                                     data_collator=default_data_collator, callbacks=[metrics])
-    checkpoint = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
+    checkpoint = find_checkpoint(Path(args.output_dir), recipe.get("resume_from"))
     if checkpoint and args.process_index == 0:
         print(f"clusterkit: resuming from {checkpoint}", flush=True)
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -167,7 +196,9 @@ def main(job_file: Path) -> None:
 
     rank_dir = run_dir / "ranks"
     rank_dir.mkdir(parents=True, exist_ok=True)
+    engine_facts = _deepspeed_engine_facts(trainer)
     rank_record = {
+        **engine_facts,
         "rank": args.process_index,
         "local_rank": args.local_process_index,
         "world_size": args.world_size,
@@ -175,7 +206,7 @@ def main(job_file: Path) -> None:
         "host": socket.gethostname(),
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "batch_fingerprints": trainer.batch_fingerprints,
-        "parameter_checksum": _parameter_checksum(trainer.model),
+        "parameter_checksum": _parameter_checksum(trainer.model, engine_facts["zero_stage"]),
         "resumed_from": checkpoint,
         "global_step": trainer.state.global_step,
     }

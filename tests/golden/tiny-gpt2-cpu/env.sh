@@ -10,5 +10,7 @@ export NCCL_IB_DISABLE=1
 export NCCL_SOCKET_IFNAME=lo
 # gloo (CPU) connects over loopback too
 export GLOO_SOCKET_IFNAME=lo
+# CPU-only nodes: DeepSpeed skips accelerator auto-detection
+export DS_ACCELERATOR=cpu
 # cpus_per_task / ranks per node = 2/2: no oversubscribed cores
 export OMP_NUM_THREADS=1
