@@ -3,6 +3,7 @@ and the start-up path staying free of heavy imports."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -170,3 +171,35 @@ def test_cli_exits_cleanly_every_time() -> None:
     # Regression: msgspec issue #717 made ~1 in 3 exits segfault during interpreter shutdown.
     codes = [run_cli("validate", "-q", str(RECIPES_DIR)).returncode for _ in range(15)]
     assert codes == [0] * 15
+
+
+def _tiny_with(tmp_path: Path, extra: str) -> Path:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((RECIPES_DIR / "tiny-gpt2-cpu.yaml").read_text() + extra)
+    return recipe
+
+
+def test_deepspeed_config_overrides_are_merged_and_reported(tmp_path: Path) -> None:
+    recipe = _tiny_with(tmp_path, "deepspeed:\n  config: {zero_optimization: {overlap_comm: false}, wall_clock_breakdown: true}\n")
+    recipe.write_text(recipe.read_text().replace("launcher: torchrun", "launcher: deepspeed").replace(
+        "parallelism:\n", "parallelism:\n  zero_stage: 2\n"))
+    loaded = load_recipe(recipe)
+    config = json.loads(render_job(loaded).files["ds_config.json"])
+    assert config["zero_optimization"]["overlap_comm"] is False and config["zero_optimization"]["stage"] == 2
+    reported = [str(w) for w in loaded.warnings]
+    assert any("overrides ds_config key zero_optimization.overlap_comm = false" in w for w in reported)
+    assert any("overrides ds_config key wall_clock_breakdown = true" in w for w in reported)
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 999}')
+    recipe.write_text(recipe.read_text().split("deepspeed:\n")[0] + "deepspeed: {config: ds.json}\n")
+    done = run_cli("validate", str(recipe))
+    assert done.returncode == 2 and "deepspeed.config.train_batch_size: 999 contradicts the recipe's batch layout (16)" in done.stderr
+
+
+def test_include_exclude_render_and_checks(tmp_path: Path) -> None:
+    recipe = _tiny_with(tmp_path, "deepspeed: {include: 'node1:0,1@node2:0'}\n")
+    done = run_cli("validate", str(recipe))
+    assert done.returncode == 2 and "deepspeed.include: include/exclude need launcher: deepspeed" in done.stderr
+    recipe.write_text(recipe.read_text().replace("launcher: torchrun", "launcher: deepspeed"))
+    job = render_job(load_recipe(recipe))
+    assert "--include=node1:0,1@node2:0" in job.script
+    assert json.loads(job.files["ds_config.json"])["train_batch_size"] == "auto"

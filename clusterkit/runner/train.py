@@ -137,7 +137,15 @@ def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
     engine = getattr(trainer, "model_wrapped", None)
     if engine is None or not hasattr(engine, "zero_optimization_stage"):
         return {"zero_stage": 0, "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer else None}
-    return {"zero_stage": engine.zero_optimization_stage(), "optimizer": type(engine.optimizer).__name__}
+    def device(offload: Any) -> str:
+        return str(getattr(offload, "device", None) or "none").split(".")[-1].lower()
+
+    return {
+        "zero_stage": engine.zero_optimization_stage(),
+        "optimizer": type(engine.optimizer).__name__,
+        "offload_optimizer": device(engine.zero_offload_optimizer()),
+        "offload_params": device(engine.zero_offload_param()),
+    }
 
 
 def find_checkpoint(own_dir: Path, resume_from: str | None) -> str | None:
@@ -177,6 +185,12 @@ def main(job_file: Path) -> None:
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
     expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
     _check_world(args, expected_world)
+    if args.deepspeed:
+        import deepspeed
+
+        # ZeRO-3 partitions parameters while the model is built (zero.Init), which asks deepspeed.comm
+        # for the world size: it must be initialised first, or it reports 1 and the batch check fails.
+        deepspeed.init_distributed(dist_backend="gloo" if profile["accelerator"] == "cpu" else "nccl")
 
     model = build_model(trainer_spec["model"], base_dir)
     tokenizer = build_tokenizer(trainer_spec["model"], base_dir)
@@ -184,7 +198,9 @@ def main(job_file: Path) -> None:
     if args.gradient_checkpointing:
         model.config.use_cache = False  # the KV cache is useless in training and conflicts with checkpointing
 
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", recipe["parallelism"]["global_batch_size"],
+    # Samples per optimizer step from the ranks that really run (DeepSpeed include/exclude may drop some).
+    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", global_batch,
                             trainer_spec["dataset"]["seq_len"], args.world_size)
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset,
                                     data_collator=default_data_collator, callbacks=[metrics])
