@@ -1,6 +1,7 @@
 """Benchmark: wall time of `clusterkit render` (a fresh process, as a user runs it) for a
 64-node x 8-GPU recipe and a 4096-node x 8-GPU one. Target: median <= 200 ms, and the 4096-node
-render costing about the same (nothing is done per node at render time).
+render costing about the same (nothing is done per node at render time). Also `clusterkit plan` of
+the 7B recipe on 2 x 8 80 GB GPUs (target < 2 s).
 
     python bench/render_bench.py [--runs 20]
 """
@@ -38,10 +39,7 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "clusterkit.cli"]
 
 
-def measure(nodes: int, runs: int, workdir: Path) -> list[float]:
-    recipe = workdir / f"bench-{nodes}.yaml"
-    recipe.write_text(RECIPE.format(nodes=nodes))
-    command = [*_cli(), "render", str(recipe), "-o", str(workdir / f"out-{nodes}")]
+def measure(command: list[str], runs: int) -> list[float]:
     subprocess.run(command, check=True, capture_output=True)  # warm the page cache
     times = []
     for _ in range(runs):
@@ -56,9 +54,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        commands = {}
         for nodes in (64, 4096):
-            times = sorted(measure(nodes, args.runs, Path(tmp)))
-            print(f"render {nodes:>4} nodes x 8 GPUs: median {statistics.median(times) * 1000:.0f} ms, "
+            recipe = Path(tmp) / f"bench-{nodes}.yaml"
+            recipe.write_text(RECIPE.format(nodes=nodes))
+            commands[f"render {nodes:>4} nodes x 8 GPUs"] = [*_cli(), "render", str(recipe), "-o", f"{tmp}/out-{nodes}"]
+        seven_b = Path(__file__).resolve().parent.parent / "recipes" / "llama-7b-zero3-ib.yaml"
+        commands["plan 7B on 2 x 8 GPUs"] = [*_cli(), "plan", str(seven_b), "--json"]
+        for label, command in commands.items():
+            times = sorted(measure(command, args.runs))
+            print(f"{label}: median {statistics.median(times) * 1000:.0f} ms, "
                   f"min {times[0] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms over {args.runs} runs")
 
 

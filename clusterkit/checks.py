@@ -41,7 +41,9 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> dict[str, Any] | None:
     """The model's config when it is known locally (an inline dict or a config.json path); never a hub."""
     trainer = recipe.task.trainer
-    if trainer is None or trainer.model.config is None:
+    if trainer is None:
+        return recipe.task.model_config
+    if trainer.model.config is None:
         return None
     config = trainer.model.config
     if isinstance(config, dict):
@@ -121,6 +123,7 @@ def resolve_and_check(
     _check_deepspeed(recipe, profile, found)
     if model_config is not None:
         _check_model_shape(recipe, model_config, found)
+        _check_memory_fit(recipe, profile, model_config, found)
     _check_time(recipe, profile, found)
     _check_env(recipe, found)
     return recipe, found.items
@@ -248,12 +251,31 @@ def _dig(config: dict[str, Any], dotted: str) -> Any:
 
 def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:
     p = recipe.parallelism
-    key = ("task", "trainer", "model", "config")
+    key = ("task", "trainer", "model", "config") if recipe.task.trainer else ("task", "model_config")
     heads, layers = _first_int(config, _HEAD_KEYS), _first_int(config, _LAYER_KEYS)
     if heads is not None and heads % p.tp:
         found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
     if layers is not None and layers % p.pp:
         found.error(key, f"the model's {layers} layers are not divisible by pp={p.pp}")
+
+
+def _check_memory_fit(recipe: Recipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
+    """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
+    families only: the meta-device fallback would import torch on the validate path)."""
+    from clusterkit.memory import GIB, Layout, estimate, optimizer_kind
+    from clusterkit.modelsize import CLOSED_FORM_FAMILIES, model_shape
+
+    if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
+        return
+    trainer = recipe.task.trainer
+    args = trainer.args if trainer else {}
+    shape = model_shape(config, trainer.dataset.seq_len if trainer else None)
+    needed = estimate(shape, Layout.of_recipe(recipe), recipe.precision != "fp32", optimizer_kind(args.get("optim")),
+                      profile.accelerator, recipe.resources.gpus_per_node or 1).total
+    available = profile.gpu.memory_gb * GIB
+    if needed > available:
+        found.warn(("parallelism",), f"estimated {needed / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
+                                     "GPUs of this cluster; `clusterkit plan` shows layouts that do")
 
 
 def _check_time(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:

@@ -194,6 +194,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from clusterkit.loader import load_recipe
+    from clusterkit.plan_report import apply_layout, print_plan
+    from clusterkit.planner import PlanError, plan
+
+    loaded = load_recipe(args.recipe, args.set or ())
+    try:
+        result = plan(loaded, top=args.top, global_batch=args.global_batch)
+    except PlanError as exc:
+        print(f"{loaded.path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_plan(loaded, result)
+    if args.apply is not None:
+        if not result.ranked:
+            print("no layout fits: nothing applied", file=sys.stderr)
+            return 1
+        target = apply_layout(loaded, result.ranked[0].layout, Path(args.apply) if args.apply else None)
+        print(f"wrote the best layout into {target}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from clusterkit.recipe import recipe_json_schema
 
@@ -269,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
     p.add_argument("-o", "--output", metavar="DIR", help="default RUN_DIR/export")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("plan", help="per-GPU memory estimate, strategy advice and the best layouts for this cluster")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--top", type=int, default=5, help="how many ranked layouts to show")
+    p.add_argument("--global-batch", type=int, help="plan for another global batch size")
+    p.add_argument("--apply", nargs="?", const="", metavar="PATH",
+                   help="write the best layout into a copy of the recipe (default <recipe>.planned.yaml)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    with_overrides(p)
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)")
     p.set_defaults(func=cmd_schema)

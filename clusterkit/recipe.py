@@ -103,7 +103,10 @@ class Task(_Struct):
     script: Optional[NonEmptyLine] = None
     module: bool = False
     args: list[Annotated[str, Meta(pattern=r"^[^\x00]*$")]] = field(default_factory=list)
+    # For a script task: its parameter count, and/or its model's config (layers, heads, ...) so the
+    # layout checks and `clusterkit plan` can use them.
     model_size: Optional[Annotated[int, Meta(ge=1)]] = None
+    model_config: Optional[dict[str, Any]] = None
 
 
 class DeepSpeedSettings(_Struct):
