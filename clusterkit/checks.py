@@ -279,6 +279,8 @@ def _check_memory_fit(recipe: Recipe, profile: ClusterProfile, config: dict[str,
 
 
 def _check_time(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    if recipe.preemption.signal == "USR1":
+        found.warn(("preemption", "signal"), "NCCL may claim SIGUSR1; USR2 is safer")
     key = ("resources", "time")
     if recipe.resources.time is None:
         limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""

@@ -96,17 +96,76 @@ def _pid_alive(pid: int) -> bool:
 
 def job_status(record: RunRecord) -> JobStatus:
     status = _slurm_status(record) if record.scheduler == "slurm" else _local_status(record)
+    stopped = _preempted_record(record.path)
+    if stopped and status.state in (FAILED, COMPLETED):
+        return JobStatus(PREEMPTED, status.exit_code,
+                         f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
+                         f"continue with: clusterkit submit --resume {record.run_dir}")
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
         return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
     return status
 
 
+def _preempted_record(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "preempted.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n(?P<block>(?:  .*\n?)+)")
+
+
+def _failing_node(run_dir: Path) -> int | None:
+    """The node whose launcher ended first with a non-zero code (each node records when it ended)."""
+    ended = []
+    for path in run_dir.glob("ranks/node*.exit"):
+        try:
+            when, code = path.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if code != "0":
+            ended.append((float(when), int(path.stem.removeprefix("node"))))
+    return min(ended)[1] if ended else None
+
+
+def _root_cause(record: RunRecord, node: int) -> str | None:
+    """torchrun's own summary of the node's failed ranks ("Root Cause (first observed failure)")."""
+    match = _ROOT_CAUSE.search(_tail(record.path / f"{record.job_id}_{node}_log.err", 65536))
+    if not match:
+        return None
+    block = match.group("block")
+    fields = dict(re.findall(r"^  (\w+)\s*: (.*)$", block, re.M))
+    rank = fields.get("rank", "?").split()[0]
+    # A traceback continues on indented lines; its last line is the exception itself.
+    traceback = block.split("traceback :", 1)[1] if "traceback :" in block else ""
+    lines = [line.strip() for line in traceback.splitlines() if line.strip()]
+    cause = lines[-1] if lines else ""
+    if cause.startswith(("To enable traceback", "<N/A>")) or not cause:
+        cause = f"exit code {fields.get('exitcode', '?').strip()}"
+    return f"rank {rank} (node {node}{_hostname(record, node)}): {cause}"
+
+
+def _hostname(record: RunRecord, node: int) -> str:
+    try:
+        hosts = [line.split()[0] for line in (record.path / "hostfile").read_text().splitlines() if line.strip()]
+        return f", {hosts[node]}"
+    except (OSError, IndexError):
+        return ""
+
+
 def first_failure(record: RunRecord) -> str | None:
-    """The earliest error a rank reported: torchelastic's error.json files first (rank and message),
+    """The first failure: the node whose launcher failed first and torchrun's root cause there;
+    otherwise the earliest error a rank reported: torchelastic's error.json files (rank and message),
     ordered by when they were written — the ranks that fail only because a peer died write theirs
     later, and torchelastic's own timestamp has one-second resolution, too coarse to tell — then the
     last line of the earliest rank log that holds a traceback."""
     run_dir = record.path
+    node = _failing_node(run_dir)
+    if node is not None and record.launcher == "torchrun":
+        cause = _root_cause(record, node)
+        if cause:
+            return cause
     reports = []
     for error_file in run_dir.glob("ranks/node*/*/attempt_*/*/error.json"):
         try:
@@ -119,7 +178,7 @@ def first_failure(record: RunRecord) -> str | None:
         reports.append((error_file.stat().st_mtime_ns, rank, text.strip().splitlines()[-1] if text.strip() else "error"))
     if reports:
         _, rank, text = min(reports)
-        return f"rank {rank} (node {rank // record.ranks_per_node}): {text}"
+        return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
     logs = sorted(
         (p for p in run_dir.glob("ranks/node*/**/*.log") if "Traceback" in _tail(p)),
         key=lambda p: p.stat().st_mtime,

@@ -118,6 +118,14 @@ class DeepSpeedSettings(_Struct):
     exclude: Optional[NonEmptyLine] = None
 
 
+class Preemption(_Struct):
+    # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
+    # which NCCL may claim (submitit moved to USR2 for that reason).
+    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] = "USR2"
+    grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
+    max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
+
+
 class Network(_Struct):
     profile: Optional[NetworkProfileName] = None
     env: EnvMap = field(default_factory=dict)
@@ -135,6 +143,7 @@ class Recipe(_Struct, kw_only=True):
     task: Task
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
+    preemption: Preemption = field(default_factory=Preemption)
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
     runs_dir: Optional[NonEmptyLine] = None

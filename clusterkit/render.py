@@ -80,6 +80,9 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     log_base = f"{recipe.runs_dir}/{recipe.name}/%j/%j_0_log"
     options: dict[str, Any] = {
         "job-name": recipe.name,
+        # The warning signal goes to the batch shell (B:), which passes it on to every rank.
+        "signal": f"B:{recipe.preemption.signal}@{recipe.preemption.grace_s}",
+        "requeue": None,
         "nodes": r.nodes,
         "ntasks-per-node": 1,  # one launcher per node; it starts the ranks
         "cpus-per-task": r.cpus_per_task,

@@ -117,7 +117,7 @@ def test_failing_rank_ends_the_job_promptly(dev_cluster: str, tmp_path: Path) ->
     assert elapsed < 300, f"took {elapsed:.0f} s: the job waited for its 10-minute limit"  # generous bound, not a timing
     status = run_cli("status", str(run_dir), cwd=REPO)
     assert "FAILED" in status.stdout
-    assert "first failure: rank 3 (node 1): RuntimeError: deliberate failure on rank 3" in status.stdout
+    assert "first failure: rank 3 (node 1, node2): RuntimeError: deliberate failure on rank 3" in status.stdout
 
 
 def test_cancel_a_running_job(dev_cluster: str, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """``python -m clusterkit.runner RUN_DIR/job.json`` — what every rank of a task.trainer job runs."""
 
 import argparse
+import sys
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -13,4 +14,4 @@ parser.add_argument("job_file", type=Path, help="the job.json the batch script w
 parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 # record: under torchrun, a failing rank writes its traceback to an error file that
 # `clusterkit status` reads to name the first failing rank.
-record(main)(parser.parse_args().job_file)
+sys.exit(record(main)(parser.parse_args().job_file))

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
-from transformers.trainer_utils import get_last_checkpoint
-
+from clusterkit.runner.checkpoints import CheckpointPublisher, newest_complete, remove_incomplete
 from clusterkit.runner.data import build_dataset
 from clusterkit.runner.model import build_model, build_tokenizer
+from clusterkit.runner.preemption import PreemptionHandler
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -75,14 +75,14 @@ class MetricsWriter(TrainerCallback):
         self.world_size = world_size
         self._last: tuple[float, int] | None = None
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def record(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self._last = (time.time(), state.global_step)
-            self._write({"event": "start", "time": time.time(), "step": state.global_step, "max_steps": state.max_steps,
+            self.record({"event": "start", "time": time.time(), "step": state.global_step, "max_steps": state.max_steps,
                          "world_size": self.world_size, "global_batch_size": self.global_batch})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -93,7 +93,7 @@ class MetricsWriter(TrainerCallback):
         steps = state.global_step - last_step
         samples_per_s = steps * self.global_batch / (now - last_time) if steps and now > last_time else None
         self._last = (now, state.global_step)
-        self._write({
+        self.record({
             "event": "log", "time": now, "step": state.global_step, "max_steps": state.max_steps,
             "loss": logs["loss"], "learning_rate": logs.get("learning_rate"), "epoch": logs.get("epoch"),
             "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * self.seq_len if samples_per_s else None,
@@ -102,7 +102,7 @@ class MetricsWriter(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self._write({"event": "end", "time": time.time(), "step": state.global_step, "world_size": self.world_size})
+            self.record({"event": "end", "time": time.time(), "step": state.global_step, "world_size": self.world_size})
 
 
 class FingerprintingTrainer(Trainer):
@@ -148,19 +148,7 @@ def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
     }
 
 
-def find_checkpoint(own_dir: Path, resume_from: str | None) -> str | None:
-    """The newest checkpoint of this run (a requeued job continues itself), else of the run named
-    by resume_from (a run directory or its checkpoints directory)."""
-    candidates = [own_dir]
-    if resume_from:
-        earlier = Path(resume_from)
-        candidates.append(earlier / "checkpoints" if (earlier / "checkpoints").is_dir() else earlier)
-    for directory in candidates:
-        if directory.is_dir():
-            found = get_last_checkpoint(str(directory))
-            if found:
-                return found
-    return None
+
 
 
 def _check_world(args: TrainingArguments, expected: int) -> None:
@@ -174,7 +162,7 @@ def _check_world(args: TrainingArguments, expected: int) -> None:
         )
 
 
-def main(job_file: Path) -> None:
+def main(job_file: Path) -> int:
     job = json.loads(job_file.read_text(encoding="utf-8"))
     recipe, profile = job["recipe"], job["profile"]
     run_dir = job_file.parent
@@ -202,12 +190,25 @@ def main(job_file: Path) -> None:
     global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     metrics = MetricsWriter(run_dir / "metrics.jsonl", global_batch,
                             trainer_spec["dataset"]["seq_len"], args.world_size)
-    trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset,
-                                    data_collator=default_data_collator, callbacks=[metrics])
-    checkpoint = find_checkpoint(Path(args.output_dir), recipe.get("resume_from"))
+    preemption = recipe["preemption"]
+    preempt = PreemptionHandler(run_dir, preemption["signal"], preemption["max_requeues"])
+    trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
+                                    callbacks=[metrics, CheckpointPublisher(), preempt])
+    own_checkpoints = Path(args.output_dir)
+    if args.process_index == 0:
+        for removed in remove_incomplete(own_checkpoints):
+            print(f"clusterkit: removed incomplete checkpoint {removed}", flush=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    found = newest_complete(own_checkpoints, recipe.get("resume_from"))
+    checkpoint = str(found) if found else None
     if checkpoint and args.process_index == 0:
         print(f"clusterkit: resuming from {checkpoint}", flush=True)
     trainer.train(resume_from_checkpoint=checkpoint)
+    if preempt.preempted:
+        if args.process_index == 0:
+            metrics.record({"event": "preempted", "time": time.time(), "step": trainer.state.global_step})
+        return preempt.finish(args.process_index == 0)
     trainer.save_model(str(run_dir / "model"))
 
     rank_dir = run_dir / "ranks"
@@ -227,3 +228,4 @@ def main(job_file: Path) -> None:
         "global_step": trainer.state.global_step,
     }
     (rank_dir / f"rank-{args.process_index}.json").write_text(json.dumps(rank_record, indent=2) + "\n", encoding="utf-8")
+    return 0
