@@ -41,7 +41,9 @@ def submit(request: SubmitRequest) -> RunRecord:
     shim_dir.mkdir()
     for shim in SHIMS:
         path = shim_dir / shim
-        path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m clusterkit.local_slurm {shim} "$@"\n')
+        # A Python script, not /bin/sh: dash would drop the exported clusterkit_node function
+        # (BASH_FUNC_clusterkit_node%%) from the environment the nodes' commands need.
+        path.write_text(f"#!{sys.executable}\nimport sys\nfrom clusterkit.local_slurm import main\nsys.exit(main({shim!r}, sys.argv[1:]))\n")
         path.chmod(0o755)
     hosts = local_hosts(request.nodes)
     env = dict(os.environ)

@@ -72,6 +72,5 @@ def srun(argv: list[str]) -> int:
     return code if code >= 0 else 128 - code  # killed by signal N → 128+N, as a shell reports it
 
 
-if __name__ == "__main__":
-    tool, rest = sys.argv[1], sys.argv[2:]
-    sys.exit(scontrol(rest) if tool == "scontrol" else srun(rest))
+def main(tool: str, argv: list[str]) -> int:
+    return scontrol(argv) if tool == "scontrol" else srun(argv)

@@ -65,7 +65,8 @@ def test_rendered_script_structure() -> None:
     # The node rank must be expanded on each node: it only appears inside the single-quoted body.
     body = script.split("bash -c '", 1)[1].split("'", 1)[0]
     assert '--node-rank="$SLURM_NODEID"' in body
-    assert script.count("SLURM_NODEID") == body.count("SLURM_NODEID")
+    node_function = script.split("clusterkit_node() {", 1)[1].split("\n}\n", 1)[0]  # runs on each node too
+    assert script.count("SLURM_NODEID") == body.count("SLURM_NODEID") + node_function.count("SLURM_NODEID")
     assert "--nnodes=2 --nproc-per-node=2" in script
     assert 'MASTER_ADDR=$(head -n 1 <<< "$NODES")' in script
     assert "MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))" in script
