@@ -317,8 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    except (LookupError, FileNotFoundError) as exc:  # an unknown job id or run directory
+    except LookupError as exc:  # an unknown job id or run directory
         print(f"clusterkit: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        print(f"clusterkit: {exc.strerror}: {exc.filename}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as exc:  # the scheduler refused or failed a command
         print(f"clusterkit: {exc}", file=sys.stderr)

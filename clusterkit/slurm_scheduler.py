@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -41,8 +42,11 @@ def submit(request: SubmitRequest) -> RunRecord:
         raise SubmissionError(f"sbatch refused the job: {exc}") from None
     try:
         run_dir = job.paths.folder
+        # submitit leaves a symlink to the moved submission file; remove ours only (other submits
+        # may be writing theirs at the same moment).
         for leftover in request.runs_root.glob(".submission_file_*.sh"):
-            leftover.unlink()  # submitit leaves a symlink to the moved submission file
+            if leftover.is_symlink() and Path(os.readlink(leftover)) == job.paths.submission_file:
+                leftover.unlink(missing_ok=True)
         write_run_files(request, run_dir)
         record = RunRecord(
             job_id=job.job_id, name=request.name, scheduler="slurm", run_dir=str(run_dir),

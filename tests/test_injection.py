@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from clusterkit import load_recipe, render_job
@@ -32,7 +33,7 @@ def _hostile(canary: Path) -> list[str]:
     ]
 
 
-def _wait_done(run_dir: Path, timeout: float = 120) -> int:
+def _wait_done(run_dir: Path, timeout: float = 180) -> int:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if (run_dir / "exit_code").exists():
@@ -41,7 +42,10 @@ def _wait_done(run_dir: Path, timeout: float = 120) -> int:
     raise AssertionError(f"no exit code in {run_dir} after {timeout} s")
 
 
-def test_hostile_values_are_inert_when_executed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_hostile_values_are_inert_when_executed(tmp_path: Path, executor: str, request: pytest.FixtureRequest) -> None:
+    if executor == "slurm":
+        request.getfixturevalue("dev_cluster")  # real sbatch parses the header, real srun starts the nodes
     canary = tmp_path / "canary"
     canary.mkdir()
     hostile = _hostile(canary)
@@ -58,7 +62,7 @@ def test_hostile_values_are_inert_when_executed(tmp_path: Path) -> None:
     }
     recipe_path = tmp_path / "inject.yaml"
     recipe_path.write_text(yaml.safe_dump(recipe))
-    done = run_cli("submit", str(recipe_path), "--executor", "local", cwd=tmp_path)
+    done = run_cli("submit", str(recipe_path), "--executor", executor, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run_dir = Path(next(line for line in done.stdout.splitlines() if line.startswith("run dir: ")).split(": ", 1)[1])
     assert _wait_done(run_dir) == 0, (run_dir / f"{run_dir.name}_0_log.err").read_text()
