@@ -39,6 +39,23 @@ class Container(_Struct):
     workdir: Optional[NonEmptyLine] = None
 
 
+class Login(_Struct):
+    """The login node that ``clusterkit submit`` reaches over SSH from a laptop. ``host`` may be an
+    alias from ~/.ssh/config, whose HostName, User, Port, IdentityFile and ProxyJump apply; a field
+    set here wins over the config, as a command-line option does for ssh."""
+
+    host: NonEmptyLine
+    port: Optional[Annotated[int, Meta(ge=1, le=65535)]] = None
+    user: Optional[NonEmptyLine] = None
+    identity_file: Optional[NonEmptyLine] = None
+    # [user@]host[:port], comma-separated for a chain of bastions, as ssh's -J.
+    proxy_jump: Optional[NonEmptyLine] = None
+    # Where uploaded runs live on the cluster: runs_dir and task scripts are relative to it.
+    remote_workdir: NonEmptyLine = "clusterkit"
+    # The interpreter that runs clusterkit on the login node (when installed there).
+    python: NonEmptyLine = "python3"
+
+
 class ClusterProfile(_Struct, kw_only=True):
     name: NonEmptyLine
     description: Optional[str] = None
@@ -66,6 +83,7 @@ class ClusterProfile(_Struct, kw_only=True):
     runs_dir: Optional[NonEmptyLine] = None
     python: NonEmptyLine = "python3"
     nvme_path: Optional[NonEmptyLine] = None
+    login: Optional[Login] = None
 
 
 def profile_search_path(recipe_dir: Path) -> list[Path]:

@@ -124,6 +124,9 @@ class Preemption(_Struct):
     signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] = "USR2"
     grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
     max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
+    # Requeue automatically after a failure (a rank or node died) while SLURM_RESTART_COUNT is below
+    # this; the requeued job resumes from the newest complete checkpoint. 0 = never.
+    max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
 
 
 class Network(_Struct):

@@ -122,25 +122,30 @@ def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_pa
     assert starts[1:] == steps[:3], "each restart resumes where the previous one stopped"
 
 
-def _rank_pids(node: str) -> list[int]:
-    pids = []
+def _rank_pids(job_id: str, node: str) -> list[int]:
+    """The rank processes torchrun started for this job on this node (not their children, which
+    inherit the same environment, nor ranks of a job an earlier test left behind)."""
+    found: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes()
-            environ = (proc / "environ").read_bytes()
-        except OSError:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"clusterkit.runner" in cmdline and f"SLURMD_NODENAME={node}".encode() in environ and b"\0RANK=" in environ:
-            pids.append(int(proc.name))
-    return pids
+        if (b"clusterkit.runner" in cmdline and f"SLURM_JOB_ID={job_id}".encode() in environ
+                and f"SLURMD_NODENAME={node}".encode() in environ
+                and any(var.startswith(b"RANK=") for var in environ)):
+            found[int(proc.name)] = ppid
+    return sorted(pid for pid, ppid in found.items() if ppid not in found)
 
 
 def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_path: Path) -> None:
     job_id, run_dir = _start(tmp_path, *LONG)
     _wait(lambda: len(_events(run_dir, "log")) >= 2, 120, "training to log")
-    pids = _rank_pids("node2")
+    pids = _rank_pids(job_id, "node2")
     assert len(pids) == 2, pids
     killed = time.time()
     for pid in pids:
@@ -167,3 +172,19 @@ def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) ->
     assert rc == 0, output
     assert {r["resumed_from"] for r in _rank_records(second)} == {str(first / "checkpoints" / "checkpoint-10")}
     assert {r["global_step"] for r in _rank_records(second)} == {15}
+
+
+def test_failed_run_is_retried_up_to_max_retries(dev_cluster: str, tmp_path: Path) -> None:
+    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
+                   "--set", "preemption.max_retries=1", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    run_dir = tmp_path / "runs" / "failing-rank" / job_id
+    log_path = run_dir / f"{job_id}_0_log.out"
+    _wait(lambda: log_path.exists() and "clusterkit: retry 1 of 1" in log_path.read_text(), 120, "the first failure")
+    _release(job_id)  # the first failure requeued it
+    status = _wait_done(job_id, run_dir)
+    assert "FAILED" in status and "deliberate failure on rank 3" in status
+    assert _scontrol(job_id).get("Restarts") == "1", "retried once, then no more"
+    log = log_path.read_text()
+    assert log.count("clusterkit: retry 1 of 1: requeueing") == 1

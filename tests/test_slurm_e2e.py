@@ -59,7 +59,7 @@ def test_tiny_torchrun_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
         assert (run_dir / name).is_file(), name
     # status / logs / ls work from the run directory (the dev cluster has no sacct).
     job_id = run_dir.name
-    status = run_cli("status", job_id, "--runs-dir", str(tmp_path / "runs" / ".." / "runs"), cwd=REPO)
+    status = run_cli("status", job_id, "--runs-dir", str(tmp_path / "runs"), cwd=REPO)
     assert f"{job_id}  tiny-gpt2  COMPLETED  exit 0" in status.stdout
     rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
