@@ -15,6 +15,7 @@ from typing import Sequence
 from clusterkit.errors import RecipeError
 
 EXIT_USAGE = 2
+DEFAULT_RUNS_DIR = "./runs"
 
 
 def _recipe_files(paths: Sequence[str]) -> list[Path]:
@@ -72,11 +73,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_override(reference: str) -> str:
+    """``--cluster X`` as a ``cluster=`` override; a path is taken relative to here, not the recipe."""
+    if "/" in reference or reference.endswith((".yaml", ".yml")):
+        reference = str(Path(reference).expanduser().absolute())
+    return f"cluster={json.dumps(reference)}"
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit.loader import load_recipe
     from clusterkit.render import render_job
     from clusterkit.submission import dry_run, schedule
 
+    if args.bundle:
+        return _submit_bundle(Path(args.bundle))
     recipe, overrides = args.recipe, list(args.set or ())
     if args.resume:
         from clusterkit.runs import read_record
@@ -87,6 +97,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         overrides = [*earlier.overrides, *overrides, f"resume_from={Path(args.resume).absolute()}"]
     if recipe is None:
         raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
+    if args.cluster:
+        overrides.append(_cluster_override(args.cluster))
     loaded = load_recipe(recipe, overrides)
     request = dry_run(loaded, render_job(loaded, tuple(args.template_dir or ())), args.executor)
     for warning in loaded.warnings:
@@ -95,15 +107,54 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"# would run: {' '.join(request.argv)}", file=sys.stderr)
         sys.stdout.write(request.script)
         return 0
+    if request.scheduler == "ssh":
+        return _submit_over_ssh(request, args)
     record = schedule(request)
-    print(f"submitted job {record.job_id} ({request.scheduler} executor)")
-    print(f"run dir: {record.run_dir}")
-    print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
+    _print_submitted(record, request.scheduler, record.run_dir)
     if args.follow:
         from clusterkit.follow import follow
         from clusterkit.jobstate import COMPLETED
 
         return 0 if follow(record).state == COMPLETED else 1
+    return 0
+
+
+def _print_submitted(record, scheduler: str, where: str) -> None:
+    print(f"submitted job {record.job_id} ({scheduler} executor)")
+    print(f"run dir: {where}")
+    print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
+
+
+def _submit_over_ssh(request, args: argparse.Namespace) -> int:
+    """One connection for upload, submission and following."""
+    from clusterkit.ssh import connect
+    from clusterkit.ssh_scheduler import LoginNode, RemoteFile, submit
+
+    with connect(request.login, args.accept_new_host_key) as session:
+        node = LoginNode(session, request.login)
+        record = submit(request, node)
+        _print_submitted(record, "ssh", _where(record))
+        if not args.follow:
+            return 0
+        from clusterkit.follow import follow
+        from clusterkit.jobstate import COMPLETED
+
+        final = follow(record, status_of=node.status, metrics=RemoteFile(session, f"{record.run_dir}/metrics.jsonl"))
+        return 0 if final.state == COMPLETED else 1
+
+
+def _submit_bundle(bundle: Path) -> int:
+    """On a login node, for a remote clusterkit: submit an uploaded bundle as a local submit would,
+    then print the run record as one JSON line."""
+    import dataclasses
+    import shutil
+
+    from clusterkit.ssh_scheduler import request_from_bundle
+    from clusterkit.submission import schedule
+
+    record = schedule(request_from_bundle(bundle))
+    shutil.rmtree(bundle, ignore_errors=True)
+    print(json.dumps(dataclasses.asdict(record)))
     return 0
 
 
@@ -117,16 +168,39 @@ def _find(args: argparse.Namespace):
     return find_run(args.job, _runs_dir(args))
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _statuses(records: list, accept_new_host_key: bool = False, unreachable_ok: bool = False) -> list:
+    """Each record's status; runs on a login node are asked over one connection per login node."""
     from clusterkit.jobstate import job_status
+
+    remote = [record for record in records if record.scheduler == "ssh"]
+    found = {}
+    if remote:
+        from clusterkit.ssh_scheduler import remote_statuses
+
+        found = remote_statuses(remote, accept_new_host_key, unreachable_ok)
+    return [found[id(record)] if record.scheduler == "ssh" else job_status(record) for record in records]
+
+
+def _where(record) -> str:
+    return f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from clusterkit.runs import list_runs
 
     records = [_find(args)] if args.job else list_runs(_runs_dir(args))[: args.limit]
+    statuses = _statuses(records, args.accept_new_host_key, unreachable_ok=not args.job)
+    if args.json:
+        as_json = [dataclasses.asdict(status) for status in statuses]
+        print(json.dumps(as_json[0] if args.job else [
+            {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **s} for r, s in zip(records, as_json)]))
+        return 0
     if not records:
         print(f"no runs under {_runs_dir(args)}")
         return 0
-    for record in records:
-        status = job_status(record)
+    for record, status in zip(records, statuses):
         line = f"{record.job_id}  {record.name}  {status.state}"
         if status.exit_code is not None:
             line += f"  exit {status.exit_code}"
@@ -134,7 +208,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             line += f"  ({status.reason})"
         print(line)
         if args.job:
-            print(f"  run dir: {record.run_dir}")
+            print(f"  run dir: {_where(record)}")
             print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
         if status.failure:
             print(f"  first failure: {status.failure}")
@@ -144,42 +218,85 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     import datetime
 
-    from clusterkit.jobstate import job_status
     from clusterkit.runs import list_runs
 
+    if args.cluster:
+        return _ls_on_login_node(args)
     records = list_runs(_runs_dir(args))[: args.limit]
     if not records:
         print(f"no runs under {_runs_dir(args)}")
         return 0
     rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
-    for record in records:
+    for record, status in zip(records, _statuses(records, args.accept_new_host_key, unreachable_ok=True)):
         when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
-        rows.append((record.job_id, record.name, job_status(record).state, when,
-                     f"{record.nodes}x{record.ranks_per_node} {record.launcher}", record.run_dir))
+        rows.append((record.job_id, record.name, status.state, when,
+                     f"{record.nodes}x{record.ranks_per_node} {record.launcher}", _where(record)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
 
 
+def _ls_on_login_node(args: argparse.Namespace) -> int:
+    """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""
+    from clusterkit.loader import load_profile
+    from clusterkit.ssh import SSHError, read_only
+    from clusterkit.ssh_scheduler import LoginNode
+
+    profile, profile_path, _ = load_profile(args.cluster, Path.cwd())
+    if profile.login is None:
+        raise LookupError(f"{profile_path}: cluster profile {profile.name!r} names no login node (login: {{host: ...}})")
+    login = profile.login
+    runs_dir = args.runs_dir if args.runs_dir != DEFAULT_RUNS_DIR else (profile.runs_dir or DEFAULT_RUNS_DIR)
+
+    def remote_ls(session):
+        node = LoginNode(session, login)
+        if not node.has_clusterkit:
+            raise SSHError(f"ls --cluster needs clusterkit on {login.host} (login.python names its interpreter); "
+                           f"`clusterkit ls` lists the runs submitted from this machine")
+        return node.session.run(node.clusterkit("ls", "--runs-dir", runs_dir, "--limit", str(args.limit)),
+                                stdout=sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
+
+    return read_only(login, remote_ls, args.accept_new_host_key)
+
+
+def _over_ssh(record, args: argparse.Namespace, action, read_only_action: bool = True):
+    """Run ``action(LoginNode)`` for an ssh run; read-only actions are retried on a dropped connection."""
+    from clusterkit.ssh import connect, read_only
+    from clusterkit.ssh_scheduler import LoginNode, login_of
+
+    login = login_of(record)
+    if read_only_action:
+        return read_only(login, lambda session: action(LoginNode(session, login)), args.accept_new_host_key)
+    with connect(login, args.accept_new_host_key) as session:
+        return action(LoginNode(session, login))
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
-    from clusterkit.logs import log_files, stream
+    from clusterkit.logs import log_files, stream_run
 
     record = _find(args)
-    files = log_files(record, args.rank)
-    if not files:
+    if record.scheduler == "ssh":
+        # Following streams for as long as the job runs: not retried, or output would repeat.
+        return _over_ssh(record, args, lambda node: node.logs(record, args.rank, args.follow), not args.follow)
+    if not log_files(record, args.rank) and not args.follow:
         print(f"no logs yet in {record.run_dir}", file=sys.stderr)
-        return 1 if not args.follow else stream(record, args.rank, follow=True)
-    return stream(record, args.rank, follow=args.follow)
+        return 1
+    return stream_run(record, args.rank, follow=args.follow)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     record = _find(args)
-    if record.scheduler == "slurm":
+    if record.scheduler == "ssh":
+        _over_ssh(record, args, lambda node: node.cancel(record), read_only_action=False)
+    elif record.scheduler == "slurm":
         from clusterkit.slurm_scheduler import cancel
+
+        cancel(record)
     else:
         from clusterkit.local_scheduler import cancel
-    cancel(record)
+
+        cancel(record)
     print(f"cancelled job {record.job_id}")
     return 0
 
@@ -235,6 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def with_host_keys(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--accept-new-host-key", action="store_true",
+                       help="SSH: trust a login node (or jump host) not yet in known_hosts and add it there; "
+                            "check its fingerprint first. A changed key is always refused")
+
     def with_overrides(p: argparse.ArgumentParser) -> None:
         p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
                        help="override a recipe value (YAML syntax), e.g. --set resources.nodes=4; repeatable")
@@ -259,23 +381,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an earlier run from its newest checkpoint (its recipe, unless RECIPE is given)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
-    p.add_argument("--executor", choices=("slurm", "local"), help="default: slurm if sbatch is on PATH, else local")
+    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
+                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
+    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
     p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    p.add_argument("--bundle", metavar="DIR", help=argparse.SUPPRESS)  # a remote clusterkit's upload
     with_overrides(p)
+    with_host_keys(p)
     p.set_defaults(func=cmd_submit)
 
     def with_job(p: argparse.ArgumentParser, required: bool = True) -> None:
         p.add_argument("job", nargs=None if required else "?", metavar="JOB", help="job id or run directory")
-        p.add_argument("--runs-dir", default="./runs", help="where runs are looked up (default ./runs)")
+        p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+        with_host_keys(p)
 
     p = sub.add_parser("status", help="state of one job, or of the recent runs")
     with_job(p, required=False)
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("ls", help="recent runs with their state")
-    p.add_argument("--runs-dir", default="./runs", help="where runs are looked up (default ./runs)")
+    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
     p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
+    with_host_keys(p)
     p.set_defaults(func=cmd_ls)
 
     p = sub.add_parser("logs", help="a job's logs (all nodes, or one rank)")
@@ -323,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"clusterkit: {exc.strerror}: {exc.filename}", file=sys.stderr)
         return EXIT_USAGE
-    except RuntimeError as exc:  # the scheduler refused or failed a command
+    except RuntimeError as exc:  # the scheduler refused or failed a command, or SSH failed
         print(f"clusterkit: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clusterkit.jobstate import COMPLETED, JobStatus, job_status
+from clusterkit.logs import Readable
 from clusterkit.runs import RunRecord
 
 
 class MetricsTail:
     """Reads the JSON lines appended to metrics.jsonl since the last call."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Readable):
         self.path = path
         self._offset = 0
 
@@ -44,10 +44,11 @@ def _describe(record: dict[str, Any]) -> str:
 
 
 def follow(record: RunRecord, console: Console | None = None, poll_s: float = 1.0,
-           status_of: Callable[[RunRecord], JobStatus] = job_status) -> JobStatus:
-    """Follow until the job ends; returns its final status."""
+           status_of: Callable[[RunRecord], JobStatus] = job_status, metrics: Readable | None = None) -> JobStatus:
+    """Follow until the job ends; returns its final status. ``metrics`` is the run's metrics.jsonl
+    (default: in the local run directory)."""
     console = console or Console()
-    tail = MetricsTail(record.path / "metrics.jsonl")
+    tail = MetricsTail(metrics or record.path / "metrics.jsonl")
     columns = (TextColumn("[bold]{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:

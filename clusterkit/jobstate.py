@@ -54,10 +54,14 @@ def _exit_code_from_run_dir(run_dir: Path) -> int | None:
         return None
 
 
-def _slurm_status(record: RunRecord) -> JobStatus:
-    done = proc.run(["scontrol", "show", "job", "-o", record.job_id], check=False)
-    fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout)) if done.returncode == 0 else {}
-    exit_code = _exit_code_from_run_dir(record.path)
+def scontrol_show_job(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", "-o", job_id]
+
+
+def slurm_status(scontrol_returncode: int, scontrol_stdout: str, exit_code: int | None) -> JobStatus:
+    """The state from ``scontrol show job -o`` (while SLURM still knows the job) and the run
+    directory's exit code; used here and, over SSH, for a login node without clusterkit."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", scontrol_stdout)) if scontrol_returncode == 0 else {}
     if "JobState" in fields:
         state = normalize_slurm_state(fields["JobState"])
         reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
@@ -68,6 +72,11 @@ def _slurm_status(record: RunRecord) -> JobStatus:
     if exit_code is not None:
         return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
     return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code")
+
+
+def _slurm_status(record: RunRecord) -> JobStatus:
+    done = proc.run(scontrol_show_job(record.job_id), check=False)
+    return slurm_status(done.returncode, done.stdout, _exit_code_from_run_dir(record.path))
 
 
 def _local_status(record: RunRecord) -> JobStatus:

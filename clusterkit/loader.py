@@ -57,7 +57,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
         _apply_override(data, source, override)
     data.pop("extends", None)
     recipe = _convert(data, Recipe, source)
-    profile, profile_path, profile_source = _load_profile(recipe, path, source)
+    profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
     recipe = _apply_profile_defaults(recipe, profile)
     model_config = checks.read_model_config(recipe, path.parent, source)
     recipe = checks.read_deepspeed_overrides(recipe, path.parent, source)
@@ -243,15 +243,17 @@ def _descend(annotation: Any, part: str | int) -> Any:
     return None
 
 
-def _load_profile(recipe: Recipe, recipe_path: Path, source: SourceMap) -> tuple[ClusterProfile, Path, SourceMap]:
-    profile_path = find_profile(recipe.cluster, recipe_path.parent)
+def load_profile(reference: str, base_dir: Path, where: Location | None = None) -> tuple[ClusterProfile, Path, SourceMap]:
+    """A cluster profile by name or path (``cluster:`` in a recipe, ``--cluster`` on the command
+    line); ``where`` is what an unknown name is reported against."""
+    profile_path = find_profile(reference, base_dir)
     if profile_path is None:
-        known = available_profiles(recipe_path.parent)
-        close = difflib.get_close_matches(recipe.cluster, known, n=1)
+        known = available_profiles(base_dir)
+        close = difflib.get_close_matches(reference, known, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise RecipeError(
-            Finding(source.locate(("cluster",)), ("cluster",),
-                    f"no cluster profile '{recipe.cluster}'; {hint}known profiles: {', '.join(known)}")
+            Finding(where or Location("--cluster"), ("cluster",),
+                    f"no cluster profile '{reference}'; {hint}known profiles: {', '.join(known)}")
         )
     data, profile_source = load_yaml_file(profile_path)
     if not isinstance(data, dict):

@@ -5,9 +5,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import IO, Callable, Protocol, Sequence
 
 from clusterkit.jobstate import job_status
 from clusterkit.runs import RunRecord
+
+
+class Readable(Protocol):
+    def open(self, mode: str = "rb") -> IO[bytes]: ...
 
 
 def log_files(record: RunRecord, rank: int | None) -> list[Path]:
@@ -23,19 +28,27 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     return torchrun or deepspeed
 
 
-def stream(record: RunRecord, rank: int | None, follow: bool, poll_s: float = 1.0) -> int:
-    offsets: dict[Path, int] = {}
+def stream_run(record: RunRecord, rank: int | None, follow: bool) -> int:
+    return stream(lambda: log_files(record, rank), lambda: job_status(record).done, follow, base=record.run_dir)
+
+
+def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], follow: bool, base: str,
+           poll_s: float = 1.0) -> int:
+    """Print what the files hold beyond what was printed, each under a header naming it (relative
+    to ``base``); with ``follow``, until ``done()``."""
+    offsets: dict[str, int] = {}
     while True:
-        for path in log_files(record, rank):
+        for path in files():
+            key = str(path)
             with path.open("rb") as handle:
-                handle.seek(offsets.get(path, 0))
+                handle.seek(offsets.get(key, 0))
                 chunk = handle.read()
             if chunk:
-                if path not in offsets:
-                    print(f"==> {path.relative_to(record.path)} <==", flush=True)
+                if key not in offsets:
+                    print(f"==> {key.removeprefix(base.rstrip('/') + '/')} <==", flush=True)
                 sys.stdout.write(chunk.decode("utf-8", "replace"))
                 sys.stdout.flush()
-            offsets[path] = offsets.get(path, 0) + len(chunk)
-        if not follow or job_status(record).done:
+            offsets[key] = offsets.get(key, 0) + len(chunk)
+        if not follow or done():
             return 0
         time.sleep(poll_s)

@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 RECORD = "run.json"
 EXIT_CODE = "exit_code"  # written by the batch script when its launchers have exited
@@ -19,7 +20,7 @@ EXIT_CODE = "exit_code"  # written by the batch script when its launchers have e
 class RunRecord:
     job_id: str
     name: str
-    scheduler: str  # "slurm" or "local"
+    scheduler: str  # "slurm", "local" or "ssh" (submitted on a login node; run_dir is there)
     run_dir: str
     recipe: str
     submitted_at: float
@@ -28,20 +29,29 @@ class RunRecord:
     launcher: str
     pid: int | None = None  # the local executor's batch process
     overrides: tuple[str, ...] = ()  # the --set values it was submitted with (for --resume)
+    login: dict[str, Any] | None = None  # ssh: the profile's login settings, to reach the run again
 
     @property
     def path(self) -> Path:
         return Path(self.run_dir)
 
-    def write(self) -> None:
-        target = self.path / RECORD
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    def write(self, directory: Path | None = None) -> None:
+        """Into the run directory, or for an ssh run into ``directory`` on this machine."""
+        target = (directory or self.path) / RECORD
         staging = target.with_suffix(".tmp")
-        staging.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        staging.write_text(self.to_json(), encoding="utf-8")
         os.replace(staging, target)
 
 
 def read_record(run_dir: Path) -> RunRecord:
-    data = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+    return parse_record((run_dir / RECORD).read_text(encoding="utf-8"))
+
+
+def parse_record(text: str) -> RunRecord:
+    data = json.loads(text)
     data["overrides"] = tuple(data.get("overrides", ()))
     return RunRecord(**data)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 
 from clusterkit.loader import LoadedRecipe
+from clusterkit.profile import ClusterProfile, Login
 from clusterkit.render import RenderedJob
 from clusterkit.runs import RunRecord
 
-SCHEDULERS = ("slurm", "local")
+SCHEDULERS = ("slurm", "local", "ssh")
 
 
 @dataclass(frozen=True)
@@ -20,48 +21,83 @@ class SubmitRequest:
     scheduler: str
     name: str
     recipe: str
-    # <runs_dir>/<name>: the run directory is <job id> below it (known only once submitted).
-    runs_root: Path
+    # <runs_dir>/<name>: the run directory is <job id> below it (known only once submitted). For
+    # ssh, relative to the login node's remote_workdir, where sbatch runs.
+    runs_root: PurePath
     script: str
     files: dict[str, str]
     nodes: int
     ranks_per_node: int
     launcher: str
     overrides: tuple[str, ...] = ()
+    runs_dir: str = "./runs"  # as the recipe says it (the login node resolves it for ssh)
+    login: Login | None = None
+    # Local task scripts the login node needs, relative paths kept (the job runs in remote_workdir).
+    uploads: tuple[str, ...] = ()
 
     @property
     def argv(self) -> list[str]:
         """The command that will run the script (the script's own path is chosen at submit time)."""
+        if self.scheduler == "ssh":
+            assert self.login is not None
+            bundle = f"{self.runs_root}/.upload-<id>"
+            return ["ssh", self.login.host, f"cd {self.login.remote_workdir} && {self.login.python} -m clusterkit "
+                    f"submit --bundle {bundle}  (or, without clusterkit there: sbatch --hold {bundle}/job.sbatch)"]
         if self.scheduler == "slurm":
             # Held until clusterkit has written the run directory: SLURM does not create log folders.
             return ["sbatch", "--hold", f"{self.runs_root}/<job id>/<job id>_submission.sh"]
         return ["bash", f"{self.runs_root}/<job id>/job.sbatch"]
 
 
-def default_scheduler() -> str:
-    """SLURM where ``sbatch`` is on PATH (a login node), else the local executor (a laptop)."""
-    return "slurm" if shutil.which("sbatch") else "local"
+def default_scheduler(profile: ClusterProfile) -> str:
+    """SLURM where ``sbatch`` is on PATH (a login node); else over SSH when the profile names a
+    login node (a laptop); else the local executor."""
+    if shutil.which("sbatch"):
+        return "slurm"
+    return "ssh" if profile.login else "local"
+
+
+class SchedulerUnavailable(LookupError):
+    """The chosen executor cannot reach this cluster (reported like an unknown name: exit 2)."""
 
 
 def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None) -> SubmitRequest:
-    recipe = loaded.recipe
+    recipe, profile = loaded.recipe, loaded.profile
+    scheduler = scheduler or default_scheduler(profile)
+    runs_dir = recipe.runs_dir or "./runs"
+    uploads: tuple[str, ...] = ()
+    if scheduler == "ssh":
+        if profile.login is None:
+            raise SchedulerUnavailable(f"{loaded.profile_path}: cluster profile {profile.name!r} names no login "
+                                       f"node (login: {{host: ...}}), so it cannot be reached over SSH")
+        runs_root: PurePath = PurePosixPath(runs_dir) / recipe.name
+        script = recipe.task.script
+        if script and not recipe.task.module and not PurePath(script).is_absolute() and Path(script).is_file():
+            uploads = (script,)
+    else:
+        runs_root = Path(runs_dir).expanduser().absolute() / recipe.name
     return SubmitRequest(
-        scheduler=scheduler or default_scheduler(),
+        scheduler=scheduler,
         name=recipe.name,
         recipe=str(loaded.path.absolute()),
-        runs_root=Path(recipe.runs_dir or "./runs").expanduser().absolute() / recipe.name,
+        runs_root=runs_root,
         script=job.script,
         files=dict(job.files),
         nodes=recipe.resources.nodes,
         ranks_per_node=recipe.resources.gpus_per_node or 1,
         launcher=recipe.launcher,
         overrides=loaded.overrides,
+        runs_dir=runs_dir,
+        login=profile.login if scheduler == "ssh" else None,
+        uploads=uploads,
     )
 
 
 def schedule(request: SubmitRequest) -> RunRecord:
     if request.scheduler == "slurm":
         from clusterkit.slurm_scheduler import submit
+    elif request.scheduler == "ssh":
+        from clusterkit.ssh_scheduler import submit
     else:
         from clusterkit.local_scheduler import submit
     return submit(request)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli
-from test_slurm_e2e import TINY, _metrics, _rank_records, _submit
+from test_slurm_e2e import TINY, _rank_records, _submit
 
 pytestmark = pytest.mark.slurm
 LONG = ("--set", "task.trainer.args.max_steps=400", "--set", "task.trainer.args.save_steps=100",

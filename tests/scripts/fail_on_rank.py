@@ -1,6 +1,5 @@
 """Rank N (argv[1]) raises; every other rank blocks in a collective that can never complete."""
 
-import os
 import sys
 import time
 

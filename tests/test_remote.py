@@ -1,0 +1,239 @@
+"""Submitting and following jobs over SSH, against real OpenSSH servers on this machine: a login
+node (sshd on a free loopback port, key-only) in front of the dev SLURM cluster, and a second sshd as
+a ProxyJump bastion. The client has its own HOME: an encrypted key, ~/.ssh/config, known_hosts.
+Host keys are checked (RejectPolicy semantics) in every test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from conftest import REPO, run_cli
+from sshd import SSHServer, client_env, client_home, free_port, keygen
+from test_slurm_e2e import TINY, _assert_real_data_parallel
+
+pytestmark = pytest.mark.slurm
+PASSPHRASE = "tr0ub4dor&3-never-logged"
+
+
+@dataclass
+class Remote:
+    root: Path
+    home: Path
+    laptop: Path  # the client's working directory
+    login: SSHServer
+    jump: SSHServer
+
+    def env(self, home: Path | None = None, passphrase: str | None = PASSPHRASE) -> dict[str, str]:
+        return client_env(home or self.home, passphrase)
+
+    def profile(self, name: str, workdir: str, python: str = sys.executable, **login: object) -> Path:
+        """The dev cluster's profile plus a login node; its jobs run this interpreter (the SSH session's
+        PATH does not have it)."""
+        data = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
+        data.update(name=name, python=sys.executable,
+                    login={"host": "cluster-login", "remote_workdir": str(self.root / workdir), "python": python, **login})
+        path = self.root / "profiles" / f"{name}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        done = run_cli(*args, cwd=self.laptop, env=env or self.env(), timeout=timeout)
+        self.outputs.append(done.stdout + done.stderr)
+        return done
+
+    outputs: list[str]
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory, dev_cluster: str) -> Iterator[Remote]:
+    root = tmp_path_factory.mktemp("remote")
+    home, public_key = client_home(root / "home", PASSPHRASE)
+    authorized = root / "authorized_keys"
+    shutil.copy(public_key, authorized)
+    login = SSHServer(root / "sshd-login", authorized).start()
+    jump = SSHServer(root / "sshd-jump", authorized).start()
+    (home / ".ssh" / "known_hosts").write_text(login.known_hosts_line + jump.known_hosts_line)
+    # The login node by an alias: HostName, Port, User and IdentityFile all come from ~/.ssh/config.
+    (home / ".ssh" / "config").write_text(
+        f"Host cluster-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n")
+    laptop = root / "laptop"
+    laptop.mkdir()
+    try:
+        yield Remote(root, home, laptop, login, jump, outputs=[])
+    finally:
+        login.stop()
+        jump.stop()
+
+
+def _job_id(output: str) -> str:
+    return next(line.split()[2] for line in output.splitlines() if line.startswith("submitted job "))
+
+
+def _wait_state(remote: Remote, job_id: str, states: tuple[str, ...], timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = remote.cli("status", job_id).stdout
+        if any(f"  {state}" in line for state in states):
+            return line
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} never reached {states}: {line}")
+
+
+def _assert_no_secret(remote: Remote) -> None:
+    """The passphrase appears nowhere: no command output, no file the client, the login node or the
+    job wrote (rank env dumps included)."""
+    for output in remote.outputs:
+        assert PASSPHRASE not in output
+    for path in remote.root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert PASSPHRASE.encode() not in path.read_bytes(), path
+
+
+def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
+    profile = remote.profile("prod", "remote")
+    done = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--follow")
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = _job_id(done.stdout)
+    run_dir = remote.root / "remote" / "runs" / "tiny-gpt2" / job_id
+    assert f"run dir: cluster-login:{run_dir}" in done.stdout
+    assert "COMPLETED" in done.stdout and "step 30" in done.stdout  # followed over SSH to the end
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    # The login node's clusterkit submitted exactly the script the local dry run prints.
+    dry = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--dry-run")
+    assert dry.returncode == 0 and (run_dir / "job.sbatch").read_text() == dry.stdout
+    assert "-m clusterkit submit --bundle" in dry.stderr
+    assert not list(run_dir.parent.glob(".upload-*")), "the upload bundle is removed once submitted"
+    record = json.loads((remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login" / "run.json").read_text())
+    assert record["scheduler"] == "ssh" and record["run_dir"] == str(run_dir)
+
+    status = remote.cli("status", job_id)
+    assert f"{job_id}  tiny-gpt2  COMPLETED  exit 0" in status.stdout
+    assert f"run dir: cluster-login:{run_dir}" in status.stdout
+    logs = remote.cli("logs", job_id)
+    assert logs.returncode == 0 and f"clusterkit: job {job_id} on" in logs.stdout
+    rank3 = remote.cli("logs", job_id, "--rank", "3")
+    assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
+    listing = remote.cli("ls")
+    assert job_id in listing.stdout and "COMPLETED" in listing.stdout
+
+    long_run = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh",
+                          "--set", "task.trainer.args.max_steps=100000")
+    assert long_run.returncode == 0, long_run.stderr
+    second = _job_id(long_run.stdout)
+    _wait_state(remote, second, ("RUNNING",))
+    cancel = remote.cli("cancel", second)
+    assert cancel.returncode == 0 and f"cancelled job {second}" in cancel.stdout
+    _wait_state(remote, second, ("CANCELLED",), timeout=60)
+    _assert_no_secret(remote)
+
+
+def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: Remote) -> None:
+    """/usr/bin/python3 (Debian's) has no clusterkit: the rendered script goes to sbatch directly,
+    and the user's local task script is uploaded beside it."""
+    assert subprocess.run(["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True).returncode != 0
+    profile = remote.profile("plain", "remote-plain", python="/usr/bin/python3")
+    (remote.laptop / "tests" / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "scripts" / "echo_contract.py", remote.laptop / "tests" / "scripts")
+    recipe = remote.laptop / "contract.yaml"
+    shutil.copy(REPO / "tests" / "recipes" / "env-contract.yaml", recipe)
+    done = remote.cli("submit", str(recipe), "--cluster", str(profile), "--executor", "ssh", "--follow")
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = _job_id(done.stdout)
+    run_dir = remote.root / "remote-plain" / "runs" / "env-contract" / job_id
+    assert (remote.root / "remote-plain" / "tests" / "scripts" / "echo_contract.py").is_file()
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert len(ranks) == 4 and {r["node"] for r in ranks} == {"node1", "node2"}
+    assert all(r["argv"] == ["--flag", "value with spaces", f"{run_dir}/out"] for r in ranks)
+    assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
+    status = remote.cli("status", job_id)
+    assert f"{job_id}  env-contract  COMPLETED  exit 0" in status.stdout
+    logs = remote.cli("logs", job_id)
+    assert f"clusterkit: job {job_id} on" in logs.stdout
+    rank_logs = remote.cli("logs", job_id, "--rank", "0")
+    assert rank_logs.returncode == 1 and "needs clusterkit on 127.0.0.1" in rank_logs.stderr
+    _assert_no_secret(remote)
+
+
+def test_proxy_jump_through_a_bastion(remote: Remote) -> None:
+    profile = remote.profile("bastion", "remote", proxy_jump=f"root@127.0.0.1:{remote.jump.port}")
+    done = remote.cli("ls", "--cluster", str(profile))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(("JOB", "no runs under"))  # the login node's own listing, via the bastion
+    assert f"target 127.0.0.1 port {remote.login.port}" in remote.jump.log.read_text()
+
+
+def test_unknown_host_key_is_refused_until_accepted(remote: Remote) -> None:
+    home, _ = client_home(remote.root / "home-new", PASSPHRASE)
+    shutil.copy(remote.home / ".ssh" / "config", home / ".ssh" / "config")
+    shutil.copy(remote.home / ".ssh" / "id_ed25519", home / ".ssh" / "id_ed25519")
+    env = remote.env(home)
+    profile = remote.profile("fresh", "remote-fresh")
+    refused = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", env=env)
+    assert refused.returncode == 1
+    message = refused.stderr.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert f"[127.0.0.1]:{remote.login.port} is not in" in message and "SHA256:" in message
+    assert "--accept-new-host-key" in message
+    assert not (remote.root / "remote-fresh").exists(), "nothing was uploaded or submitted"
+
+    accepted = remote.cli("ls", "--cluster", str(profile), "--accept-new-host-key", env=env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert remote.login.known_hosts_line.split()[2] in (home / ".ssh" / "known_hosts").read_text()
+    assert remote.cli("ls", "--cluster", str(profile), env=env).returncode == 0
+
+    # A changed key (here: the bastion's key recorded for the login node) is refused even with the flag.
+    _, key_type, key = remote.jump.known_hosts_line.split()
+    (home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{remote.login.port} {key_type} {key}\n")
+    changed = remote.cli("ls", "--cluster", str(profile), "--accept-new-host-key", env=env)
+    assert changed.returncode == 1 and "has CHANGED" in changed.stderr and "ssh-keygen -R" in changed.stderr
+
+
+def test_wrong_key_or_passphrase_is_a_clear_auth_error(remote: Remote) -> None:
+    home = remote.root / "home-wrong"
+    (home / ".ssh").mkdir(parents=True)
+    keygen(home / ".ssh" / "id_ed25519")  # a key the server has never seen
+    shutil.copy(remote.home / ".ssh" / "config", home / ".ssh" / "config")
+    shutil.copy(remote.home / ".ssh" / "known_hosts", home / ".ssh" / "known_hosts")
+    profile = remote.profile("wrongkey", "remote-wrong")
+    done = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", env=remote.env(home, None))
+    assert done.returncode == 1 and "authentication failed" in done.stderr and "Traceback" not in done.stderr
+    assert not (remote.root / "remote-wrong").exists()
+
+    bad_passphrase = remote.cli("ls", "--cluster", str(profile), env=remote.env(passphrase="not-it"))
+    assert bad_passphrase.returncode == 1 and "wrong passphrase" in bad_passphrase.stderr
+    locked = remote.cli("ls", "--cluster", str(profile), env=remote.env(passphrase=None))
+    assert locked.returncode == 1 and "is encrypted: add it to ssh-agent" in locked.stderr
+
+
+def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
+    profile = remote.profile("down", "remote-down", port=free_port())  # nothing listens there
+    for command in (("submit", TINY, "--cluster", str(profile), "--executor", "ssh"), ("ls", "--cluster", str(profile))):
+        started = time.monotonic()
+        done = remote.cli(*command)
+        assert time.monotonic() - started < 10
+        assert done.returncode == 1 and "connection refused" in done.stderr, done.stderr
+    assert not (remote.root / "remote-down").exists()
+    # A listing still shows the runs it can reach; a run on an unreachable login node is UNKNOWN, with why.
+    record_dir = remote.laptop / "runs" / "gone" / "7@cluster-login"
+    record_dir.mkdir(parents=True)
+    (record_dir / "run.json").write_text(json.dumps({
+        "job_id": "7", "name": "gone", "scheduler": "ssh", "run_dir": "/nowhere/7", "recipe": TINY,
+        "submitted_at": time.time(), "nodes": 1, "ranks_per_node": 1, "launcher": "torchrun",
+        "login": yaml.safe_load(profile.read_text())["login"]}))
+    listing = remote.cli("ls")
+    assert listing.returncode == 0 and any(line.split()[:3] == ["7", "gone", "UNKNOWN"] for line in listing.stdout.splitlines())
+    recent = remote.cli("status")
+    assert "7  gone  UNKNOWN  (" in recent.stdout and "connection refused" in recent.stdout
+    single = remote.cli("status", "7")
+    assert single.returncode == 1 and "connection refused" in single.stderr
