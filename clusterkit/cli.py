@@ -92,9 +92,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from clusterkit.runs import read_record
 
         earlier = read_record(Path(args.resume))
-        # The earlier run's recipe and --set values, then this command's, then where to resume from.
+        # The earlier run's recipe and --set values, then this command's, then where to resume from
+        # (for a run submitted over SSH: its run directory on the cluster, and over SSH again).
         recipe = recipe or earlier.recipe
-        overrides = [*earlier.overrides, *overrides, f"resume_from={Path(args.resume).absolute()}"]
+        resume_from = earlier.run_dir if earlier.scheduler == "ssh" else Path(args.resume).absolute()
+        overrides = [*earlier.overrides, *overrides, f"resume_from={resume_from}"]
+        if earlier.scheduler == "ssh":
+            args.executor = args.executor or "ssh"
     if recipe is None:
         raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
     if args.cluster:

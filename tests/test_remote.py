@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO, run_cli
 from sshd import SSHServer, client_env, client_home, free_port, keygen
-from test_slurm_e2e import TINY, _assert_real_data_parallel
+from test_slurm_e2e import TINY, _assert_real_data_parallel, _rank_records
 
 pytestmark = pytest.mark.slurm
 PASSPHRASE = "tr0ub4dor&3-never-logged"
@@ -126,6 +126,12 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
     listing = remote.cli("ls")
     assert job_id in listing.stdout and "COMPLETED" in listing.stdout
+    # --resume with the local record continues the run on the cluster, from its newest checkpoint there.
+    resumed = remote.cli("submit", "--resume", str(remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login"),
+                         "--set", "task.trainer.args.max_steps=35", "--follow")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    resumed_dir = remote.root / "remote" / "runs" / "tiny-gpt2" / _job_id(resumed.stdout)
+    assert {r["resumed_from"] for r in _rank_records(resumed_dir)} == {str(run_dir / "checkpoints" / "checkpoint-30")}
 
     long_run = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh",
                           "--set", "task.trainer.args.max_steps=100000")

@@ -163,6 +163,17 @@ def _check_world(args: TrainingArguments, expected: int) -> None:
 
 
 def main(job_file: Path) -> int:
+    code = _train(job_file)
+    # Each rank tears its process group down itself: left to interpreter exit, gloo's worker threads
+    # can be destroyed while still joinable, which aborts the rank after a finished run ("terminate
+    # called without an active exception", SIGABRT). Only on a normal return: after an error a peer
+    # may still be inside a collective.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return code
+
+
+def _train(job_file: Path) -> int:
     job = json.loads(job_file.read_text(encoding="utf-8"))
     recipe, profile = job["recipe"], job["profile"]
     run_dir = job_file.parent
