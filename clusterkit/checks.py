@@ -11,6 +11,7 @@ import msgspec
 
 from clusterkit.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys, uses_deepspeed
 from clusterkit.errors import Finding, RecipeError
+from clusterkit.network import DEBUG_ENV
 from clusterkit.profile import ClusterProfile
 from clusterkit.recipe import Recipe
 from clusterkit.timefmt import slurm_time_minutes
@@ -26,13 +27,6 @@ RECIPE_OWNED_TRAINER_ARGS = {
     "output_dir": "runs_dir (each run writes into its own run directory)",
     "use_cpu": "the cluster profile's accelerator",
     "local_rank": "the launcher (it sets LOCAL_RANK)",
-}
-# Environment settings that belong to debugging sessions, not to production jobs.
-DEBUG_ENV = {
-    "NCCL_DEBUG": {"INFO", "TRACE"},
-    "TORCH_DISTRIBUTED_DEBUG": {"DETAIL", "INFO"},
-    "CUDA_LAUNCH_BLOCKING": {"1"},
-    "NCCL_P2P_DISABLE": {"1"},
 }
 _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")

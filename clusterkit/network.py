@@ -19,6 +19,21 @@ class EnvVar:
     reason: str
 
 
+# Environment settings that belong to debugging sessions, not to production jobs.
+DEBUG_ENV = {
+    "NCCL_DEBUG": {"INFO", "TRACE"},
+    "TORCH_DISTRIBUTED_DEBUG": {"DETAIL", "INFO"},
+    "CUDA_LAUNCH_BLOCKING": {"1"},
+    "NCCL_P2P_DISABLE": {"1"},
+}
+# Names PyTorch renamed (around 2.2): the old one is ignored by new releases, or fights the new one.
+LEGACY_ENV = {
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+    "NCCL_AVOID_RECORD_STREAMS": "TORCH_NCCL_AVOID_RECORD_STREAMS",
+}
+
 _COMMON = (
     EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "abort the process group on a collective error or hang instead of waiting for the time limit"),
     EnvVar("NCCL_DEBUG", "WARN", "warnings only; INFO floods logs and belongs to debugging (network.debug: true)"),
