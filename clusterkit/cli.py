@@ -80,15 +80,14 @@ def _cluster_override(reference: str) -> str:
     return f"cluster={json.dumps(reference)}"
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def _prepare_submission(args: argparse.Namespace, extra_overrides: Sequence[str] = ()):
+    """The recipe loaded with every override (--resume, --set, --cluster) and its dry-run request."""
     from clusterkit.loader import load_recipe
     from clusterkit.render import render_job
-    from clusterkit.submission import dry_run, schedule
+    from clusterkit.submission import dry_run
 
-    if args.bundle:
-        return _submit_bundle(Path(args.bundle))
     recipe, overrides = args.recipe, list(args.set or ())
-    if args.resume:
+    if getattr(args, "resume", None):
         from clusterkit.runs import read_record
 
         earlier = read_record(Path(args.resume))
@@ -103,10 +102,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
     if args.cluster:
         overrides.append(_cluster_override(args.cluster))
-    loaded = load_recipe(recipe, overrides)
+    loaded = load_recipe(recipe, [*overrides, *extra_overrides])
     request = dry_run(loaded, render_job(loaded, tuple(args.template_dir or ())), args.executor)
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
+    return loaded, request
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from clusterkit.submission import schedule
+
+    if args.bundle:
+        return _submit_bundle(Path(args.bundle))
+    _, request = _prepare_submission(args)
     if args.dry_run:
         print(f"# would run: {' '.join(request.argv)}", file=sys.stderr)
         sys.stdout.write(request.script)
@@ -121,6 +129,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         return 0 if follow(record).state == COMPLETED else 1
     return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """Submit only the preflight benchmark of a recipe's layout, wait for it and print its results."""
+    from clusterkit.follow import follow
+    from clusterkit.jobstate import COMPLETED
+    from clusterkit.preflight import RESULT_FILE, format_report
+    from clusterkit.submission import schedule
+
+    _, request = _prepare_submission(args, ("preflight.enabled=true", "preflight.only=true"))
+    if request.scheduler == "ssh":
+        raise LookupError("clusterkit preflight runs where sbatch is (or locally); over SSH, submit the recipe "
+                          "with preflight: {enabled: true, only: true}")
+    record = schedule(request)
+    _print_submitted(record, request.scheduler, record.run_dir)
+    final = follow(record)
+    result_file = record.path / RESULT_FILE
+    if result_file.is_file():
+        print(format_report(json.loads(result_file.read_text())))
+        print(f"results: {result_file}")
+    return 0 if final.state == COMPLETED else 1
 
 
 def _print_submitted(record, scheduler: str, where: str) -> None:
@@ -339,6 +368,66 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive numbers, e.g. 1,2,4")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import datetime
+
+    from clusterkit.bench import Scale, read_result, table_rows, wait_all, with_scaling, write_outputs
+    from clusterkit.jobstate import job_status
+    from clusterkit.submission import schedule
+
+    base, _ = _prepare_submission(args)
+    if base.recipe.task.trainer is None:
+        raise LookupError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
+    p = base.recipe.parallelism
+    assert p.micro_batch_size is not None and p.gradient_accumulation_steps is not None
+    scales = [Scale(n, g) for g in (args.gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in args.nodes]
+    scales.sort(key=lambda scale: scale.gpus)
+    warmup = args.warmup if args.warmup is not None else max(1, args.steps // 5)
+    records, states = [], {}
+    for scale in scales:
+        extra = scale.overrides(args.steps, p.micro_batch_size, p.gradient_accumulation_steps)
+        if records and records[-1].scheduler == "slurm":
+            extra.append(f"resources.extra_sbatch.dependency=afterany:{records[-1].job_id}")
+        _, request = _prepare_submission(args, extra)
+        if request.scheduler == "ssh":
+            raise LookupError("clusterkit bench runs where sbatch is (or locally), not over SSH")
+        records.append(schedule(request))
+        if request.scheduler == "local":  # no queue to order them: one after another
+            states.update(wait_all(records[-1:], job_status))
+    how = ("as dependent jobs (each after the previous ends: afterany), not a job array, whose tasks would "
+           "share one node count" if records[0].scheduler == "slurm" else "one after another (local executor)")
+    print(f"submitted {len(scales)} scales {how}: jobs {', '.join(r.job_id for r in records)}")
+    states.update(wait_all([r for r in records if r.job_id not in states], job_status))
+    results = with_scaling([read_result(scale, record, states[record.job_id], warmup)
+                            for scale, record in zip(scales, records)])
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("GPUs", "nodes x GPUs", "samples/s", "speedup", "efficiency", "comm share", "state",
+                  title=f"{base.recipe.name}: {args.steps} steps per scale, first {warmup} excluded")
+    for row in table_rows(results):
+        table.add_row(*row)
+    Console().print(table)
+    print("comm share: n/a: DDP overlaps its all-reduces with the backward pass, so the runner cannot time them apart")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.output) if args.output else Path(records[0].run_dir).parent / f"bench-{stamp}"
+    meta = {"name": base.recipe.name, "recipe": str(base.path), "steps": args.steps, "warmup_steps": warmup,
+            "submitted_as": how}
+    for path in write_outputs(results, out_dir, meta):
+        print(f"wrote {path}")
+    return 0 if all(state == "COMPLETED" for state in states.values()) else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from clusterkit.doctor import FAIL, diagnose, gather, print_report, to_json
 
@@ -371,6 +460,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--accept-new-host-key", action="store_true",
                        help="SSH: trust a login node (or jump host) not yet in known_hosts and add it there; "
                             "check its fingerprint first. A changed key is always refused")
+
+    def with_local_target(p: argparse.ArgumentParser) -> None:
+        """Where jobs that clusterkit then waits on run: SLURM here, or the local executor."""
+        p.add_argument("--executor", choices=("slurm", "local"), help="default: slurm if sbatch is on PATH, else local")
+        p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on, instead of the recipe's")
+        p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+        with_overrides(p)
 
     def with_overrides(p: argparse.ArgumentParser) -> None:
         p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
@@ -448,6 +544,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     with_overrides(p)
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("preflight", help="run only the all-reduce preflight on a recipe's layout; print bus bandwidth per size and node")
+    p.add_argument("recipe", metavar="RECIPE")
+    with_local_target(p)
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("bench", help="run a recipe at several scales; samples/s, speedup and scaling efficiency (table, JSON, PNG)")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="node counts, e.g. 1,2,4")
+    p.add_argument("--gpus-per-node", type=_int_list, metavar="G,G,...", help="GPUs per node to try (default the recipe's)")
+    p.add_argument("--steps", type=int, default=20, help="training steps per scale (default 20)")
+    p.add_argument("--warmup", type=int, metavar="STEPS", help="steps left out of the measurement (default steps/5)")
+    p.add_argument("-o", "--output", metavar="DIR", help="where bench.json and bench.png go (default beside the runs)")
+    with_local_target(p)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("doctor", help="check this node: torch/CUDA/NCCL, GPUs and their links, RAM, /dev/shm, network env")
     p.add_argument("--in-job", action="store_true", help="inside an allocation: compare what torch sees with what SLURM allocated")

@@ -170,6 +170,9 @@ def first_failure(record: RunRecord) -> str | None:
     later, and torchelastic's own timestamp has one-second resolution, too coarse to tell — then the
     last line of the earliest rank log that holds a traceback."""
     run_dir = record.path
+    refused = _slow_preflight(run_dir)
+    if refused:
+        return refused
     node = _failing_node(run_dir)
     if node is not None and record.launcher == "torchrun":
         cause = _root_cause(record, node)
@@ -196,6 +199,20 @@ def first_failure(record: RunRecord) -> str | None:
         lines = [line for line in _tail(logs[0]).splitlines() if line.strip()]
         return f"{logs[0].relative_to(run_dir)}: {lines[-1] if lines else 'traceback'}"
     return None
+
+
+def _slow_preflight(run_dir: Path) -> str | None:
+    """Why a job stopped before training when its preflight found slow nodes (on_slow: fail)."""
+    try:
+        result = json.loads((run_dir / "preflight.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not result.get("slow_nodes") or result.get("on_slow") != "fail":
+        return None
+    slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
+    listed = ", ".join(f"node {n['node']} ({n['host']}, {n['busbw_gbps']:.3g} GB/s)" for n in slow)
+    return (f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
+            f"bandwidth; not trained (preflight.on_slow: fail)")
 
 
 def _tail(path: Path, size: int = 16384) -> str:

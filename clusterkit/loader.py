@@ -21,7 +21,7 @@ import yaml
 from clusterkit import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.profile import ClusterProfile, available_profiles, find_profile
-from clusterkit.recipe import Recipe
+from clusterkit.recipe import Preflight, Recipe
 from clusterkit.yaml_source import KeyPath, SourceMap, load_yaml_file
 
 DEFAULT_RUNS_DIR = "./runs"
@@ -275,10 +275,12 @@ def _apply_profile_defaults(recipe: Recipe, profile: ClusterProfile) -> Recipe:
         time=str(r.time) if r.time is not None else None,
     )
     network = msgspec.structs.replace(recipe.network, profile=recipe.network.profile or profile.interconnect)
+    preflight = recipe.preflight if isinstance(recipe.preflight, Preflight) else Preflight(enabled=recipe.preflight)
     return msgspec.structs.replace(
         recipe,
         resources=resources,
         network=network,
+        preflight=preflight,
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
         python=recipe.python or profile.python,

@@ -129,6 +129,18 @@ class Preemption(_Struct):
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
 
 
+class Preflight(_Struct):
+    """A collective benchmark every rank joins before training, in the same allocation
+    (``preflight: true`` is short for ``{enabled: true}``)."""
+
+    enabled: bool = True
+    # A node whose intra-node all-reduce bus bandwidth is below this share of the median node's is slow.
+    slow_fraction: Annotated[float, Meta(gt=0, lt=1)] = 0.8
+    on_slow: Literal["warn", "fail"] = "warn"
+    # Run the benchmark and stop (what `clusterkit preflight RECIPE` submits).
+    only: bool = False
+
+
 class Network(_Struct):
     profile: Optional[NetworkProfileName] = None
     env: EnvMap = field(default_factory=dict)
@@ -147,6 +159,8 @@ class Recipe(_Struct, kw_only=True):
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     preemption: Preemption = field(default_factory=Preemption)
+    # After loading always a Preflight (false → enabled: false).
+    preflight: Union[bool, Preflight] = False
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
     runs_dir: Optional[NonEmptyLine] = None

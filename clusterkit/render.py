@@ -152,6 +152,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "ds_config_json": ds_config_text,
         "job_json": job_json,
         "launch": _launch_command(loaded),
+        "preflight_launch": {"entry": "clusterkit.preflight", "module": True, "args": [Shell('"$RUN_DIR/job.json"')]},
     }
     files["env.sh"] = env.get_template(ENV_TEMPLATE).render(context)
     files["job.sbatch"] = env.get_template(JOB_TEMPLATE).render(context)

@@ -26,7 +26,7 @@ def keygen(path: Path, passphrase: str = "") -> Path:
 
 
 class SSHServer:
-    def __init__(self, root: Path, authorized_keys: Path):
+    def __init__(self, root: Path, authorized_keys: Path, slurm_conf: str | None = None):
         self.root = root
         self.port = free_port()
         root.mkdir(parents=True)
@@ -38,6 +38,8 @@ class SSHServer:
             f"AuthorizedKeysFile {authorized_keys}\nAuthenticationMethods publickey\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
             "AllowTcpForwarding yes\nLogLevel DEBUG1\nSubsystem sftp internal-sftp\n"
+            # A login node's sessions know their cluster, as a site's /etc/profile would arrange.
+            + (f"SetEnv SLURM_CONF={slurm_conf}\n" if slurm_conf else "")
         )
         self.process: subprocess.Popen | None = None
 

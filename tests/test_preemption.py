@@ -122,34 +122,36 @@ def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_pa
     assert starts[1:] == steps[:3], "each restart resumes where the previous one stopped"
 
 
-def _rank_pids(job_id: str, node: str) -> list[int]:
-    """The rank processes torchrun started for this job on this node (not their children, which
-    inherit the same environment, nor ranks of a job an earlier test left behind)."""
-    found: dict[int, int] = {}
+def _rank_processes(job_id: str, node: str) -> dict[int, str]:
+    """pid → LOCAL_RANK of this job's rank processes on this node, and of anything they forked (a
+    fork keeps the rank's command line and environment)."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes()
             environ = (proc / "environ").read_bytes().split(b"\0")
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
-        if (b"clusterkit.runner" in cmdline and f"SLURM_JOB_ID={job_id}".encode() in environ
-                and f"SLURMD_NODENAME={node}".encode() in environ
-                and any(var.startswith(b"RANK=") for var in environ)):
-            found[int(proc.name)] = ppid
-    return sorted(pid for pid, ppid in found.items() if ppid not in found)
+        local_rank = next((v[len(b"LOCAL_RANK="):].decode() for v in environ if v.startswith(b"LOCAL_RANK=")), None)
+        if (b"clusterkit.runner" in cmdline and local_rank is not None and f"SLURM_JOB_ID={job_id}".encode() in environ
+                and f"SLURMD_NODENAME={node}".encode() in environ):
+            found[int(proc.name)] = local_rank
+    return found
 
 
 def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_path: Path) -> None:
     job_id, run_dir = _start(tmp_path, *LONG)
     _wait(lambda: len(_events(run_dir, "log")) >= 2, 120, "training to log")
-    pids = _rank_pids(job_id, "node2")
-    assert len(pids) == 2, pids
+    ranks = _rank_processes(job_id, "node2")
+    assert set(ranks.values()) == {"0", "1"}, ranks
     killed = time.time()
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    for pid in ranks:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # a short-lived fork that has ended
+            pass
     status = _wait_done(job_id, run_dir, timeout=60)
     assert time.time() - killed < 60
     assert "FAILED" in status and "first failure: rank " in status and "(node 1, node2)" in status

@@ -61,7 +61,7 @@ def remote(tmp_path_factory: pytest.TempPathFactory, dev_cluster: str) -> Iterat
     home, public_key = client_home(root / "home", PASSPHRASE)
     authorized = root / "authorized_keys"
     shutil.copy(public_key, authorized)
-    login = SSHServer(root / "sshd-login", authorized).start()
+    login = SSHServer(root / "sshd-login", authorized, slurm_conf=dev_cluster).start()
     jump = SSHServer(root / "sshd-jump", authorized).start()
     (home / ".ssh" / "known_hosts").write_text(login.known_hosts_line + jump.known_hosts_line)
     # The login node by an alias: HostName, Port, User and IdentityFile all come from ~/.ssh/config.
