@@ -7,6 +7,7 @@ import copy
 import json
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -14,6 +15,7 @@ from clusterkit import load_recipe, render_job
 from conftest import RECIPES, REPO
 
 deepspeed = pytest.importorskip("deepspeed")
+torch = pytest.importorskip("torch")
 
 
 class _DataParallelOnly:
@@ -27,11 +29,21 @@ class _DataParallelOnly:
 
 
 @pytest.fixture(scope="module")
-def deepspeed_comm() -> None:
+def deepspeed_comm() -> Iterator[None]:
     # DeepSpeedConfig reads the world size from deepspeed.comm; one gloo process stands for the job
-    # and the mpu object supplies the recipe's data-parallel size.
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+    # and the mpu object supplies the recipe's data-parallel size. The variables are put back after:
+    # left in this process they would reach every job later tests submit (sbatch exports them).
+    single = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+    saved = {name: os.environ.get(name) for name in single}
+    os.environ.update(single)
     deepspeed.init_distributed(dist_backend="gloo")
+    yield
+    torch.distributed.destroy_process_group()
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _zero_variants(tmp_path: Path) -> list[Path]:

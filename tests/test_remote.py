@@ -243,3 +243,30 @@ def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
     assert "7  gone  UNKNOWN  (" in recent.stdout and "connection refused" in recent.stdout
     single = remote.cli("status", "7")
     assert single.returncode == 1 and "connection refused" in single.stderr
+
+
+def test_ssh_agent_keys_are_used(remote: Remote) -> None:
+    """No identity file at all: the only key is in a real ssh-agent."""
+    home = remote.root / "home-agent"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(remote.home / ".ssh" / "known_hosts", home / ".ssh" / "known_hosts")
+    agent_key = keygen(remote.root / "agent-key")
+    with open(remote.root / "authorized_keys", "a") as authorized:
+        authorized.write(Path(f"{agent_key}.pub").read_text())
+    socket_path = remote.root / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env = {**remote.env(home, passphrase=None), "SSH_AUTH_SOCK": str(socket_path)}
+        subprocess.run(["ssh-add", str(agent_key)], env=env, check=True, capture_output=True)
+        profile = remote.profile("agent", "remote-agent", port=remote.login.port, user="root")
+        profile.write_text(profile.read_text().replace("host: cluster-login", "host: 127.0.0.1"))
+        done = remote.cli("ls", "--cluster", str(profile), env=env)
+        assert done.returncode == 0, done.stderr
+        without_agent = remote.cli("ls", "--cluster", str(profile), env=remote.env(home, passphrase=None))
+        assert without_agent.returncode == 1 and "no key (no ssh-agent keys, no identity file found)" in without_agent.stderr
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
