@@ -118,7 +118,10 @@ class LoginNode:
                 return parse_record(output.strip().splitlines()[-1])
             return self._sbatch(request, runs_root, bundle_dir)
         except BaseException:
-            self.session.run(command_line(["rm", "-rf", "--", bundle_dir]))
+            try:
+                self.session.run(command_line(["rm", "-rf", "--", bundle_dir]))
+            except SSHError:
+                pass  # the connection is gone: the first error is the one to report
             raise
 
     def _sbatch(self, request: SubmitRequest, runs_root: str, bundle_dir: str) -> RunRecord:
