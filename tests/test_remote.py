@@ -122,6 +122,8 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     assert f"run dir: cluster-login:{run_dir}" in status.stdout
     logs = remote.cli("logs", job_id)
     assert logs.returncode == 0 and f"clusterkit: job {job_id} on" in logs.stdout
+    followed = remote.cli("logs", job_id, "-f", timeout=60)  # streams until the job is over: it is
+    assert followed.returncode == 0 and f"clusterkit: job {job_id} on" in followed.stdout
     rank3 = remote.cli("logs", job_id, "--rank", "3")
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
     listing = remote.cli("ls")
