@@ -166,8 +166,10 @@ def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: R
     assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
     status = remote.cli("status", job_id)
     assert f"{job_id}  env-contract  COMPLETED  exit 0" in status.stdout
-    logs = remote.cli("logs", job_id)
-    assert f"clusterkit: job {job_id} on" in logs.stdout
+    for follow in ((), ("-f",)):  # node logs read over SFTP; -f polls the state through scontrol
+        logs = remote.cli("logs", job_id, *follow, timeout=60)
+        assert logs.returncode == 0 and f"clusterkit: job {job_id} on" in logs.stdout
+        assert f"==> {job_id}_0_log.out <==" in logs.stdout
     rank_logs = remote.cli("logs", job_id, "--rank", "0")
     assert rank_logs.returncode == 1 and "needs clusterkit on 127.0.0.1" in rank_logs.stderr
     _assert_no_secret(remote)
