@@ -140,4 +140,10 @@ def run(job_file: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(Path(sys.argv[1])))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m clusterkit.preflight")
+    parser.add_argument("job_file", type=Path, help="the job.json the batch script wrote into the run directory")
+    # The DeepSpeed launcher puts --local_rank before the script's own arguments; LOCAL_RANK says the same.
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    sys.exit(run(parser.parse_args().job_file))

@@ -62,3 +62,13 @@ def test_a_slow_rank_flags_its_node_and_on_slow_fail_stops_training(dev_cluster:
     status = run_cli("status", str(run_dir), cwd=REPO)
     assert "FAILED" in status.stdout and "first failure: preflight: node 1 (node2," in status.stdout
     assert "SLOW" in (run_dir / f"{run_dir.name}_0_log.out").read_text()
+
+
+def test_preflight_under_the_deepspeed_launcher(tmp_path: Path) -> None:
+    """The DeepSpeed launcher passes --local_rank before the script's arguments (local executor: the
+    same batch script, one process per node on this machine)."""
+    done = run_cli("preflight", TINY, "--executor", "local", "--set", "launcher=deepspeed",
+                   "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "preflight.slow_fraction=0.01", cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((_run_dir(done.stdout) / "preflight.json").read_text())
+    assert (result["world_size"], result["nodes"]) == (4, 2) and len(result["per_node"]) == 2
