@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+
 from clusterkit.runner.checkpoints import CheckpointPublisher, newest_complete, remove_incomplete
 from clusterkit.runner.data import build_dataset
 from clusterkit.runner.model import build_model, build_tokenizer
@@ -146,9 +147,6 @@ def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
         "offload_optimizer": device(engine.zero_offload_optimizer()),
         "offload_params": device(engine.zero_offload_param()),
     }
-
-
-
 
 
 def _check_world(args: TrainingArguments, expected: int) -> None:
