@@ -5,6 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def printable(text: str) -> str:
+    """One line of inert text: line breaks, escape sequences (ESC, BEL) and every other control or
+    separator character from a recipe are shown escaped (``\\n``, ``\\x1b``), never sent to the
+    terminal or log as they are."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a value came from: a file and line, or a command-line override."""
@@ -34,9 +41,7 @@ class Finding:
 
     def __str__(self) -> str:
         prefix = "" if self.severity == "error" else "warning: "
-        # One line, always: a message must never smuggle a newline into a terminal or a log.
-        text = f"{self.location}: {prefix}{format_key_path(self.key_path)}: {self.message}"
-        return " ".join(text.split())
+        return printable(f"{self.location}: {prefix}{format_key_path(self.key_path)}: {self.message}")
 
 
 class RecipeError(Exception):

@@ -17,7 +17,9 @@ from clusterkit.recipe import (
     NetworkProfileName,
     NonEmptyLine,
     PositiveInt,
+    PythonCommand,
     SlurmTime,
+    WORD_PATTERN,
     _Struct,
 )
 
@@ -52,8 +54,8 @@ class Login(_Struct):
     proxy_jump: Optional[NonEmptyLine] = None
     # Where uploaded runs live on the cluster: runs_dir and task scripts are relative to it.
     remote_workdir: NonEmptyLine = "clusterkit"
-    # The interpreter that runs clusterkit on the login node (when installed there).
-    python: NonEmptyLine = "python3"
+    # The interpreter that runs clusterkit on the login node (when installed there): one word.
+    python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
 
 
 class ClusterProfile(_Struct, kw_only=True):
@@ -81,7 +83,7 @@ class ClusterProfile(_Struct, kw_only=True):
     env: EnvMap = field(default_factory=dict)
     container: Optional[Container] = None
     runs_dir: Optional[NonEmptyLine] = None
-    python: NonEmptyLine = "python3"
+    python: PythonCommand = "python3"
     nvme_path: Optional[NonEmptyLine] = None
     login: Optional[Login] = None
 

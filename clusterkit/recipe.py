@@ -13,33 +13,63 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, field
 
-# One line of printable text: a newline in an #SBATCH value would start a new script line.
-Line = Annotated[str, Meta(pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]*$")]
-NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f]+$")]
+# Every pattern ends in END ("no character follows") rather than `$`: `$` also matches before a final
+# "\n", and msgspec checks patterns with re.search, so "p\n" would pass as one line. Python and
+# ECMAScript (editors reading the JSON Schema) read END the same way.
+END = r"(?![\s\S])"
+# What no one-line field may hold: C0 controls but tab, DEL, C1 controls (NEL among them) and the
+# Unicode line and paragraph separators. A line break in an #SBATCH value would start a new script line.
+LINE_BREAKING = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
+LINE_PATTERN = f"^[^{LINE_BREAKING}]*{END}"
+NON_EMPTY_LINE_PATTERN = f"^[^{LINE_BREAKING}]+{END}"
+NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}{END}"
+ENV_NAME_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"
+MEMORY_PATTERN = rf"^\d+[KMGT]?{END}"
+SBATCH_FLAG_PATTERN = f"^[a-z][a-z0-9-]*{END}"
+WORD_PATTERN = rf"^[^\s{LINE_BREAKING}]+{END}"
+NO_NUL_PATTERN = rf"^[^\x00]*{END}"
+# What a value failing each pattern must be; the loader words its error with these.
+PATTERN_HINTS = {
+    LINE_PATTERN: "a single line of text without control characters or line breaks",
+    NON_EMPTY_LINE_PATTERN: "a non-empty single line of text without control characters or line breaks",
+    NAME_PATTERN: "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
+    ENV_NAME_PATTERN: "a valid environment variable name",
+    MEMORY_PATTERN: "a SLURM memory size such as 480G, or 0 for all",
+    SBATCH_FLAG_PATTERN: "a long sbatch option name without dashes, e.g. mail-type",
+    WORD_PATTERN: "one word without spaces (give a list for a command with arguments, e.g. [python3, -u])",
+    NO_NUL_PATTERN: "text without NUL characters",
+}
+
+Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
+NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=NON_EMPTY_LINE_PATTERN)]
 Name = Annotated[
     str,
     Meta(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        pattern=NAME_PATTERN,
         description="Job and run-directory name: letters, digits, '.', '_' and '-', at most 64.",
     ),
 ]
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-# Environment values reach the shell quoted; only NUL cannot be carried at all.
-EnvValue = Union[Annotated[str, Meta(pattern=r"^[^\x00]*$")], int, float, bool]
+EnvName = Annotated[str, Meta(pattern=ENV_NAME_PATTERN)]
+# Environment values reach the shell quoted, line breaks included; only NUL cannot be carried at all.
+EnvValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
 EnvMap = dict[EnvName, EnvValue]
 PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
 # SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+SLURM_TIME_PATTERN = rf"^(\d+-\d{{1,2}}(:\d{{1,2}}){{0,2}}|\d+(:\d{{1,2}}){{0,2}}){END}"
+PATTERN_HINTS[SLURM_TIME_PATTERN] = "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 SlurmTime = Union[
-    Annotated[str, Meta(pattern=r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")],
+    Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)],
     Annotated[int, Meta(ge=1)],
 ]
-Memory = Annotated[str, Meta(pattern=r"^\d+[KMGT]?$", description="SLURM memory, e.g. 480G; 0 = all")]
+# An interpreter: one word, or an argv list such as [python3, -u] (each item one word of the command).
+PythonCommand = Union[Annotated[str, Meta(pattern=WORD_PATTERN)], list[NonEmptyLine]]
+Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, e.g. 480G; 0 = all")]
 Offload = Literal["none", "cpu", "nvme"]
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
 Precision = Literal["bf16", "fp16", "fp32"]
 Launcher = Literal["torchrun", "deepspeed"]
 SbatchValue = Union[Line, int, bool]
-SbatchFlag = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9-]*$")]
+SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 
 
 class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):
@@ -102,7 +132,7 @@ class Task(_Struct):
     trainer: Optional[TrainerTask] = None
     script: Optional[NonEmptyLine] = None
     module: bool = False
-    args: list[Annotated[str, Meta(pattern=r"^[^\x00]*$")]] = field(default_factory=list)
+    args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
     # For a script task: its parameter count, and/or its model's config (layers, heads, ...) so the
     # layout checks and `clusterkit plan` can use them.
     model_size: Optional[Annotated[int, Meta(ge=1)]] = None
@@ -165,7 +195,7 @@ class Recipe(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
-    python: Optional[NonEmptyLine] = None
+    python: Optional[PythonCommand] = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
     resume_from: Optional[NonEmptyLine] = None
 

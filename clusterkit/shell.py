@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, Iterable
+
+from clusterkit.recipe import LINE_BREAKING
 
 
 class Shell(str):
     """Text that is meant to be shell (setup lines, ``$SLURM_NODEID``): rendered as written."""
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+class UnsafeValue(ValueError):
+    """A value that cannot be rendered where a template put it (a line break in an #SBATCH line)."""
+
+
+_LINE_BREAKING = re.compile(f"[{LINE_BREAKING}]")
+_CONTROL = re.compile(f"[{LINE_BREAKING}]+")
 
 
 def quote(value: Any) -> str:
@@ -21,6 +28,21 @@ def quote(value: Any) -> str:
     if isinstance(value, bool):
         raise TypeError("refusing to render a bool into shell; convert it explicitly")
     return shlex.quote(str(value))
+
+
+def join_words(words: Iterable[Any]) -> Shell:
+    """An argv list as shell words, each quoted on its own (``[python3, -u]`` → ``python3 -u``)."""
+    return Shell(" ".join(quote(word) for word in words))
+
+
+def one_line(value: Any) -> Any:
+    """Refuse a value that would break out of a one-line context such as ``#SBATCH --x=VALUE``.
+
+    The recipe's types already refuse these; this is the renderer's own guard, so a value that
+    reached it some other way (a custom template, a new field) still cannot start a shell line."""
+    if _LINE_BREAKING.search(str(value)):
+        raise UnsafeValue(f"refusing to render {str(value)!r} into a one-line context: it holds a line break or control character")
+    return value
 
 
 def comment(value: Any) -> Shell:

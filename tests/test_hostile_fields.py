@@ -1,0 +1,73 @@
+"""Issue 11's core promise, property-tested: a hostile string in any string field of a recipe or
+profile (file or --set) is refused with one line and exit 2, or renders a script that bash and
+shellcheck accept and that, executed with stub srun/scontrol, runs nothing and writes only its run
+directory. See tests/hostile_fields.py; bench/fuzz_recipes.py runs the same property at scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostile_fields import KEY, PROFILE_FIELDS, RECIPE_FIELDS, Case, cases, check_case
+from clusterkit.recipe import LINE_BREAKING
+
+CANARY = Path("/tmp/clusterkit-hostile-canary")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _canary_dir() -> None:
+    CANARY.mkdir(exist_ok=True)
+    for leftover in CANARY.iterdir():
+        leftover.unlink()
+
+
+def test_every_one_line_field_is_found() -> None:
+    """The fuzzer reaches the fields issue 11 named (a walk that found nothing would pass vacuously)."""
+    for path in [("name",), ("runs_dir",), ("resources", "partition"), ("resources", "account"), ("resources", "qos"),
+                 ("resources", "constraint"), ("resources", "reservation"), ("resources", "mem"), ("resources", "time"),
+                 ("resources", "extra_sbatch", KEY), ("resources", "extra_sbatch", "x"), ("env", KEY), ("python",)]:
+        assert path in RECIPE_FIELDS, path
+    for path in [("partition",), ("account",), ("runs_dir",), ("modules", 0), ("container", "image")]:
+        assert path in PROFILE_FIELDS, path
+
+
+@pytest.mark.parametrize("path", [("name",), ("runs_dir",), ("resources", "partition"), ("resources", "time"),
+                                  ("resources", "mem"), ("resources", "extra_sbatch", "x"),
+                                  ("resources", "extra_sbatch", KEY), ("env", KEY)])
+@pytest.mark.parametrize("end", ["\n", "\r", "\u2028", "\u2029", "\x85", "\x00", "\r\n"])
+@pytest.mark.parametrize("via_set", [False, True])
+def test_a_trailing_line_break_is_refused(path: tuple, end: str, via_set: bool) -> None:
+    """The exact hole: `$` matched before a final newline, so 'p\\n' validated and broke the header."""
+    value = ("10" if path == ("resources", "time") else "1G" if path == ("resources", "mem") else "p") + end
+    assert check_case(Case("recipe", path, value, "script", via_set), CANARY, shellcheck=False) == "refused"
+
+
+@pytest.mark.parametrize("path", [("partition",), ("account",), ("runs_dir",), ("modules", 0)])
+def test_profile_line_breaks_are_refused(path: tuple) -> None:
+    assert check_case(Case("profile", path, "p\n", "script", False), CANARY, shellcheck=False) == "refused"
+
+
+def test_module_names_are_values_not_shell() -> None:
+    value = f"mod$(touch {CANARY}/module);touch {CANARY}/module2"
+    assert check_case(Case("profile", ("modules", 0), value, "script", False), CANARY) == "executed"
+
+
+def test_the_header_renderer_refuses_line_breaks_itself() -> None:
+    """Defence in depth: even a value that bypassed the types cannot open a shell line in #SBATCH."""
+    from clusterkit.shell import UnsafeValue, one_line
+
+    for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x00":
+        with pytest.raises(UnsafeValue):
+            one_line(f"p{ch}")
+    assert one_line("a b\tc$(x)") == "a b\tc$(x)"
+    assert all(f"{chr(c)}" for c in range(0x20))  # the set below is the types' set
+    assert "\\x0a-\\x1f" in LINE_BREAKING
+
+
+@settings(max_examples=250, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_hostile_string_in_any_field(data: st.DataObject) -> None:
+    check_case(data.draw(cases(str(CANARY))), CANARY)
