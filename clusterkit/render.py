@@ -1,7 +1,7 @@
 """Rendering: a pure function from a loaded recipe (plus templates) to the job's files.
 
-Nothing here runs a subprocess, reads the clock or writes files; :func:`write_rendered` is the
-separate, atomic write. ``clusterkit submit`` sends exactly what :func:`render_job` returns.
+Nothing here runs a subprocess, reads the clock or writes files; :mod:`clusterkit.render_dir` is the
+separate, all-or-nothing write. ``clusterkit submit`` sends exactly what :func:`render_job` returns.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,17 +23,12 @@ from clusterkit import __version__
 from clusterkit.deepspeed_config import deepspeed_config, uses_deepspeed
 from clusterkit.loader import LoadedRecipe
 from clusterkit.network import network_env
-from clusterkit.shell import Shell, comment, quote
+from clusterkit.shell import Shell, comment, join_words, one_line, quote
 
 # Located through the package, not importlib.resources (10 ms of start-up on the render path).
 BUILTIN_TEMPLATES = Path(clusterkit.templates.__file__).parent
 JOB_TEMPLATE = "job.sbatch.j2"
 ENV_TEMPLATE = "env.sh.j2"
-# Derived from the job id so two jobs sharing a node never pick the same rendezvous port; kept
-# below Linux's ephemeral range (32768+) so no outgoing connection can be holding it.
-DERIVED_MASTER_PORT = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
-
-
 @dataclass(frozen=True)
 class RenderedJob:
     """Everything a submission consists of, as text. ``files`` maps file name → content."""
@@ -69,6 +62,8 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["comment"] = comment
+    env.filters["one_line"] = one_line
+    env.filters["join_words"] = join_words
     env.filters["raw_shell"] = Shell
     return env
 
@@ -136,7 +131,8 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
         files["ds_config.json"] = ds_config_text
     job_json = json.dumps({"recipe": resolved, "profile": msgspec.to_builtins(profile)}, sort_keys=True) + "\n"
-    setup = [f"module load {m}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
+    # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
+    setup = [f"module load {quote(m)}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
     context = {
         "version": __version__,
         "name": recipe.name,
@@ -148,7 +144,6 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "setup": [Shell(line) for line in setup],
         "env": network_env(recipe, profile),
         "network_profile": recipe.network.profile,
-        "master_port": recipe.master_port or Shell(DERIVED_MASTER_PORT),
         "ds_config_json": ds_config_text,
         "job_json": job_json,
         "launch": _launch_command(loaded),
@@ -188,28 +183,3 @@ def _model_label(loaded: LoadedRecipe) -> str:
         return model.pretrained
     config = loaded.model_config or {}
     return str(config.get("model_type", "model from config"))
-
-
-def write_rendered(job: RenderedJob, out_dir: Path) -> None:
-    """Write all files or none: render into a temporary sibling, then swap it into place."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        for name, text in job.files.items():
-            mode = 0o755 if name.endswith(".sbatch") else 0o644
-            path = staging / name
-            path.write_text(text, encoding="utf-8")
-            path.chmod(mode)
-        staging.chmod(0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            old.rmdir()
-            out_dir.rename(old)
-            staging.rename(out_dir)
-            shutil.rmtree(old)
-        else:
-            staging.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
