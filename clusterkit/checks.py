@@ -3,18 +3,21 @@ ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see befor
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from clusterkit import job_checks
 from clusterkit.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys, uses_deepspeed
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.network import DEBUG_ENV
 from clusterkit.profile import ClusterProfile
 from clusterkit.recipe import Recipe
 from clusterkit.timefmt import slurm_time_minutes
+from clusterkit.trainer_args import training_argument_names
 from clusterkit.yaml_source import KeyPath, SourceMap
 
 # TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
@@ -30,10 +33,16 @@ RECIPE_OWNED_TRAINER_ARGS = {
 }
 _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
+# Model-config sizes the checks and the planner compute with: each a positive integer when given.
+_SIZE_KEYS = (*_HEAD_KEYS, *_LAYER_KEYS, *_HIDDEN_KEYS, *_POSITION_KEYS, "vocab_size", "intermediate_size",
+              "n_inner", "num_key_value_heads", "head_dim")
 
 
-def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> dict[str, Any] | None:
-    """The model's config when it is known locally (an inline dict or a config.json path); never a hub."""
+def read_model_config(recipe: Recipe, source: SourceMap) -> dict[str, Any] | None:
+    """The model's config when it is known locally (an inline dict or a config.json path, made
+    absolute by :func:`clusterkit.paths.resolve_local_paths`); never a hub."""
     trainer = recipe.task.trainer
     if trainer is None:
         return recipe.task.model_config
@@ -42,8 +51,7 @@ def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> di
     config = trainer.model.config
     if isinstance(config, dict):
         return config
-    path = Path(config).expanduser()
-    path = path if path.is_absolute() else recipe_dir / path
+    path = Path(config)
     if path.is_dir():
         path = path / "config.json"
     key = ("task", "trainer", "model", "config")
@@ -58,14 +66,14 @@ def read_model_config(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> di
     return loaded
 
 
-def read_deepspeed_overrides(recipe: Recipe, recipe_dir: Path, source: SourceMap) -> Recipe:
-    """Replace a deepspeed.config file path by its JSON content, so the resolved recipe holds it."""
+def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
+    """Replace a deepspeed.config file path (absolute by now) by its JSON content, so the resolved
+    recipe holds it."""
     config = recipe.deepspeed.config
     if not isinstance(config, str):
         return recipe
     key = ("deepspeed", "config")
-    path = Path(config).expanduser()
-    path = path if path.is_absolute() else recipe_dir / path
+    path = Path(config)
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -98,6 +106,9 @@ class _Findings:
     def profile_error(self, key: KeyPath, message: str) -> None:
         self.items.append(Finding(self._profile_source.locate(key), key, message))
 
+    def error_count(self) -> int:
+        return sum(f.severity == "error" for f in self.items)
+
 
 def resolve_and_check(
     recipe: Recipe,
@@ -110,16 +121,25 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
+    errors_before = found.error_count()
     parallelism = _resolve_parallelism(recipe, found)
+    # dp, micro batch and accumulation are derived only when the layout adds up; what computes
+    # with them (DeepSpeed batch keys, the memory estimate) runs only then.
+    derived = found.error_count() == errors_before
     recipe = msgspec.structs.replace(recipe, parallelism=parallelism)
     _check_layout(recipe, profile, found)
     _check_zero(recipe, profile, found)
-    _check_deepspeed(recipe, profile, found)
-    if model_config is not None:
+    if derived:
+        _check_deepspeed(recipe, profile, found)
+    if model_config is not None and _check_model_values(recipe, model_config, found):
         _check_model_shape(recipe, model_config, found)
-        _check_memory_fit(recipe, profile, model_config, found)
+        if derived:
+            _check_memory_fit(recipe, profile, model_config, found)
     _check_time(recipe, profile, found)
     _check_env(recipe, found)
+    job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
+    job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
+    job_checks.check_extra_sbatch(recipe, found.error)
     return recipe, found.items
 
 
@@ -143,12 +163,33 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
     for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
         if key in task.trainer.args:
             found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
+    _check_training_argument_names(task.trainer.args, found)
+    if recipe.parallelism.tp > 1:
+        found.error(
+            ("parallelism", "tp"),
+            "the built-in HF Trainer runner does data parallelism + ZeRO only and would ignore tp; use "
+            "task.script with a TP-capable framework (e.g. Megatron-DeepSpeed), or set tp: 1",
+        )
     if recipe.parallelism.pp > 1:
         found.error(
             ("parallelism", "pp"),
             "the built-in HF Trainer runner cannot do pipeline parallelism; use task.script with a "
             "PP-capable framework (e.g. Megatron-DeepSpeed), or set pp: 1",
         )
+
+
+def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> None:
+    """Every task.trainer.args key must be a TrainingArguments field (read without importing transformers)."""
+    if not args:
+        return
+    names = training_argument_names()
+    if isinstance(names, str):
+        found.warn(("task", "trainer", "args"), f"unchecked ({names})")
+        return
+    for key in sorted(set(args) - names - set(RECIPE_OWNED_TRAINER_ARGS)):
+        close = difflib.get_close_matches(key, sorted(names), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 
 
 def _resolve_parallelism(recipe: Recipe, found: _Findings) -> Any:
@@ -243,9 +284,39 @@ def _dig(config: dict[str, Any], dotted: str) -> Any:
     return config
 
 
+def _model_config_key(recipe: Recipe) -> KeyPath:
+    return ("task", "trainer", "model", "config") if recipe.task.trainer else ("task", "model_config")
+
+
+def _check_model_values(recipe: Recipe, config: dict[str, Any], found: _Findings) -> bool:
+    """Sizes are positive integers, the hidden size splits into the heads, the sequence fits the
+    positions. False when a size is unusable (the shape checks and estimates then cannot run)."""
+    key = _model_config_key(recipe)
+    usable = True
+    for name in _SIZE_KEYS:
+        value = config.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            found.error(key + (name,), f"must be a positive whole number, got {json.dumps(value)}")
+            usable = False
+    if not isinstance(config.get("model_type", ""), str):
+        found.error(key + ("model_type",), f"must be a model type name such as gpt2 or llama, got {json.dumps(config['model_type'])}")
+        usable = False
+    if not usable:
+        return False
+    heads, hidden = _first_int(config, _HEAD_KEYS), _first_int(config, _HIDDEN_KEYS)
+    if heads and hidden and hidden % heads and config.get("head_dim") is None:
+        found.error(key, f"the hidden size {hidden} is not divisible by the {heads} attention heads")
+    positions = _first_int(config, _POSITION_KEYS)
+    trainer = recipe.task.trainer
+    if trainer is not None and positions is not None and trainer.dataset.seq_len > positions:
+        found.error(("task", "trainer", "dataset", "seq_len"),
+                    f"{trainer.dataset.seq_len} is longer than the model's {positions} positions")
+    return True
+
+
 def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:
     p = recipe.parallelism
-    key = ("task", "trainer", "model", "config") if recipe.task.trainer else ("task", "model_config")
+    key = _model_config_key(recipe)
     heads, layers = _first_int(config, _HEAD_KEYS), _first_int(config, _LAYER_KEYS)
     if heads is not None and heads % p.tp:
         found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")

@@ -1,8 +1,8 @@
 """Load a recipe file into a validated, fully resolved :class:`~clusterkit.recipe.Recipe`.
 
 Order: read YAML (remembering lines) → merge ``extends`` bases → apply ``--set`` overrides →
-check the schema → fill defaults from the cluster profile → derive dp and batch sizes → layout
-checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
+check the schema → fill defaults from the cluster profile → make local paths absolute → derive dp
+and batch sizes → layout checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from clusterkit import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
+from clusterkit.paths import OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.profile import ClusterProfile, available_profiles, find_profile
-from clusterkit.recipe import Preflight, Recipe
-from clusterkit.yaml_source import KeyPath, SourceMap, load_yaml_file
+from clusterkit.recipe import PATTERN_HINTS, Preflight, Recipe
+from clusterkit.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
 DEFAULT_RUNS_DIR = "./runs"
 _MAX_EXTENDS_DEPTH = 16
@@ -59,9 +59,11 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
     recipe = _convert(data, Recipe, source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
     recipe = _apply_profile_defaults(recipe, profile)
-    model_config = checks.read_model_config(recipe, path.parent, source)
-    recipe = checks.read_deepspeed_overrides(recipe, path.parent, source)
+    recipe, path_findings = resolve_local_paths(recipe, source)
+    model_config = checks.read_model_config(recipe, source)
+    recipe = checks.read_deepspeed_overrides(recipe, source)
     recipe, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
+    findings = source.warnings + profile_source.warnings + path_findings + findings
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         raise RecipeErrors(errors) if len(errors) > 1 else RecipeError(errors[0])
@@ -78,6 +80,24 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
     )
 
 
+def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
+    """The files among ``files`` that another one extends and that are no recipe on their own (no
+    ``name`` or no ``task``): parts to build on, not jobs to validate alone."""
+    extended: set[Path] = set()
+    contents: dict[Path, Any] = {}
+    for path in files:
+        try:
+            contents[path], _ = load_yaml_file(path)
+        except RecipeError:
+            continue  # reported when the file itself is loaded
+        bases = contents[path].get("extends") if isinstance(contents[path], dict) else None
+        for base in [bases] if isinstance(bases, str) else bases if isinstance(bases, list) else []:
+            if isinstance(base, str):
+                extended.add((path.parent / base).resolve())
+    return {path for path, data in contents.items() if path.resolve() in extended
+            and not (isinstance(data, dict) and "name" in data and "task" in data)}
+
+
 def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMap]:
     data, source = load_yaml_file(path)
     if not isinstance(data, dict) or "extends" not in data:
@@ -92,6 +112,7 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
         raise RecipeError(Finding(bases_location, ("extends",), f"more than {_MAX_EXTENDS_DEPTH} levels of extends"))
     merged: dict[str, Any] = {}
     merged_source = SourceMap(source.default)
+    merged_source.warnings.extend(source.warnings)
     for base in bases:
         base_path = (path.parent / base).resolve()
         if base_path in chain or base_path == path.resolve():
@@ -102,6 +123,7 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
         if not isinstance(base_data, dict):
             raise RecipeError(Finding(base_source.default, (), "a base recipe must be a mapping"))
         base_data.pop("extends", None)
+        merged_source.warnings.extend(base_source.warnings)
         _deep_merge(merged, base_data, merged_source, base_source, ())
     data = dict(data)
     _deep_merge(merged, data, merged_source, source, ())
@@ -129,23 +151,25 @@ def _copy_locations_below(src: SourceMap, dst: SourceMap, path: KeyPath, value: 
         _copy_locations_below(src, dst, path + (key,), child)
 
 
-def parse_override(override: str) -> tuple[KeyPath, Any]:
-    """``"resources.nodes=4"`` → (("resources", "nodes"), 4). The value is read as YAML."""
-    location = Location(f"--set {override}")
+def parse_override(override: str) -> tuple[KeyPath, Any, SourceMap]:
+    """``"resources.nodes=4"`` → (("resources", "nodes"), 4, its source map). The value is read as
+    YAML, as the recipe file is (no base-60 numbers; an env value keeps its text)."""
+    display = f"{OVERRIDE_PREFIX}{override}"
     key, sep, raw = override.partition("=")
     parts = tuple(key.strip().split("."))
     if not sep or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
-        raise RecipeError(Finding(location, (), "expected key.path=value, e.g. resources.nodes=4"))
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise RecipeError(Finding(location, parts, f"value is not valid YAML: {exc}")) from None
-    return tuple(int(p) if p.isdigit() else p for p in parts), value
+        raise RecipeError(Finding(Location(display), (), "expected key.path=value, e.g. resources.nodes=4"))
+    key_path = tuple(int(p) if p.isdigit() else p for p in parts)
+    if not raw.strip():
+        return key_path, "", SourceMap(Location(display))
+    value, value_source = parse_yaml_text(raw, display, root=key_path, line=None)
+    return key_path, value, value_source
 
 
 def _apply_override(data: dict, source: SourceMap, override: str) -> None:
-    key_path, value = parse_override(override)
-    location = Location(f"--set {override}")
+    key_path, value, value_source = parse_override(override)
+    source.warnings.extend(value_source.warnings)
+    location = Location(f"{OVERRIDE_PREFIX}{override}")
     node: Any = data
     for depth, part in enumerate(key_path[:-1]):
         if isinstance(node, list) and isinstance(part, int) and part < len(node):
@@ -168,12 +192,6 @@ def _apply_override(data: dict, source: SourceMap, override: str) -> None:
 _T = typing.TypeVar("_T")
 _ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
 _PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
-_PATTERN_HINTS = {
-    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$": "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
-    r"^[A-Za-z_][A-Za-z0-9_]*$": "a valid environment variable name",
-    r"^\d+[KMGT]?$": "a SLURM memory size such as 480G, or 0 for all",
-    r"^[a-z][a-z0-9-]*$": "a long sbatch option name without dashes, e.g. mail-type",
-}
 
 
 def _convert(data: Any, target: type[_T], source: SourceMap) -> _T:
@@ -205,8 +223,9 @@ def _finding_from_validation(text: str, root: type, source: SourceMap) -> Findin
         message = f"required key '{missing.group(1)}' is missing"
         path.append(missing.group(1))
     elif "matching regex" in message:
-        pattern = message.split("matching regex ", 1)[1].strip("'")
-        message = f"must be {_PATTERN_HINTS.get(pattern, 'a single line of text without control characters')}"
+        # msgspec quotes the pattern as Python's repr does
+        pattern = message.split("matching regex ", 1)[1].strip("'").replace("\\\\", "\\")
+        message = f"must be {PATTERN_HINTS.get(pattern, 'text matching ' + pattern)}"
     return Finding(source.locate(tuple(path)), tuple(path), message)
 
 
@@ -261,6 +280,11 @@ def load_profile(reference: str, base_dir: Path, where: Location | None = None) 
     return _convert(data, ClusterProfile, profile_source), profile_path, profile_source
 
 
+def python_argv(command: str | list[str]) -> list[str]:
+    """The interpreter as an argv list: `python3` → [python3]; a list is already one."""
+    return [command] if isinstance(command, str) else list(command)
+
+
 def _apply_profile_defaults(recipe: Recipe, profile: ClusterProfile) -> Recipe:
     """Fill every field the recipe left open from the profile (the recipe always wins)."""
     r = recipe.resources
@@ -283,5 +307,5 @@ def _apply_profile_defaults(recipe: Recipe, profile: ClusterProfile) -> Recipe:
         preflight=preflight,
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
-        python=recipe.python or profile.python,
+        python=python_argv(recipe.python or profile.python),
     )

@@ -100,6 +100,9 @@ def meta_device_shape(config: dict[str, Any], seq_len: int | None) -> ModelShape
         raise UnknownArchitecture(
             f"no closed form for model_type {config.get('model_type')!r} and no torch/transformers here to count it"
         ) from None
+    except (ValueError, TypeError, KeyError) as exc:  # transformers refused the config
+        first_sentence = str(exc).split(". ", 1)[0][:200]
+        raise UnknownArchitecture(f"cannot build model_type {config.get('model_type')!r} from its config: {first_sentence}") from None
     d = _get(config, "hidden_size", "n_embd", "d_model")
     return ModelShape(params, _get(config, "num_hidden_layers", "n_layer", "num_layers"), d,
                       _get(config, "num_attention_heads", "n_head", "num_heads"), _get(config, "vocab_size"),

@@ -11,6 +11,7 @@ from rich.table import Table
 from clusterkit.loader import LoadedRecipe
 from clusterkit.memory import GIB, Layout
 from clusterkit.planner import Plan
+from clusterkit.yaml_source import load_yaml_file
 
 
 def _gib(value: int) -> str:
@@ -48,8 +49,9 @@ def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = Non
 
 
 def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> Path:
-    """A copy of the recipe file with the layout written in (comments are not kept)."""
-    data = yaml.safe_load(loaded.path.read_text(encoding="utf-8"))
+    """A copy of the recipe file with the layout written in (comments are not kept). Read as
+    validate reads it, so `time: 12:00` and `env: {V: 3.10}` are copied as the text they are."""
+    data, _ = load_yaml_file(loaded.path)
     parallelism = data.setdefault("parallelism", {})
     parallelism.update(dp=layout.dp, tp=layout.tp, pp=layout.pp, zero_stage=layout.zero_stage,
                        offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,

@@ -8,12 +8,13 @@ each strategy's volume over the profile's intra- and inter-node bandwidth; the p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.loader import LoadedRecipe
 from clusterkit.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
-from clusterkit.modelsize import ModelShape, model_shape
+from clusterkit.modelsize import ModelShape, UnknownArchitecture, model_shape
 
 ASSUMED_MFU = 0.40  # fraction of peak FLOP/s a well-tuned transformer step reaches
 SLOW_INTER_NODE_GBPS = 12.5  # per GPU; below ~100 Gb/s, keep DP/TP traffic inside nodes
@@ -74,7 +75,10 @@ def shape_of(loaded: LoadedRecipe) -> ModelShape:
     task = loaded.recipe.task
     seq_len = task.trainer.dataset.seq_len if task.trainer else None
     if loaded.model_config is not None:
-        return model_shape(loaded.model_config, seq_len)
+        try:
+            return model_shape(loaded.model_config, seq_len)
+        except UnknownArchitecture as exc:
+            raise PlanError(str(exc)) from None
     if task.model_size:
         # A user script that only gives its size: model states are exact, activations unknown.
         return ModelShape(task.model_size, 1, 0, 1, 0, 0, 0, 0, "unknown")
@@ -120,7 +124,9 @@ def _cost(shape: ModelShape, layout: Layout, global_batch: int, loaded: LoadedRe
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """In O(sqrt n): ``n`` may be a world of millions of GPUs."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int) -> list[Layout]:
@@ -141,9 +147,8 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
             for stage in ([0, 1] if pp > 1 else [0, 1, 2, 3]):
                 offloads = [("none", "none")] + ([("cpu", "none")] if stage >= 1 else []) + ([("cpu", "cpu")] if stage == 3 else [])
                 for offload_optimizer, offload_params in offloads:
-                    for micro in _divisors(global_batch // dp):
-                        if micro > MAX_MICRO_BATCH:
-                            break
+                    per_replica = global_batch // dp
+                    for micro in (d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0):
                         for checkpointing in (False, True):
                             layouts.append(Layout(dp, tp, pp, stage, offload_optimizer, offload_params, micro,
                                                   global_batch // (dp * micro), checkpointing))
@@ -180,6 +185,8 @@ def advise(shape: ModelShape, loaded: LoadedRecipe, gpu_memory: int, estimate_fo
 
 def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) -> Plan:
     profile, recipe = loaded.profile, loaded.recipe
+    if top < 1 or (global_batch is not None and global_batch < 1):
+        raise PlanError("top and the global batch must be positive")
     if profile.gpu is None:
         raise PlanError(f"cluster profile '{profile.name}' lacks gpu.memory_gb (and peak_tflops) for planning")
     shape = shape_of(loaded)

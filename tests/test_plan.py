@@ -158,3 +158,22 @@ def test_plan_without_a_model_shape_is_a_clear_error(tmp_path: Path) -> None:
     recipe.write_text("name: s\ncluster: infiniband-h100\nresources: {time: '60'}\ntask: {script: x.py}\n")
     done = run_cli("plan", str(recipe))
     assert done.returncode == 2 and "plan needs the model's shape" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_plan_with_a_model_type_transformers_does_not_know(tmp_path: Path) -> None:
+    recipe = tmp_path / "s.yaml"
+    recipe.write_text("name: s\ncluster: infiniband-h100\nresources: {time: '60'}\n"
+                      "task: {script: x.py, model_config: {model_type: nonsense, hidden_size: 64}}\n")
+    done = run_cli("plan", str(recipe))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"{recipe}: cannot build model_type 'nonsense' from its config: Unrecognized model identifier: nonsense"
+
+
+def test_apply_copies_times_and_env_values_as_written(tmp_path: Path) -> None:
+    recipe = tmp_path / "7b.yaml"
+    recipe.write_text((RECIPES / "llama-7b-zero3-ib.yaml").read_text().replace('time: "1-00:00:00"', "time: 12:00")
+                      + "env: {PYVER: 3.10, FLAG: yes}\n")
+    done = run_cli("plan", str(recipe), "--apply")
+    assert done.returncode == 0, done.stderr
+    planned = load_recipe(tmp_path / "7b.planned.yaml")
+    assert planned.recipe.resources.time == "12:00" and planned.recipe.env == {"PYVER": "3.10", "FLAG": "yes"}

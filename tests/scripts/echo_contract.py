@@ -13,7 +13,7 @@ assert 0 <= rank < world, (rank, world)
 assert 0 <= local_rank < int(os.environ.get("LOCAL_WORLD_SIZE", world)), local_rank
 for name in ("MASTER_ADDR", "MASTER_PORT", "RUN_DIR"):
     assert os.environ.get(name), f"{name} missing on rank {rank}"
-if os.environ.get("CLUSTERKIT_INIT_PROCESS_GROUP") == "1":
+if os.environ.get("ENV_CONTRACT_INIT_PROCESS_GROUP") == "1":
     import torch
     import torch.distributed as dist
 
