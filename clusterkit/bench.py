@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from clusterkit.runs import RunRecord
+from clusterkit.runs import RunRecord, metric_records
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,13 @@ def with_scaling(results: list[ScaleResult]) -> list[ScaleResult]:
 
 
 def read_result(scale: Scale, record: RunRecord, state: str, warmup: int) -> ScaleResult:
-    metrics_file = record.path / "metrics.jsonl"
-    metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()] if metrics_file.exists() else []
-    job = json.loads((record.path / "job.json").read_text())
-    global_batch = job["recipe"]["parallelism"]["global_batch_size"]
-    samples_per_s, steps = measured_throughput(metrics, global_batch, warmup)
+    """The scale's throughput; none when the job left no metrics or no job.json (it failed early)."""
+    try:
+        metrics = metric_records((record.path / "metrics.jsonl").read_text(encoding="utf-8", errors="replace"))
+        global_batch = json.loads((record.path / "job.json").read_text())["recipe"]["parallelism"]["global_batch_size"]
+        samples_per_s, steps = measured_throughput(metrics, global_batch, warmup)
+    except (OSError, ValueError, KeyError, TypeError):
+        samples_per_s, steps = None, 0
     return ScaleResult(scale.nodes, scale.gpus_per_node, scale.gpus, record.job_id, record.run_dir, state,
                        samples_per_s, steps)
 

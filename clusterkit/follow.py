@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable
 
@@ -11,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clusterkit.jobstate import COMPLETED, JobStatus, job_status
 from clusterkit.logs import Readable
-from clusterkit.runs import RunRecord
+from clusterkit.runs import RunRecord, metric_records
 
 
 class MetricsTail:
@@ -30,7 +29,7 @@ class MetricsTail:
             return []
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next call
         self._offset += len(complete)
-        return [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
+        return metric_records(complete.decode("utf-8", "replace"))
 
 
 def _describe(record: dict[str, Any]) -> str:

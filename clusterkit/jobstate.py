@@ -4,12 +4,12 @@ when it does not (no ``sacct`` needed), plus the first failing rank's error."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from clusterkit import proc
+from clusterkit.local_slurm import carries, job_markers
 from clusterkit.runs import EXIT_CODE, RunRecord
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
@@ -85,22 +85,10 @@ def _local_status(record: RunRecord) -> JobStatus:
     exit_code = _exit_code_from_run_dir(record.path)
     if exit_code is not None:
         return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
-    if record.pid and _pid_alive(record.pid):
+    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
+    if record.pid and carries(record.pid, job_markers(record.run_dir)):
         return JobStatus(RUNNING)
     return JobStatus(FAILED, reason="the local batch process ended without an exit code")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (ended, not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def job_status(record: RunRecord) -> JobStatus:
@@ -117,9 +105,10 @@ def job_status(record: RunRecord) -> JobStatus:
 
 def _preempted_record(run_dir: Path) -> dict | None:
     try:
-        return json.loads((run_dir / "preempted.json").read_text())
+        stopped = json.loads((run_dir / "preempted.json").read_text())
     except (OSError, ValueError):
         return None
+    return stopped if isinstance(stopped, dict) else None
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n(?P<block>(?:  .*\n?)+)")
@@ -131,10 +120,10 @@ def _failing_node(run_dir: Path) -> int | None:
     for path in run_dir.glob("ranks/node*.exit"):
         try:
             when, code = path.read_text().split()
+            if code != "0":
+                ended.append((float(when), int(path.stem.removeprefix("node"))))
         except (OSError, ValueError):
-            continue
-        if code != "0":
-            ended.append((float(when), int(path.stem.removeprefix("node"))))
+            continue  # not a node's record (a damaged or stray file)
     return min(ended)[1] if ended else None
 
 
@@ -182,12 +171,13 @@ def first_failure(record: RunRecord) -> str | None:
     for error_file in run_dir.glob("ranks/node*/*/attempt_*/*/error.json"):
         try:
             message = json.loads(error_file.read_text())["message"]
-        except (OSError, ValueError, KeyError):
-            continue
-        node = int(error_file.parts[-5].removeprefix("node"))
-        rank = node * record.ranks_per_node + int(error_file.parts[-2])
-        text = message.get("message", "") if isinstance(message, dict) else str(message)
-        reports.append((error_file.stat().st_mtime_ns, rank, text.strip().splitlines()[-1] if text.strip() else "error"))
+            node = int(error_file.parts[-5].removeprefix("node"))
+            rank = node * record.ranks_per_node + int(error_file.parts[-2])
+            written = error_file.stat().st_mtime_ns
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # damaged, or not torchelastic's
+        text = str(message.get("message", "")) if isinstance(message, dict) else str(message)
+        reports.append((written, rank, text.strip().splitlines()[-1] if text.strip() else "error"))
     if reports:
         _, rank, text = min(reports)
         return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
@@ -205,14 +195,14 @@ def _slow_preflight(run_dir: Path) -> str | None:
     """Why a job stopped before training when its preflight found slow nodes (on_slow: fail)."""
     try:
         result = json.loads((run_dir / "preflight.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not result.get("slow_nodes") or result.get("on_slow") != "fail":
-        return None
-    slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
-    listed = ", ".join(f"node {n['node']} ({n['host']}, {n['busbw_gbps']:.3g} GB/s)" for n in slow)
-    return (f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
-            f"bandwidth; not trained (preflight.on_slow: fail)")
+        if not result.get("slow_nodes") or result.get("on_slow") != "fail":
+            return None
+        slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
+        listed = ", ".join(f"node {n['node']} ({n['host']}, {n['busbw_gbps']:.3g} GB/s)" for n in slow)
+        return (f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
+                f"bandwidth; not trained (preflight.on_slow: fail)")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no preflight, or a damaged result
 
 
 def _tail(path: Path, size: int = 16384) -> str:

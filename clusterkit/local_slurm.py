@@ -1,5 +1,12 @@
 """``srun`` and ``scontrol`` stand-ins for the local executor: just the parts the rendered batch
-script uses. ``srun`` starts one process per node with SLURM's per-task variables."""
+script uses. ``srun`` starts one process per node with SLURM's per-task variables.
+
+SLURM stops a job's processes wherever they went (its cgroup); here every process of a local job
+carries ``CLUSTERKIT_LOCAL_JOB=<run dir>`` in the environment it was started with, and every
+process of one ``srun`` step also ``CLUSTERKIT_LOCAL_STEP=<srun pid>``. Both are inherited by every
+descendant, including ranks that torchrun puts in sessions of their own, so :func:`terminate`
+finds them all, and only them.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+JOB_MARKER = "CLUSTERKIT_LOCAL_JOB"
+STEP_MARKER = "CLUSTERKIT_LOCAL_STEP"
+KILL_WAIT_S = 5.0  # SIGTERM, then SIGKILL for what is left after this long (SLURM's KillWait)
 
 
 def _hosts() -> list[str]:
@@ -44,10 +56,12 @@ def srun(argv: list[str]) -> int:
     hosts = _hosts()
     job_id = os.environ["SLURM_JOB_ID"]
     mode = "ab" if args.open_mode == "append" else "wb"
+    batch_shell, step = os.getppid(), str(os.getpid())
+    markers = (*job_markers(os.environ.get(JOB_MARKER, "")), f"{STEP_MARKER}={step}")
     children: list[subprocess.Popen[bytes]] = []
     for task, host in enumerate(hosts[: args.ntasks or len(hosts)]):
         env = dict(os.environ, SLURM_NODEID=str(task), SLURM_PROCID=str(task), SLURM_LOCALID="0",
-                   SLURMD_NODENAME=host, SLURM_STEP_NUM_TASKS=str(len(hosts)))
+                   SLURMD_NODENAME=host, SLURM_STEP_NUM_TASKS=str(len(hosts)), **{STEP_MARKER: step})
         out = open(_expand(args.output, job_id, task, host), mode) if args.output else None
         err = open(_expand(args.error, job_id, task, host), mode) if args.error else None
         children.append(subprocess.Popen(args.command, env=env, stdout=out, stderr=err))
@@ -60,16 +74,59 @@ def srun(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)
     first_failure = 0
-    while any(child.poll() is None for child in children):
-        failed = [c.returncode for c in children if c.returncode not in (None, 0)]
+    while True:
+        codes = [child.poll() for child in children]  # every child polled: one failing is noticed
+        if None not in codes:
+            break
+        failed = [code for code in codes if code not in (None, 0)]
         if failed and not first_failure:
             first_failure = failed[0]
-            if args.kill_on_bad_exit:
-                forward(signal.SIGTERM, None)
+            if args.kill_on_bad_exit:  # SLURM ends the whole step, every node's processes
+                terminate(markers)
+        if os.getppid() != batch_shell:  # the batch shell was killed: its job ends with it
+            terminate(markers)
+            return 128 + signal.SIGKILL
         time.sleep(0.2)
-    codes = [c.returncode for c in children]
     code = first_failure or next((code for code in codes if code != 0), 0)
     return code if code >= 0 else 128 - code  # killed by signal N → 128+N, as a shell reports it
+
+
+def job_markers(run_dir: Path | str) -> tuple[str, ...]:
+    return (f"{JOB_MARKER}={run_dir}",)
+
+
+def carries(pid: int, markers: tuple[str, ...]) -> bool:
+    """Whether the process's start environment holds every ``NAME=value`` of ``markers``; an ended
+    process (a zombie), or another user's, holds none."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return all(marker.encode() in environ for marker in markers)
+
+
+def processes_with(markers: tuple[str, ...]) -> list[int]:
+    """This machine's processes, other than this one, that carry ``markers``."""
+    pids = (int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit())
+    return [pid for pid in pids if pid != os.getpid() and carries(pid, markers)]
+
+
+def terminate(markers: tuple[str, ...], grace_s: float = KILL_WAIT_S) -> None:
+    """SIGTERM every process carrying ``markers``, SIGKILL what is left after ``grace_s``, and
+    return once they are gone (or, for a process stuck in the kernel, a little later)."""
+    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        _signal(processes_with(markers), signum)
+        deadline = time.monotonic() + wait_s
+        while processes_with(markers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def main(tool: str, argv: list[str]) -> int:

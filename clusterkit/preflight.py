@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,10 @@ RESULT_FILE = "preflight.json"
 SLOW_RANK_ENV = "CLUSTERKIT_PREFLIGHT_SLOW_RANK"
 
 
-def bus_bandwidth(algbw: float, ranks: int) -> float:
-    """nccl-tests' all-reduce bus bandwidth: what each link carried, independent of the rank count."""
-    return algbw * 2 * (ranks - 1) / ranks if ranks > 1 else algbw
+def bus_bandwidth(algbw: float, ranks: int) -> float | None:
+    """nccl-tests' all-reduce bus bandwidth: what each link carried, independent of the rank count;
+    none for one rank, which sends nothing over any link (2(n-1)/n = 0)."""
+    return algbw * 2 * (ranks - 1) / ranks if ranks > 1 else None
 
 
 def slow_nodes(per_node: list[dict[str, Any]], fraction: float) -> list[int]:
@@ -50,8 +50,9 @@ def format_report(result: dict[str, Any]) -> str:
              f"({result['backend']}); busbw = algbw * 2(n-1)/n as nccl-tests",
              f"  {'size':>10}  {'time':>10}  {'algbw':>12}  {'busbw':>12}"]
     for row in result["sizes"]:
+        busbw = "n/a (1 rank)" if row["busbw_gbps"] is None else f"{row['busbw_gbps']:>8.3f} GB/s"
         lines.append(f"  {_size(row['bytes']):>10}  {row['time_s'] * 1e3:>8.2f}ms  {row['algbw_gbps']:>8.3f} GB/s  "
-                     f"{row['busbw_gbps']:>8.3f} GB/s")
+                     f"{busbw:>13}")
     for node in result["per_node"]:
         value = "n/a (one rank per node)" if node["busbw_gbps"] is None else f"{node['busbw_gbps']:.3f} GB/s"
         mark = "  SLOW" if node["node"] in result["slow_nodes"] else ""
@@ -146,4 +147,6 @@ if __name__ == "__main__":
     parser.add_argument("job_file", type=Path, help="the job.json the batch script wrote into the run directory")
     # The DeepSpeed launcher puts --local_rank before the script's own arguments; LOCAL_RANK says the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    sys.exit(run(parser.parse_args().job_file))
+    from clusterkit.runner.rank_exit import finish
+
+    finish(run(parser.parse_args().job_file))

@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
 import msgspec
 
@@ -42,19 +42,53 @@ def bundle_json(request: SubmitRequest) -> str:
     }, indent=2) + "\n"
 
 
+class Bundle(msgspec.Struct):
+    """bundle.json, as :func:`bundle_json` writes it."""
+
+    format: int
+    name: str
+    recipe: str
+    runs_dir: str
+    nodes: Annotated[int, msgspec.Meta(ge=1)]
+    ranks_per_node: Annotated[int, msgspec.Meta(ge=1)]
+    launcher: str
+    overrides: list[str]
+    files: list[str]
+
+
+class BadBundle(LookupError):
+    """An uploaded bundle that cannot be submitted (damaged, incomplete, another version's)."""
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
 def request_from_bundle(bundle_dir: Path) -> SubmitRequest:
     """On the login node: the SLURM request for a bundle a remote clusterkit uploaded."""
-    meta = json.loads((bundle_dir / BUNDLE_FILE).read_text(encoding="utf-8"))
-    if meta.get("format") != BUNDLE_FORMAT:
-        raise SSHError(f"{bundle_dir}: bundle format {meta.get('format')} is not {BUNDLE_FORMAT}; "
-                       f"install the same clusterkit version on both machines")
+    try:
+        meta = msgspec.json.decode((bundle_dir / BUNDLE_FILE).read_bytes(), type=Bundle)
+    except OSError as exc:
+        raise BadBundle(f"{bundle_dir / BUNDLE_FILE}: cannot read the bundle: {exc.strerror}") from None
+    except msgspec.DecodeError as exc:
+        raise BadBundle(f"{bundle_dir / BUNDLE_FILE}: not a clusterkit bundle: {exc}") from None
+    if meta.format != BUNDLE_FORMAT:
+        raise BadBundle(f"{bundle_dir}: bundle format {meta.format} is not {BUNDLE_FORMAT}; "
+                        f"install the same clusterkit version on both machines")
+    if "job.sbatch" not in meta.files or not all(_plain_name(name) for name in [*meta.files, meta.name]):
+        raise BadBundle(f"{bundle_dir / BUNDLE_FILE}: files must be plain file names including job.sbatch, "
+                        f"and name a plain name")
+    try:
+        files = {name: (bundle_dir / name).read_text(encoding="utf-8") for name in meta.files}
+    except OSError as exc:
+        raise BadBundle(f"{exc.filename}: cannot read the bundle file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadBundle(f"{bundle_dir}: a bundle file is not UTF-8 text") from None
     return SubmitRequest(
-        scheduler="slurm", name=meta["name"], recipe=meta["recipe"],
-        runs_root=Path(meta["runs_dir"]).expanduser().absolute() / meta["name"],
-        script=(bundle_dir / "job.sbatch").read_text(encoding="utf-8"),
-        files={name: (bundle_dir / name).read_text(encoding="utf-8") for name in meta["files"]},
-        nodes=meta["nodes"], ranks_per_node=meta["ranks_per_node"], launcher=meta["launcher"],
-        overrides=tuple(meta["overrides"]), runs_dir=meta["runs_dir"],
+        scheduler="slurm", name=meta.name, recipe=meta.recipe,
+        runs_root=Path(meta.runs_dir).expanduser().absolute() / meta.name,
+        script=files["job.sbatch"], files=files, nodes=meta.nodes, ranks_per_node=meta.ranks_per_node,
+        launcher=meta.launcher, overrides=tuple(meta.overrides), runs_dir=meta.runs_dir,
     )
 
 

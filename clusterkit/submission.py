@@ -4,9 +4,12 @@ request's script, which is byte-identical to what reaches ``sbatch``."""
 
 from __future__ import annotations
 
+import errno
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
+from typing import Iterator
 
 from clusterkit.loader import LoadedRecipe
 from clusterkit.profile import ClusterProfile, Login
@@ -14,6 +17,7 @@ from clusterkit.render import RenderedJob
 from clusterkit.runs import RunRecord
 
 SCHEDULERS = ("slurm", "local", "ssh")
+LOCAL_MAX_NODES = 254  # the local executor's nodes are the loopback addresses 127.0.0.1-254
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
             uploads = (script,)
     else:
         runs_root = Path(runs_dir).expanduser().absolute() / recipe.name
+    if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
+        raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
+                                   f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
     return SubmitRequest(
         scheduler=scheduler,
         name=recipe.name,
@@ -101,6 +108,29 @@ def schedule(request: SubmitRequest) -> RunRecord:
     else:
         from clusterkit.local_scheduler import submit
     return submit(request)
+
+
+class RunDirError(RuntimeError):
+    """The run directory could not be written for a reason of this machine's (a full disk): exit 1."""
+
+
+class RunDirPathError(LookupError):
+    """The run directory's path cannot hold one (a file in the way, no permission, too long): exit 2."""
+
+
+# Errors of the path the user chose; any other (ENOSPC, EIO, EDQUOT) is the machine's.
+_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
+                          errno.EROFS, errno.ELOOP, errno.ENOENT})
+
+
+@contextmanager
+def creating_run_dir(path: PurePath) -> Iterator[None]:
+    """File-system errors while creating a run directory as one line naming it, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        error = RunDirPathError if exc.errno in _PATH_ERRNOS else RunDirError
+        raise error(f"cannot create run directory {path}: {exc.strerror or exc}") from None
 
 
 def write_run_files(request: SubmitRequest, run_dir: Path) -> None:

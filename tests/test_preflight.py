@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slurm
 
 def test_bus_bandwidth_and_slow_node_rules() -> None:
     assert bus_bandwidth(10.0, 8) == pytest.approx(17.5)  # nccl-tests: algbw * 2(n-1)/n
-    assert bus_bandwidth(10.0, 1) == 10.0
+    assert bus_bandwidth(10.0, 1) is None  # one rank moves nothing: no bus bandwidth to report
     nodes = [{"node": 0, "busbw_gbps": 10.0}, {"node": 1, "busbw_gbps": 9.0}, {"node": 2, "busbw_gbps": 4.0}]
     assert slow_nodes(nodes, 0.8) == [2] and slow_nodes(nodes, 0.3) == []
     assert slow_nodes([{"node": 0, "busbw_gbps": None}], 0.8) == []
