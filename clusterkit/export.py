@@ -1,9 +1,14 @@
 """``clusterkit export RUN_DIR``: a model that ``from_pretrained`` loads, from a run's newest
-checkpoint — consolidating ZeRO shards (DeepSpeed's zero_to_fp32) when the checkpoint has them."""
+complete, intact checkpoint — consolidating ZeRO shards (DeepSpeed's zero_to_fp32) when the
+checkpoint has them. A checkpoint without clusterkit's completion marker (a write that was cut off)
+or with a damaged file is never exported."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+from clusterkit.runner.checkpoint_files import COMPLETE, checkpoints_dir, damage, newest_usable
 
 
 class ExportError(RuntimeError):
@@ -11,20 +16,32 @@ class ExportError(RuntimeError):
 
 
 def newest_checkpoint(run_dir: Path) -> Path:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest usable checkpoint; newer damaged ones are named on stderr and skipped."""
+    directory = checkpoints_dir(run_dir)
+    found, damaged = newest_usable(directory)
+    for checkpoint, problem in damaged:
+        print(f"clusterkit export: skipping {checkpoint}: {problem}", file=sys.stderr)
+    if found is None:
+        raise ExportError(f"no complete, intact checkpoint under {directory}")
+    return found
 
-    checkpoints = run_dir / "checkpoints"
-    found = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    if not found:
-        raise ExportError(f"no checkpoint under {checkpoints}")
-    return Path(found)
+
+def usable(checkpoint: Path) -> Path:
+    """A checkpoint named by the user, if complete and intact."""
+    if not (checkpoint / COMPLETE).is_file():
+        raise ExportError(f"{checkpoint} is not a complete checkpoint (no {COMPLETE} marker: its write was cut off, "
+                          "or it is no checkpoint folder)")
+    problem = damage(checkpoint)
+    if problem:
+        raise ExportError(f"{checkpoint} is damaged: {problem}")
+    return checkpoint
 
 
 def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -> Path:
     """Write ``out_dir/model.safetensors`` + ``config.json``; returns the checkpoint exported."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    checkpoint = checkpoint or newest_checkpoint(run_dir)
+    checkpoint = usable(checkpoint) if checkpoint else newest_checkpoint(run_dir)
     config = AutoConfig.from_pretrained(str(checkpoint))
     model = AutoModelForCausalLM.from_config(config)
     if list(checkpoint.glob("global_step*")):

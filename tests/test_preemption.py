@@ -147,8 +147,9 @@ def _rank_processes(job_id: str, node: str) -> dict[int, str]:
 
 
 def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_path: Path) -> None:
-    job_id, run_dir = _start(tmp_path, *LONG)
-    _wait(lambda: len(_events(run_dir, "log")) >= 2, 120, "training to log")
+    job_id, run_dir = _start(tmp_path, *LONG, "--set", "task.trainer.args.save_steps=10")
+    # Killed after its first complete checkpoint: a run with none cannot be resumed (submit refuses it).
+    _wait(lambda: any(run_dir.glob("checkpoints/checkpoint-*/.clusterkit-complete")), 120, "a complete checkpoint")
     ranks = _rank_processes(job_id, "node2")
     assert sorted(ranks.values()) == ["0", "1"], ranks
     killed = time.time()
@@ -160,7 +161,9 @@ def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_p
     assert "SIGKILL" in status or "-9" in status
     rc, resumed, output = _submit(tmp_path, TINY, "--resume", str(run_dir), "--set", "task.trainer.args.max_steps=120")
     assert rc == 0, output
-    assert {r["global_step"] for r in _rank_records(resumed)} == {120}
+    records = _rank_records(resumed)
+    assert {r["global_step"] for r in records} == {120}
+    assert len({r["resumed_from"] for r in records}) == 1 and records[0]["resumed_from"].startswith(str(run_dir))
 
 
 def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 """``python -m clusterkit.runner RUN_DIR/job.json`` — what every rank of a task.trainer job runs."""
 
 import argparse
-import sys
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from clusterkit.runner.rank_exit import finish
 from clusterkit.runner.train import main
 
 parser = argparse.ArgumentParser(prog="python -m clusterkit.runner")
@@ -14,4 +14,4 @@ parser.add_argument("job_file", type=Path, help="the job.json the batch script w
 parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 # record: under torchrun, a failing rank writes its traceback to an error file that
 # `clusterkit status` reads to name the first failing rank.
-sys.exit(record(main)(parser.parse_args().job_file))
+finish(record(main)(parser.parse_args().job_file))

@@ -1,58 +1,21 @@
 """Checkpoints that are safe to resume from. HF Trainer writes ``checkpoint-N`` in place, so a
 checkpoint counts only once every rank has finished writing it: then rank 0 drops a completion
-marker into it and replaces ``latest`` (write to a temporary name, rename). Resume takes the newest
-complete checkpoint and removes incomplete ones, so a half-written checkpoint is never used."""
+marker into it, replaces ``latest`` (write to a temporary name, rename) and only then rotates old
+checkpoints away (the Trainer's own rotation is switched off: it deletes the previous checkpoint
+before the new one is complete). Resume takes the newest complete checkpoint whose files are
+intact, and removes incomplete ones, so a half-written checkpoint is never used."""
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 from pathlib import Path
 
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-COMPLETE = ".clusterkit-complete"
-LATEST = "latest"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def _step(path: Path) -> int:
-    match = _CHECKPOINT.match(path.name)
-    return int(match.group(1)) if match else -1
-
-
-def complete_checkpoints(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    found = [p for p in directory.iterdir() if _step(p) >= 0 and (p / COMPLETE).exists()]
-    return sorted(found, key=_step)
-
-
-def remove_incomplete(directory: Path) -> list[Path]:
-    """Delete checkpoint folders without the completion marker (an interrupted write)."""
-    removed = []
-    if directory.is_dir():
-        for path in directory.iterdir():
-            if _step(path) >= 0 and not (path / COMPLETE).exists():
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-    return removed
-
-
-def newest_complete(own_dir: Path, resume_from: str | None) -> Path | None:
-    """This run's newest complete checkpoint (a requeued job continues itself), else that of the
-    run named by resume_from (a run directory or its checkpoints directory)."""
-    candidates = [own_dir]
-    if resume_from:
-        earlier = Path(resume_from)
-        candidates.append(earlier / "checkpoints" if (earlier / "checkpoints").is_dir() else earlier)
-    for directory in candidates:
-        found = complete_checkpoints(directory)
-        if found:
-            return found[-1]
-    return None
+from clusterkit.runner.checkpoint_files import (
+    COMPLETE, LATEST, checkpoints_dir, newest_usable, remove_incomplete, rotate, set_aside,
+)
 
 
 def _barrier() -> None:
@@ -60,16 +23,50 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def prepare_own_dir(own_dir: Path) -> None:
+    """Rank 0, before any rank looks for a checkpoint: remove incomplete ones, set damaged ones aside."""
+    for removed in remove_incomplete(own_dir):
+        print(f"clusterkit: removed incomplete checkpoint {removed}", flush=True)
+    _, damaged = newest_usable(own_dir)
+    for checkpoint, problem in damaged:
+        print(f"clusterkit: checkpoint {checkpoint} is damaged ({problem}); moved to {set_aside(checkpoint)}", flush=True)
+
+
+def resume_point(own_dir: Path, resume_from: str | None, report: bool) -> Path | None:
+    """This run's newest usable checkpoint (a requeued job continues itself), else that of the run
+    named by resume_from (a run directory or its checkpoints directory). A resume_from without a
+    usable checkpoint is an error: training from step 0 instead would silently redo the run."""
+    found, _ = newest_usable(own_dir)
+    if found or not resume_from:
+        return found
+    earlier = checkpoints_dir(Path(resume_from))
+    found, damaged = newest_usable(earlier)
+    if report:
+        for checkpoint, problem in damaged:
+            print(f"clusterkit: not resuming from {checkpoint}: {problem}; trying the previous one", flush=True)
+    if found is None:
+        raise FileNotFoundError(f"resume_from {resume_from}: no complete, intact checkpoint under {earlier}")
+    return found
+
+
 class CheckpointPublisher(TrainerCallback):
-    """After every save: wait for all ranks, then rank 0 marks the checkpoint complete and points
-    ``latest`` at it."""
+    """After every save: wait for all ranks, then rank 0 marks the checkpoint complete, points
+    ``latest`` at it and removes complete checkpoints beyond the newest ``keep`` (the recipe's
+    save_total_limit; None keeps all)."""
+
+    def __init__(self, keep: int | None):
+        self.keep = keep
 
     def on_save(self, args, state, control, **kwargs):
         _barrier()
         if state.is_world_process_zero:
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            output_dir = Path(args.output_dir)
+            checkpoint = output_dir / f"checkpoint-{state.global_step}"
             (checkpoint / COMPLETE).write_text(f"{state.global_step}\n")
-            staging = Path(args.output_dir) / f".{LATEST}.tmp"
+            staging = output_dir / f".{LATEST}.tmp"
             staging.write_text(f"{checkpoint.name}\n")
-            os.replace(staging, Path(args.output_dir) / LATEST)
+            os.replace(staging, output_dir / LATEST)
+            if self.keep:
+                best = state.best_model_checkpoint
+                rotate(output_dir, self.keep, Path(best) if best else None)
         _barrier()

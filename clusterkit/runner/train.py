@@ -1,8 +1,9 @@
 """The built-in runner: every rank of a ``task.trainer`` job runs :func:`main` under torchrun or
 the DeepSpeed launcher. It maps the resolved recipe to ``TrainingArguments``, trains with HF
-``Trainer``, resumes from the newest complete checkpoint in the run directory, writes metrics as
-JSON lines from rank 0, and writes one ``ranks/rank-<R>.json`` per rank that proves the layout
-(real world size, the batches the rank saw, a checksum of its final parameters)."""
+``Trainer``, resumes from the newest complete, intact checkpoint in the run directory (or the run
+named by resume_from), writes metrics as JSON lines from rank 0, and writes one
+``ranks/rank-<R>.json`` per rank that proves the layout (real world size, the batches the rank saw,
+a checksum of its final parameters)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 
-from clusterkit.runner.checkpoints import CheckpointPublisher, newest_complete, remove_incomplete
+from clusterkit.runner.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runner.data import build_dataset
 from clusterkit.runner.model import build_model, build_tokenizer
 from clusterkit.runner.preemption import PreemptionHandler
+from clusterkit.runner.rank_exit import fsync_tree, write_durably
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -79,6 +81,8 @@ class MetricsWriter(TrainerCallback):
     def record(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())  # status and follow read it; the rank may end with os._exit
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -162,10 +166,8 @@ def _check_world(args: TrainingArguments, expected: int) -> None:
 
 def main(job_file: Path) -> int:
     code = _train(job_file)
-    # Each rank tears its process group down itself: left to interpreter exit, gloo's worker threads
-    # can be destroyed while still joinable, which aborts the rank after a finished run ("terminate
-    # called without an active exception", SIGABRT). Only on a normal return: after an error a peer
-    # may still be inside a collective.
+    # Tear the process group down before leaving (see rank_exit.finish for how the rank then ends).
+    # Only on a normal return: after an error a peer may still be inside a collective.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return code
@@ -177,7 +179,11 @@ def _train(job_file: Path) -> int:
     run_dir = job_file.parent
     trainer_spec = recipe["task"]["trainer"]
     base_dir = Path.cwd()
-    args = TrainingArguments(**training_settings(recipe, profile, run_dir))
+    settings = training_settings(recipe, profile, run_dir)
+    # Rotation is clusterkit's, after a newer checkpoint is complete: the Trainer's own deletes the
+    # previous checkpoint before the new one is marked complete, leaving a moment with none.
+    keep_checkpoints = settings.pop("save_total_limit", None)
+    args = TrainingArguments(**settings)
     subset = recipe["deepspeed"]["include"] or recipe["deepspeed"]["exclude"]
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
     expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
@@ -202,14 +208,13 @@ def _train(job_file: Path) -> int:
     preemption = recipe["preemption"]
     preempt = PreemptionHandler(run_dir, preemption["signal"], preemption["max_requeues"])
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
-                                    callbacks=[metrics, CheckpointPublisher(), preempt])
+                                    callbacks=[metrics, CheckpointPublisher(keep_checkpoints), preempt])
     own_checkpoints = Path(args.output_dir)
     if args.process_index == 0:
-        for removed in remove_incomplete(own_checkpoints):
-            print(f"clusterkit: removed incomplete checkpoint {removed}", flush=True)
+        prepare_own_dir(own_checkpoints)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    found = newest_complete(own_checkpoints, recipe.get("resume_from"))
+    found = resume_point(own_checkpoints, recipe.get("resume_from"), report=args.process_index == 0)
     checkpoint = str(found) if found else None
     if checkpoint and args.process_index == 0:
         print(f"clusterkit: resuming from {checkpoint}", flush=True)
@@ -219,6 +224,8 @@ def _train(job_file: Path) -> int:
             metrics.record({"event": "preempted", "time": time.time(), "step": trainer.state.global_step})
         return preempt.finish(args.process_index == 0)
     trainer.save_model(str(run_dir / "model"))
+    if args.should_save:
+        fsync_tree(run_dir / "model")
 
     rank_dir = run_dir / "ranks"
     rank_dir.mkdir(parents=True, exist_ok=True)
@@ -236,5 +243,5 @@ def _train(job_file: Path) -> int:
         "resumed_from": checkpoint,
         "global_step": trainer.state.global_step,
     }
-    (rank_dir / f"rank-{args.process_index}.json").write_text(json.dumps(rank_record, indent=2) + "\n", encoding="utf-8")
+    write_durably(rank_dir / f"rank-{args.process_index}.json", json.dumps(rank_record, indent=2) + "\n")
     return 0
