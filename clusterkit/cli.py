@@ -10,25 +10,33 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-from clusterkit.errors import RecipeError
+from clusterkit.errors import RecipeError, printable
+from clusterkit.render_dir import RenderTargetError
+from clusterkit.shell import UnsafeValue
 
 EXIT_USAGE = 2
 DEFAULT_RUNS_DIR = "./runs"
 
 
-def _recipe_files(paths: Sequence[str]) -> list[Path]:
-    """Recipe paths, expanding directories to the recipes inside (ops teams lint whole folders)."""
+def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
+    """Recipe paths, expanding directories to the recipes inside (ops teams lint whole folders),
+    and how many base files (extended by a recipe there, no recipe alone) a folder held."""
+    from clusterkit.loader import base_recipes
+
     files: list[Path] = []
+    skipped = 0
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.y*ml") if "clusters" not in p.relative_to(path).parts)
-            files.extend(found)
+            bases = base_recipes(found)
+            files.extend(p for p in found if p not in bases)
+            skipped += len(bases)
         else:
             files.append(path)
-    return files
+    return files, skipped
 
 
 def _print_table(rows: list[tuple[str, str]]) -> None:
@@ -41,7 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from clusterkit.loader import load_recipe
 
     failed = 0
-    files = _recipe_files(args.recipes)
+    files, bases_skipped = _recipe_files(args.recipes)
     for path in files:
         try:
             loaded = load_recipe(path, args.set or ())
@@ -53,19 +61,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(warning, file=sys.stderr)
         if not args.quiet:
             print(f"{path}: ok")
-    if len(files) > 1 and not args.quiet:
-        print(f"{len(files) - failed} of {len(files)} recipes valid")
+    if (len(files) > 1 or bases_skipped) and not args.quiet:
+        skipped = f" ({bases_skipped} base file{'s' if bases_skipped != 1 else ''} skipped)" if bases_skipped else ""
+        print(f"{len(files) - failed} of {len(files)} recipes valid{skipped}")
     return EXIT_USAGE if failed else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from clusterkit.loader import load_recipe
-    from clusterkit.render import render_job, write_rendered
+    from clusterkit import __version__
+    from clusterkit.render import render_job
+    from clusterkit.render_dir import write_render
 
     loaded = load_recipe(args.recipe, args.set or ())
     job = render_job(loaded, tuple(args.template_dir or ()))
-    out_dir = Path(args.output or f"render/{job.name}")
-    write_rendered(job, out_dir)
+    out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
+                           f"clusterkit {__version__} render of {loaded.path}")
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
     _print_table(job.summary)
@@ -95,9 +106,25 @@ def _prepare_submission(args: argparse.Namespace, extra_overrides: Sequence[str]
         # (for a run submitted over SSH: its run directory on the cluster, and over SSH again).
         recipe = recipe or earlier.recipe
         resume_from = earlier.run_dir if earlier.scheduler == "ssh" else Path(args.resume).absolute()
-        overrides = [*earlier.overrides, *overrides, f"resume_from={resume_from}"]
+        overrides = [*earlier.overrides, *overrides]
+        if args.from_scratch:
+            print(f"clusterkit: --from-scratch: running {printable(args.resume)} again from step 0 "
+                  "(its checkpoints are not used)", file=sys.stderr)
+        else:
+            if earlier.scheduler != "ssh":  # an SSH run's checkpoints are on the cluster: the job checks there
+                from clusterkit.runner.checkpoint_files import checkpoints_dir, newest_usable
+
+                found, damaged = newest_usable(checkpoints_dir(Path(args.resume)))
+                if found is None:
+                    why = f"its complete checkpoints are damaged ({damaged[0][1]})" if damaged else "no complete checkpoint"
+                    raise LookupError(printable(f"{args.resume}: nothing to resume: {why}; "
+                                                "add --from-scratch to run it again from step 0"))
+            overrides.append(f"resume_from={resume_from}")
         if earlier.scheduler == "ssh":
             args.executor = args.executor or "ssh"
+    elif getattr(args, "from_scratch", False):
+        print("clusterkit submit: --from-scratch goes with --resume RUN_DIR", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
     if recipe is None:
         raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
     if args.cluster:
@@ -309,6 +336,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from clusterkit.logs import log_files, stream_run
 
     record = _find(args)
+    world = record.nodes * record.ranks_per_node
+    if args.rank is not None and not 0 <= args.rank < world:
+        raise LookupError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
     if record.scheduler == "ssh":
         # Following streams for as long as the job runs: not retried, or output would repeat.
         return _over_ssh(record, args, lambda node: node.logs(record, args.rank, args.follow), not args.follow)
@@ -319,27 +349,41 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a job that has not ended; one that has is left as it is, and said so."""
+    from clusterkit.jobstate import job_status
+
+    def unless_ended(status_of, cancel) -> str | None:
+        status = status_of(record)
+        if status.done:
+            return status.state
+        cancel(record)
+        return None
+
     record = _find(args)
     if record.scheduler == "ssh":
-        _over_ssh(record, args, lambda node: node.cancel(record), read_only_action=False)
+        ended = _over_ssh(record, args, lambda node: unless_ended(node.status, node.cancel), read_only_action=False)
     elif record.scheduler == "slurm":
-        from clusterkit.slurm_scheduler import cancel
+        from clusterkit import slurm_scheduler
 
-        cancel(record)
+        ended = unless_ended(job_status, slurm_scheduler.cancel)
     else:
-        from clusterkit.local_scheduler import cancel
+        from clusterkit import local_scheduler
 
-        cancel(record)
-    print(f"cancelled job {record.job_id}")
+        ended = unless_ended(job_status, local_scheduler.cancel)
+    print(f"job {record.job_id} already ended ({ended}): nothing cancelled" if ended else f"cancelled job {record.job_id}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from clusterkit.export import export_model
+    from clusterkit.export import ExportError, export_model
 
     run_dir = Path(args.run_dir)
     out_dir = Path(args.output) if args.output else run_dir / "export"
-    checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
+    try:
+        checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
+    except ExportError as exc:  # no usable checkpoint: nothing was written
+        print(f"clusterkit export: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
     return 0
 
@@ -378,6 +422,19 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _whole_number(limit: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``limit``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number from 1 to {limit:,}")
+        return value
+    return parse
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import datetime
 
@@ -385,6 +442,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from clusterkit.jobstate import job_status
     from clusterkit.submission import schedule
 
+    warmup = args.warmup if args.warmup is not None else min(max(1, args.steps // 5), args.steps - 1)
+    if not 0 <= warmup < args.steps:
+        print(f"clusterkit bench: --warmup {warmup}: give 0 to {args.steps - 1} (fewer than --steps {args.steps})",
+              file=sys.stderr)
+        return EXIT_USAGE
     base, _ = _prepare_submission(args)
     if base.recipe.task.trainer is None:
         raise LookupError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
@@ -392,7 +454,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     assert p.micro_batch_size is not None and p.gradient_accumulation_steps is not None
     scales = [Scale(n, g) for g in (args.gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in args.nodes]
     scales.sort(key=lambda scale: scale.gpus)
-    warmup = args.warmup if args.warmup is not None else max(1, args.steps // 5)
     records, states = [], {}
     for scale in scales:
         extra = scale.overrides(args.steps, p.micro_batch_size, p.gradient_accumulation_steps)
@@ -490,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", metavar="RECIPE", nargs="?")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue an earlier run from its newest checkpoint (its recipe, unless RECIPE is given)")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
     p.add_argument("--executor", choices=("slurm", "local", "ssh"),
@@ -508,13 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="state of one job, or of the recent runs")
     with_job(p, required=False)
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--limit", type=_whole_number(1_000_000), default=10, help="how many recent runs (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("ls", help="recent runs with their state")
     p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=_whole_number(1_000_000), default=20, help="how many recent runs (default 20)")
     p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
     with_host_keys(p)
     p.set_defaults(func=cmd_ls)
@@ -537,8 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="per-GPU memory estimate, strategy advice and the best layouts for this cluster")
     p.add_argument("recipe", metavar="RECIPE")
-    p.add_argument("--top", type=int, default=5, help="how many ranked layouts to show")
-    p.add_argument("--global-batch", type=int, help="plan for another global batch size")
+    p.add_argument("--top", type=_whole_number(1000), default=5, help="how many ranked layouts to show (1-1000)")
+    p.add_argument("--global-batch", type=_whole_number(100_000_000), help="plan for another global batch size")
     p.add_argument("--apply", nargs="?", const="", metavar="PATH",
                    help="write the best layout into a copy of the recipe (default <recipe>.planned.yaml)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -554,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", metavar="RECIPE")
     p.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="node counts, e.g. 1,2,4")
     p.add_argument("--gpus-per-node", type=_int_list, metavar="G,G,...", help="GPUs per node to try (default the recipe's)")
-    p.add_argument("--steps", type=int, default=20, help="training steps per scale (default 20)")
+    p.add_argument("--steps", type=_whole_number(1_000_000_000), default=20, help="training steps per scale (default 20)")
     p.add_argument("--warmup", type=int, metavar="STEPS", help="steps left out of the measurement (default steps/5)")
     p.add_argument("-o", "--output", metavar="DIR", help="where bench.json and bench.png go (default beside the runs)")
     with_local_target(p)
@@ -579,14 +642,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecipeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
+    except (RenderTargetError, UnsafeValue) as exc:
+        print(f"clusterkit: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
     except LookupError as exc:  # an unknown job id or run directory
-        print(f"clusterkit: {exc.args[0]}", file=sys.stderr)
+        print(f"clusterkit: {printable(str(exc.args[0]))}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:
-        print(f"clusterkit: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        print(f"clusterkit: {printable(f'{exc.strerror}: {exc.filename}')}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as exc:  # the scheduler refused or failed a command, or SSH failed
-        print(f"clusterkit: {exc}", file=sys.stderr)
+        print(f"clusterkit: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
