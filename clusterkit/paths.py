@@ -17,6 +17,15 @@ OVERRIDE_PREFIX = "--set "
 _LOCAL_PREFIXES = ("./", "../", "/", "~")
 
 
+def expanded(text: str) -> Path:
+    """``~`` and ``~user`` expanded; a ``~user`` with no such user stays as written (and is then
+    simply not found) instead of raising from pathlib."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
 def _written_in(source: SourceMap, key: KeyPath) -> Path:
     """The directory a relative path at ``key`` is relative to."""
     location = source.locate(key)
@@ -26,7 +35,7 @@ def _written_in(source: SourceMap, key: KeyPath) -> Path:
 
 
 def absolute(text: str, source: SourceMap, key: KeyPath) -> str:
-    path = Path(text).expanduser()
+    path = expanded(text)
     return str(path if path.is_absolute() else _written_in(source, key) / path)
 
 
@@ -67,7 +76,7 @@ def resolve_local_paths(recipe: Recipe, source: SourceMap) -> tuple[Recipe, list
 def _dataset_findings(kind: str, written: str, path: Path, source: SourceMap, key: KeyPath) -> list[Finding]:
     location = source.locate(key)
     if not path.exists():
-        if Path(written).expanduser().is_absolute():
+        if expanded(written).is_absolute():
             # An absolute path may live on the cluster's shared filesystem only (validating on a laptop).
             return [Finding(location, key, f"{path} is not on this machine; every node of the job must see it", "warning")]
         return [Finding(location, key, f"not found: {path} (a relative path is read from the recipe's folder)")]

@@ -10,6 +10,7 @@ from msgspec import Meta, field
 
 import clusterkit.recipes.clusters
 
+from clusterkit.paths import expanded
 from clusterkit.recipe import (
     EnvMap,
     Line,
@@ -98,7 +99,7 @@ def profile_search_path(recipe_dir: Path) -> list[Path]:
 def find_profile(reference: str, recipe_dir: Path) -> Path | None:
     """Resolve a ``cluster:`` value: a path (relative to the recipe) or a profile name."""
     if "/" in reference or reference.endswith((".yaml", ".yml")):
-        path = Path(reference).expanduser()
+        path = expanded(reference)
         path = path if path.is_absolute() else recipe_dir / path
         return path if path.is_file() else None
     for directory in profile_search_path(recipe_dir):

@@ -23,6 +23,7 @@ from typing import BinaryIO, Callable, Sequence, TypeVar
 
 import paramiko
 
+from clusterkit.paths import expanded
 from clusterkit.profile import Login
 
 CONNECT_TIMEOUT_S = 10.0
@@ -128,7 +129,7 @@ class _KnownHosts:
     system-wide one."""
 
     def __init__(self, user_file: str):
-        self.path = Path(user_file).expanduser()
+        self.path = expanded(user_file)
         self.keys = paramiko.HostKeys()
         for path in (Path(SYSTEM_KNOWN_HOSTS), self.path):
             if path.is_file():
@@ -162,7 +163,7 @@ class _KnownHosts:
 
 
 def _load_identity(path_text: str, named: bool) -> paramiko.PKey | None:
-    path = Path(path_text).expanduser()
+    path = expanded(path_text)
     if not path.is_file():
         if named:
             raise AuthenticationFailed(f"identity file {path} does not exist (login.identity_file or IdentityFile)")

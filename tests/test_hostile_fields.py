@@ -50,6 +50,19 @@ def test_profile_line_breaks_are_refused(path: tuple) -> None:
     assert check_case(Case("profile", path, "p\n", "script", False), CANARY, shellcheck=False) == "refused"
 
 
+# Cases the fuzz benchmark found; each once gave something other than one line and exit 2 or a clean run.
+FOUND_BY_FUZZING = [
+    Case("recipe", ("runs_dir",), "-", "script", False),  # mkdir read it as an option
+    Case("recipe", ("task", "trainer", "model", "config"), "~'", "script", False),  # pathlib: no home for user "'"
+    Case("recipe", ("cluster",), "~nobody-here/p.yaml", "script", True),
+]
+
+
+@pytest.mark.parametrize("case", FOUND_BY_FUZZING, ids=lambda case: ".".join(map(str, case.path)))
+def test_cases_found_by_fuzzing(case: Case) -> None:
+    check_case(case, CANARY)
+
+
 def test_module_names_are_values_not_shell() -> None:
     value = f"mod$(touch {CANARY}/module);touch {CANARY}/module2"
     assert check_case(Case("profile", ("modules", 0), value, "script", False), CANARY) == "executed"
