@@ -243,11 +243,12 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     assert (run_dir / "job.json").is_file() and (run_dir / "exit_code").read_text().strip() == "0", case
     outside = [p for p in sandbox.rglob("*") if p.is_file() and run_dir not in p.resolve().parents]
     assert outside == [], f"wrote outside its run dir: {outside} ({case})"
-    srun_env = dict(item.split("=", 1) for item in (records / "srun.env").read_text().split("\0") if "=" in item)
+    # read_bytes: read_text would turn a "\r" in a value into "\n" (universal newlines)
+    srun_env = dict(item.split("=", 1) for item in (records / "srun.env").read_bytes().decode().split("\0") if "=" in item)
     for key, value in {**resolved["env"], **resolved["network"]["env"]}.items():
         if isinstance(value, str):
             assert srun_env.get(key) == value, (case, key)
-    srun_words = (records / "srun.argv").read_text().split("\0")
+    srun_words = (records / "srun.argv").read_bytes().decode().split("\0")
     for arg in resolved["task"]["args"]:
         if "{run_dir}" not in arg:
             assert arg in srun_words, (case, arg)
