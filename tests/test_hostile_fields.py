@@ -55,6 +55,8 @@ FOUND_BY_FUZZING = [
     Case("recipe", ("runs_dir",), "-", "script", False),  # mkdir read it as an option
     Case("recipe", ("task", "trainer", "model", "config"), "~'", "script", False),  # pathlib: no home for user "'"
     Case("recipe", ("cluster",), "~nobody-here/p.yaml", "script", True),
+    Case("recipe", ("task", "args", 0), "\r", "script", False),  # the check itself read "\r" back as "\n"
+    Case("recipe", ("env", "x"), "a\rb", "script", True),
 ]
 
 
