@@ -7,27 +7,60 @@ fast on a login node)::
     loaded = load_recipe("recipes/tiny-cpu.yaml", overrides=["resources.nodes=2"])
     job = render_job(loaded)          # pure: files as text, nothing written
     job.files["job.sbatch"]
+
+Each public name is imported on first use (PEP 562): every training rank imports
+``clusterkit.runner`` through this package and must not pay for YAML, Jinja or the loader.
 """
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-import gc
 
-from clusterkit.errors import RecipeError, RecipeErrors
-from clusterkit.loader import LoadedRecipe, load_recipe
-from clusterkit.render import RenderedJob, render_job
+def _spare_types_at_exit() -> None:
+    """msgspec issue #717: collecting msgspec.Meta-constrained Struct types while the interpreter
+    shuts down can crash it (SIGABRT or SIGSEGV, every exit here once a recipe was converted or a
+    job.json decoded). At exit, after the CLI or a rank is done, whatever is still alive (the types
+    among it, wherever they were defined) is frozen out of reach of the final collection."""
+    gc.collect()  # today's garbage is finalized as usual (files flushed, temporary directories removed)
+    gc.freeze()
 
-# msgspec issue #717: collecting msgspec.Meta-constrained Struct types while the interpreter shuts
-# down can segfault (here: about one exit in three once a recipe was converted). Freezing moves the
-# types, now all defined, out of reach of the final collection; they live for the whole process anyway.
-gc.freeze()
 
-__all__ = [
-    "LoadedRecipe",
-    "RecipeError",
-    "RecipeErrors",
-    "RenderedJob",
-    "__version__",
-    "load_recipe",
-    "render_job",
-]
+atexit.register(_spare_types_at_exit)
+
+# Public name → the module that defines it.
+_PUBLIC = {
+    "ClusterkitError": "clusterkit.errors",
+    "ExternalError": "clusterkit.errors",
+    "RecipeError": "clusterkit.errors",
+    "RecipeErrors": "clusterkit.errors",
+    "UserError": "clusterkit.errors",
+    "LoadedRecipe": "clusterkit.loader",
+    "load_recipe": "clusterkit.loader",
+    "RenderedJob": "clusterkit.render",
+    "render_job": "clusterkit.render",
+}
+
+__all__ = ["__version__", *sorted(_PUBLIC)]
+
+if TYPE_CHECKING:
+    from clusterkit.errors import ClusterkitError, ExternalError, RecipeError, RecipeErrors, UserError
+    from clusterkit.loader import LoadedRecipe, load_recipe
+    from clusterkit.render import RenderedJob, render_job
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:  # also how ``from clusterkit import cli`` falls through to the submodule
+        raise AttributeError(f"module 'clusterkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from clusterkit.resolved import decode_job_file
+from clusterkit.run_layout import JOB_JSON, METRICS
 from clusterkit.runs import RunRecord, metric_records
 
 
@@ -86,10 +88,10 @@ def with_scaling(results: list[ScaleResult]) -> list[ScaleResult]:
 def read_result(scale: Scale, record: RunRecord, state: str, warmup: int) -> ScaleResult:
     """The scale's throughput; none when the job left no metrics or no job.json (it failed early)."""
     try:
-        metrics = metric_records((record.path / "metrics.jsonl").read_text(encoding="utf-8", errors="replace"))
-        global_batch = json.loads((record.path / "job.json").read_text())["recipe"]["parallelism"]["global_batch_size"]
+        metrics = metric_records((record.path / METRICS).read_text(encoding="utf-8", errors="replace"))
+        global_batch = decode_job_file((record.path / JOB_JSON).read_bytes()).recipe.parallelism.global_batch_size
         samples_per_s, steps = measured_throughput(metrics, global_batch, warmup)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # msgspec's decode errors are ValueErrors
         samples_per_s, steps = None, 0
     return ScaleResult(scale.nodes, scale.gpus_per_node, scale.gpus, record.job_id, record.run_dir, state,
                        samples_per_s, steps)

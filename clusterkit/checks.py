@@ -11,11 +11,15 @@ from typing import Any
 import msgspec
 
 from clusterkit import job_checks
-from clusterkit.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys, uses_deepspeed
+from clusterkit.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.network import DEBUG_ENV
 from clusterkit.profile import ClusterProfile
-from clusterkit.recipe import Recipe
+from clusterkit.recipe import Parallelism, Recipe
+from clusterkit.resolved import (
+    ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
+)
+from clusterkit.run_layout import DEEPSPEED_CONFIG
 from clusterkit.timefmt import slurm_time_minutes
 from clusterkit.trainer_args import training_argument_names
 from clusterkit.yaml_source import KeyPath, SourceMap
@@ -24,7 +28,7 @@ from clusterkit.yaml_source import KeyPath, SourceMap
 RECIPE_OWNED_TRAINER_ARGS = {
     "per_device_train_batch_size": "parallelism.micro_batch_size",
     "gradient_accumulation_steps": "parallelism.gradient_accumulation_steps",
-    "deepspeed": "parallelism.zero_stage (clusterkit renders ds_config.json)",
+    "deepspeed": f"parallelism.zero_stage (clusterkit renders {DEEPSPEED_CONFIG})",
     "bf16": "precision",
     "fp16": "precision",
     "output_dir": "runs_dir (each run writes into its own run directory)",
@@ -116,31 +120,32 @@ def resolve_and_check(
     source: SourceMap,
     profile_source: SourceMap,
     model_config: dict[str, Any] | None,
-) -> tuple[Recipe, list[Finding]]:
-    """Derive dp and the batch sizes, then run every layout check. Returns the resolved recipe and
+) -> tuple[ResolvedRecipe | None, list[Finding]]:
+    """Fill the profile's defaults, derive dp and the batch sizes, then run every layout check.
+    Returns the resolved recipe (none when the layout does not add up, an error then says why) and
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
-    errors_before = found.error_count()
-    parallelism = _resolve_parallelism(recipe, found)
-    # dp, micro batch and accumulation are derived only when the layout adds up; what computes
-    # with them (DeepSpeed batch keys, the memory estimate) runs only then.
-    derived = found.error_count() == errors_before
-    recipe = msgspec.structs.replace(recipe, parallelism=parallelism)
-    _check_layout(recipe, profile, found)
+    resources = resolve_resources(recipe.resources, profile)
+    parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
+    # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory
+    # estimate) runs on the resolved recipe, so only when the layout adds up; the other checks
+    # read what the recipe wrote.
+    resolved = None if parallelism is None else resolve(recipe, profile, resources, parallelism)
+    _check_layout(recipe, resources, profile, found)
     _check_zero(recipe, profile, found)
-    if derived:
-        _check_deepspeed(recipe, profile, found)
+    if resolved is not None:
+        _check_deepspeed(resolved, profile, found)
     if model_config is not None and _check_model_values(recipe, model_config, found):
         _check_model_shape(recipe, model_config, found)
-        if derived:
-            _check_memory_fit(recipe, profile, model_config, found)
+        if resolved is not None:
+            _check_memory_fit(resolved, profile, model_config, found)
     _check_time(recipe, profile, found)
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error)
-    return recipe, found.items
+    return resolved, found.items
 
 
 def _check_task(recipe: Recipe, found: _Findings) -> None:
@@ -192,13 +197,13 @@ def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> No
         found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 
 
-def _resolve_parallelism(recipe: Recipe, found: _Findings) -> Any:
-    p = recipe.parallelism
-    world = recipe.resources.nodes * (recipe.resources.gpus_per_node or 1)
+def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _Findings) -> ResolvedParallelism | None:
+    """dp and the batch sizes; none when they do not add up (the errors say why)."""
+    world = resources.nodes * resources.gpus_per_node
     if p.dp == "auto":
         if world % (p.tp * p.pp):
             found.error(("parallelism", "tp"), f"tp*pp = {p.tp * p.pp} does not divide the {world} GPUs (nodes*gpus_per_node)")
-            return p
+            return None
         dp = world // (p.tp * p.pp)
     else:
         dp = p.dp
@@ -206,33 +211,39 @@ def _resolve_parallelism(recipe: Recipe, found: _Findings) -> Any:
             found.error(
                 ("parallelism",),
                 f"dp*tp*pp = {dp}*{p.tp}*{p.pp} = {dp * p.tp * p.pp}, but nodes*gpus_per_node = "
-                f"{recipe.resources.nodes}*{recipe.resources.gpus_per_node} = {world}",
+                f"{resources.nodes}*{resources.gpus_per_node} = {world}",
             )
+    # The batch sizes are checked even when dp is wrong, so both mistakes show in one pass.
+    batch = _batch_sizes(p, dp, found)
+    if batch is None or dp * p.tp * p.pp != world:
+        return None
+    return resolved_parallelism(p, dp, *batch)
+
+
+def _batch_sizes(p: Parallelism, dp: int, found: _Findings) -> tuple[int, int, int] | None:
+    """(micro batch, accumulation steps, global batch), each derived from the others when open."""
     micro, global_, accum = p.micro_batch_size, p.global_batch_size, p.gradient_accumulation_steps
     key = ("parallelism", "global_batch_size")
     if global_ is None:
         micro, accum = micro or 1, accum or 1
-        global_ = micro * accum * dp
-    elif micro and accum:
+        return micro, accum, micro * accum * dp
+    if micro and accum:
         if micro * accum * dp != global_:
             found.error(key, f"global_batch_size {global_} != micro_batch_size*gradient_accumulation_steps*dp"
                              f" = {micro}*{accum}*{dp} = {micro * accum * dp}")
-    else:
-        # Derive the missing one of micro / accumulation (micro defaults to 1 when both are open).
-        known_name, known = ("gradient_accumulation_steps", accum) if accum else ("micro_batch_size", micro or 1)
-        if global_ % (known * dp):
-            found.error(key, f"global_batch_size {global_} is not divisible by {known_name}*dp = {known}*{dp}")
-        elif accum:
-            micro = global_ // (known * dp)
-        else:
-            micro, accum = known, global_ // (known * dp)
-    return msgspec.structs.replace(
-        p, dp=dp, micro_batch_size=micro, gradient_accumulation_steps=accum, global_batch_size=global_
-    )
+            return None
+        return micro, accum, global_
+    # Derive the missing one of micro / accumulation (micro defaults to 1 when both are open).
+    known_name, known = ("gradient_accumulation_steps", accum) if accum else ("micro_batch_size", micro or 1)
+    if global_ % (known * dp):
+        found.error(key, f"global_batch_size {global_} is not divisible by {known_name}*dp = {known}*{dp}")
+        return None
+    derived = global_ // (known * dp)
+    return (derived, known, global_) if accum else (known, derived, global_)
 
 
-def _check_layout(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
-    gpus = recipe.resources.gpus_per_node or 1
+def _check_layout(recipe: Recipe, resources: ResolvedResources, profile: ClusterProfile, found: _Findings) -> None:
+    gpus = resources.gpus_per_node
     p = recipe.parallelism
     if gpus > profile.gpus_per_node:
         found.error(("resources", "gpus_per_node"), f"{gpus} asked, but nodes of cluster '{profile.name}' have {profile.gpus_per_node}")
@@ -256,7 +267,7 @@ def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> No
         found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
 
 
-def _check_deepspeed(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Findings) -> None:
     settings = recipe.deepspeed
     if settings.include and settings.exclude:
         found.error(("deepspeed", "exclude"), "give deepspeed.include or deepspeed.exclude, not both")
@@ -264,7 +275,7 @@ def _check_deepspeed(recipe: Recipe, profile: ClusterProfile, found: _Findings) 
         found.error(("deepspeed", "include" if settings.include else "exclude"), "include/exclude need launcher: deepspeed")
     if settings.config is None:
         return
-    if not uses_deepspeed(recipe):
+    if not recipe.uses_deepspeed:
         found.error(("deepspeed", "config"), "a DeepSpeed config needs launcher: deepspeed or zero_stage >= 1")
         return
     merged = deepspeed_config(recipe, profile)
@@ -324,7 +335,7 @@ def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings)
         found.error(key, f"the model's {layers} layers are not divisible by pp={p.pp}")
 
 
-def _check_memory_fit(recipe: Recipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
+def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
     """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
     families only: the meta-device fallback would import torch on the validate path)."""
     from clusterkit.memory import GIB, Layout, estimate, optimizer_kind
@@ -336,7 +347,7 @@ def _check_memory_fit(recipe: Recipe, profile: ClusterProfile, config: dict[str,
     args = trainer.args if trainer else {}
     shape = model_shape(config, trainer.dataset.seq_len if trainer else None)
     needed = estimate(shape, Layout.of_recipe(recipe), recipe.precision != "fp32", optimizer_kind(args.get("optim")),
-                      profile.accelerator, recipe.resources.gpus_per_node or 1).total
+                      profile.accelerator, recipe.resources.gpus_per_node).total
     available = profile.gpu.memory_gb * GIB
     if needed > available:
         found.warn(("parallelism",), f"estimated {needed / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from clusterkit.errors import RecipeError, printable
-from clusterkit.render_dir import RenderTargetError
-from clusterkit.shell import UnsafeValue
+from clusterkit.errors import (ClusterkitError, FileSystemError, LocatedError, PathError, RecipeError, UsageError,
+                               UserError, is_users_path_error, printable)
+from clusterkit.run_layout import EXPORT_DIR, METRICS, PREFLIGHT_RESULT
 
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # a user error: the input, an argument or a chosen path is wrong
+EXIT_FAILURE = 1  # an external failure: the scheduler, the login node or this machine
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+TEMPLATES_ENV = "CLUSTERKIT_TEMPLATES"  # colon-separated ops template directories
 DEFAULT_RUNS_DIR = "./runs"
 
 
@@ -37,6 +41,13 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
         else:
             files.append(path)
     return files, skipped
+
+
+def _template_dirs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The template directories before the recipe's own and the built-ins, first match wins:
+    ``--template-dir`` (repeatable), then $CLUSTERKIT_TEMPLATES. Read here: rendering is pure."""
+    from_env = [d for d in os.environ.get(TEMPLATES_ENV, "").split(os.pathsep) if d]
+    return (*(args.template_dir or ()), *from_env)
 
 
 def _print_table(rows: list[tuple[str, str]]) -> None:
@@ -74,7 +85,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from clusterkit.render_dir import write_render
 
     loaded = load_recipe(args.recipe, args.set or ())
-    job = render_job(loaded, tuple(args.template_dir or ()))
+    job = render_job(loaded, _template_dirs(args))
     out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
                            f"clusterkit {__version__} render of {loaded.path}")
     for warning in loaded.warnings:
@@ -87,7 +98,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _cluster_override(reference: str) -> str:
     """``--cluster X`` as a ``cluster=`` override; a path is taken relative to here, not the recipe."""
     if "/" in reference or reference.endswith((".yaml", ".yml")):
-        reference = str(Path(reference).expanduser().absolute())
+        from clusterkit.paths import expanded
+
+        reference = str(expanded(reference).absolute())
     return f"cluster={json.dumps(reference)}"
 
 
@@ -117,20 +130,19 @@ def _prepare_submission(args: argparse.Namespace, extra_overrides: Sequence[str]
                 found, damaged = newest_usable(checkpoints_dir(Path(args.resume)))
                 if found is None:
                     why = f"its complete checkpoints are damaged ({damaged[0][1]})" if damaged else "no complete checkpoint"
-                    raise LookupError(printable(f"{args.resume}: nothing to resume: {why}; "
-                                                "add --from-scratch to run it again from step 0"))
+                    raise UsageError(f"{args.resume}: nothing to resume: {why}; "
+                                     "add --from-scratch to run it again from step 0")
             overrides.append(f"resume_from={resume_from}")
         if earlier.scheduler == "ssh":
             args.executor = args.executor or "ssh"
     elif getattr(args, "from_scratch", False):
-        print("clusterkit submit: --from-scratch goes with --resume RUN_DIR", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError("--from-scratch goes with --resume RUN_DIR")
     if recipe is None:
-        raise SystemExit("clusterkit submit: give a RECIPE, or --resume RUN_DIR")
+        raise UsageError("give a RECIPE, or --resume RUN_DIR")
     if args.cluster:
         overrides.append(_cluster_override(args.cluster))
     loaded = load_recipe(recipe, [*overrides, *extra_overrides])
-    request = dry_run(loaded, render_job(loaded, tuple(args.template_dir or ())), args.executor)
+    request = dry_run(loaded, render_job(loaded, _template_dirs(args)), args.executor)
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
     return loaded, request
@@ -162,17 +174,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     """Submit only the preflight benchmark of a recipe's layout, wait for it and print its results."""
     from clusterkit.follow import follow
     from clusterkit.jobstate import COMPLETED
-    from clusterkit.preflight import RESULT_FILE, format_report
+    from clusterkit.preflight import format_report
     from clusterkit.submission import schedule
 
     _, request = _prepare_submission(args, ("preflight.enabled=true", "preflight.only=true"))
     if request.scheduler == "ssh":
-        raise LookupError("clusterkit preflight runs where sbatch is (or locally); over SSH, submit the recipe "
-                          "with preflight: {enabled: true, only: true}")
+        raise UsageError("clusterkit preflight runs where sbatch is (or locally); over SSH, submit the recipe "
+                         "with preflight: {enabled: true, only: true}")
     record = schedule(request)
     _print_submitted(record, request.scheduler, record.run_dir)
     final = follow(record)
-    result_file = record.path / RESULT_FILE
+    result_file = record.path / PREFLIGHT_RESULT
     if result_file.is_file():
         print(format_report(json.loads(result_file.read_text())))
         print(f"results: {result_file}")
@@ -199,7 +211,7 @@ def _submit_over_ssh(request, args: argparse.Namespace) -> int:
         from clusterkit.follow import follow
         from clusterkit.jobstate import COMPLETED
 
-        final = follow(record, status_of=node.status, metrics=RemoteFile(session, f"{record.run_dir}/metrics.jsonl"))
+        final = follow(record, status_of=node.status, metrics=RemoteFile(session, f"{record.run_dir}/{METRICS}"))
         return 0 if final.state == COMPLETED else 1
 
 
@@ -305,7 +317,7 @@ def _ls_on_login_node(args: argparse.Namespace) -> int:
 
     profile, profile_path, _ = load_profile(args.cluster, Path.cwd())
     if profile.login is None:
-        raise LookupError(f"{profile_path}: cluster profile {profile.name!r} names no login node (login: {{host: ...}})")
+        raise UsageError(f"{profile_path}: cluster profile {profile.name!r} names no login node (login: {{host: ...}})")
     login = profile.login
     runs_dir = args.runs_dir if args.runs_dir != DEFAULT_RUNS_DIR else (profile.runs_dir or DEFAULT_RUNS_DIR)
 
@@ -338,7 +350,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     record = _find(args)
     world = record.nodes * record.ranks_per_node
     if args.rank is not None and not 0 <= args.rank < world:
-        raise LookupError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
+        raise UsageError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
     if record.scheduler == "ssh":
         # Following streams for as long as the job runs: not retried, or output would repeat.
         return _over_ssh(record, args, lambda node: node.logs(record, args.rank, args.follow), not args.follow)
@@ -375,15 +387,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from clusterkit.export import ExportError, export_model
+    from clusterkit.export import export_model
 
     run_dir = Path(args.run_dir)
-    out_dir = Path(args.output) if args.output else run_dir / "export"
-    try:
-        checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
-    except ExportError as exc:  # no usable checkpoint: nothing was written
-        print(f"clusterkit export: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+    out_dir = Path(args.output) if args.output else run_dir / EXPORT_DIR
+    checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
     print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
     return 0
 
@@ -396,9 +404,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.set or ())
     try:
         result = plan(loaded, top=args.top, global_batch=args.global_batch)
-    except PlanError as exc:
-        print(f"{loaded.path}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except PlanError as exc:  # said of this recipe
+        raise LocatedError(f"{loaded.path}: {exc.args[0]}") from None
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -449,9 +456,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     base, _ = _prepare_submission(args)
     if base.recipe.task.trainer is None:
-        raise LookupError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
+        raise UsageError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
     p = base.recipe.parallelism
-    assert p.micro_batch_size is not None and p.gradient_accumulation_steps is not None
     scales = [Scale(n, g) for g in (args.gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in args.nodes]
     scales.sort(key=lambda scale: scale.gpus)
     records, states = [], {}
@@ -461,7 +467,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             extra.append(f"resources.extra_sbatch.dependency=afterany:{records[-1].job_id}")
         _, request = _prepare_submission(args, extra)
         if request.scheduler == "ssh":
-            raise LookupError("clusterkit bench runs where sbatch is (or locally), not over SSH")
+            raise UsageError("clusterkit bench runs where sbatch is (or locally), not over SSH")
         records.append(schedule(request))
         if request.scheduler == "local":  # no queue to order them: one after another
             states.update(wait_all(records[-1:], job_status))
@@ -595,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
-    p.add_argument("-o", "--output", metavar="DIR", help="default RUN_DIR/export")
+    p.add_argument("-o", "--output", metavar="DIR", help=f"default RUN_DIR/{EXPORT_DIR}")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("plan", help="per-GPU memory estimate, strategy advice and the best layouts for this cluster")
@@ -639,23 +645,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except RecipeError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_USAGE
-    except (RenderTargetError, UnsafeValue) as exc:
-        print(f"clusterkit: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
-    except LookupError as exc:  # an unknown job id or run directory
-        print(f"clusterkit: {printable(str(exc.args[0]))}", file=sys.stderr)
-        return EXIT_USAGE
-    except FileNotFoundError as exc:
-        print(f"clusterkit: {printable(f'{exc.strerror}: {exc.filename}')}", file=sys.stderr)
-        return EXIT_USAGE
-    except RuntimeError as exc:  # the scheduler refused or failed a command, or SSH failed
-        print(f"clusterkit: {printable(str(exc))}", file=sys.stderr)
-        return 1
+    except ClusterkitError as exc:
+        return report(exc)
+    except OSError as exc:  # one that no command turned into ours: the user's path, or this machine's
+        error = PathError if is_users_path_error(exc) else FileSystemError
+        return report(error(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def report(error: ClusterkitError) -> int:
+    """The one place an error becomes what the user sees: one line (a line per finding of a
+    recipe), and the exit code of its kind."""
+    print(error if isinstance(error, LocatedError) else f"clusterkit: {error}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(error, UserError) else EXIT_FAILURE
 
 
 if __name__ == "__main__":

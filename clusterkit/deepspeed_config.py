@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusterkit.profile import ClusterProfile
-from clusterkit.recipe import Recipe
+from clusterkit.resolved import ResolvedRecipe
 
 # Communication defaults (DeepSpeed's documented values, stated here so the rendered file shows them).
 BUCKET_SIZE = 500_000_000  # elements per reduce/all-gather bucket (ZeRO 1-2)
@@ -20,19 +20,15 @@ STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000  # parameters smaller than this sta
 GRADIENT_CLIPPING = 1.0  # equals TrainingArguments.max_grad_norm's default
 
 
-def uses_deepspeed(recipe: Recipe) -> bool:
-    return recipe.launcher == "deepspeed" or recipe.parallelism.zero_stage > 0
-
-
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
-def deepspeed_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+def deepspeed_config(recipe: ResolvedRecipe, profile: ClusterProfile) -> dict[str, Any]:
     """The config clusterkit renders, with the recipe's deepspeed.config merged over it."""
     return merge_overrides(base_config(recipe, profile), recipe.deepspeed.config or {})[0]
 
 
-def overridden_keys(recipe: Recipe, profile: ClusterProfile) -> list[str]:
+def overridden_keys(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[str]:
     """The dotted keys whose values the recipe's deepspeed.config adds or changes."""
     return merge_overrides(base_config(recipe, profile), recipe.deepspeed.config or {})[1]
 
@@ -51,7 +47,7 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], prefix: str
     return merged, changed
 
 
-def base_config(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+def base_config(recipe: ResolvedRecipe, profile: ClusterProfile) -> dict[str, Any]:
     p = recipe.parallelism
     # With include/exclude the number of ranks is only known to the launcher: let the Trainer fill
     # the batch sizes from the ranks that remain ("auto").
@@ -88,7 +84,7 @@ def _offload(device: str, profile: ClusterProfile) -> dict[str, Any]:
     return {"device": "cpu", "pin_memory": True}
 
 
-def _zero(recipe: Recipe, profile: ClusterProfile) -> dict[str, Any]:
+def _zero(recipe: ResolvedRecipe, profile: ClusterProfile) -> dict[str, Any]:
     p = recipe.parallelism
     zero: dict[str, Any] = {"stage": p.zero_stage}
     if p.zero_stage == 0:

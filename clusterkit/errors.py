@@ -1,7 +1,15 @@
-"""Errors about user input, each pointing at a file, a line and a key path."""
+"""Every error clusterkit reports, in two kinds the CLI maps to exit codes in one place:
+:class:`UserError` (exit 2: the input, an argument or a path the user gave is wrong; fix it and run
+again) and :class:`ExternalError` (exit 1: the scheduler, the login node or this machine failed).
+
+Each message is one line of inert text; a recipe problem points at a file, a line and a key path.
+Several classes also derive from the builtin they replaced (``LookupError``, ``RuntimeError``,
+``ValueError``) so that code catching the builtin keeps working.
+"""
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -44,12 +52,35 @@ class Finding:
         return printable(f"{self.location}: {prefix}{format_key_path(self.key_path)}: {self.message}")
 
 
-class RecipeError(Exception):
+class ClusterkitError(Exception):
+    """An error for the user to read: ``str()`` is one line, its kind the exit code."""
+
+    def __str__(self) -> str:
+        return printable(super().__str__())
+
+
+class UserError(ClusterkitError):
+    """The user's input, arguments or chosen paths are wrong: exit 2, nothing written or queued."""
+
+
+class ExternalError(ClusterkitError):
+    """The scheduler, the login node or this machine failed what was asked of it: exit 1."""
+
+
+class LocatedError(UserError):
+    """A problem in a file the user gave, said as compilers say it (``FILE[:LINE]: ...``): the CLI
+    prints it as it is, with no ``clusterkit:`` before it."""
+
+
+class RecipeError(LocatedError):
     """Bad user input. The CLI prints ``str(error)`` (one line) and exits with code 2."""
 
     def __init__(self, finding: Finding):
         super().__init__(str(finding))
         self.finding = finding
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # already printable, one line per finding
 
 
 class RecipeErrors(RecipeError):
@@ -59,3 +90,57 @@ class RecipeErrors(RecipeError):
         Exception.__init__(self, "\n".join(str(f) for f in findings))
         self.finding = findings[0]
         self.findings = findings
+
+
+class UsageError(UserError):
+    """Command-line arguments that do not go together or do not fit the run (a rank not in it)."""
+
+
+class RunNotFound(UserError, LookupError):
+    """No run with that job id or run directory."""
+
+
+class BadRunRecord(UserError, LookupError):
+    """A run.json or uploaded bundle that is not one (truncated, edited, not ours), named with what is wrong."""
+
+
+class RenderTargetError(UserError):
+    """The output path cannot take a render; the message is one line naming it."""
+
+
+class UnsafeValue(UserError, ValueError):
+    """A value that cannot be rendered where a template put it (a line break in an #SBATCH line)."""
+
+
+class TemplateNotFound(UserError, LookupError):
+    """A template named by a template (an ``{% include %}``) is in no directory of the search path."""
+
+
+class PathError(UserError, LookupError):
+    """A path the user chose cannot be used: a file in the way, no permission, a name too long."""
+
+
+class SubmitError(ExternalError, RuntimeError):
+    """The scheduler refused the job (distinct from a job that was accepted and then failed)."""
+
+
+class SchedulerError(ExternalError, RuntimeError):
+    """A scheduler command (squeue, scontrol, scancel) failed or did not answer; the message holds its stderr."""
+
+
+class SSHError(ExternalError, RuntimeError):
+    """Connecting or running a command on the login node failed; the message says what to do."""
+
+
+class FileSystemError(ExternalError, RuntimeError):
+    """This machine's file system failed a write (a full disk, an I/O error, a quota)."""
+
+
+# Errors of the path the user chose; any other (ENOSPC, EIO, EDQUOT) is the machine's.
+_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
+                          errno.EROFS, errno.ELOOP, errno.ENOENT})
+
+
+def is_users_path_error(exc: OSError) -> bool:
+    """Whether an ``OSError`` is about the path the user gave (exit 2) rather than the machine (exit 1)."""
+    return exc.errno in _PATH_ERRNOS

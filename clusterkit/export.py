@@ -8,11 +8,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from clusterkit.runner.checkpoint_files import COMPLETE, checkpoints_dir, damage, newest_usable
+from clusterkit.errors import UserError
+from clusterkit.run_layout import COMPLETE
+from clusterkit.runner.checkpoint_files import checkpoints_dir, damage, newest_usable
 
 
-class ExportError(RuntimeError):
-    pass
+class ExportError(UserError, RuntimeError):
+    """No checkpoint that can be exported (none complete and intact, or not this model's): nothing written."""
 
 
 def newest_checkpoint(run_dir: Path) -> Path:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clusterkit.jobstate import COMPLETED, JobStatus, job_status
 from clusterkit.logs import Readable
+from clusterkit.run_layout import METRICS
 from clusterkit.runs import RunRecord, metric_records
 
 
@@ -47,7 +48,7 @@ def follow(record: RunRecord, console: Console | None = None, poll_s: float = 1.
     """Follow until the job ends; returns its final status. ``metrics`` is the run's metrics.jsonl
     (default: in the local run directory)."""
     console = console or Console()
-    tail = MetricsTail(metrics or record.path / "metrics.jsonl")
+    tail = MetricsTail(metrics or record.path / METRICS)
     columns = (TextColumn("[bold]{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:

@@ -93,7 +93,8 @@ def runs_dir_problem(runs_dir: str) -> str | None:
 
 
 def check_runs_dirs(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
-    """Called after the profile's runs_dir filled the recipe's, so each is reported where written."""
+    """Each runs_dir is reported where it is written: the recipe's (as written; unset means the
+    profile's applies) and the profile's."""
     if profile.runs_dir and (problem := runs_dir_problem(profile.runs_dir)):
         profile_error(("runs_dir",), problem)
     if recipe.runs_dir and recipe.runs_dir != profile.runs_dir and (problem := runs_dir_problem(recipe.runs_dir)):

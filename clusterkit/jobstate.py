@@ -10,12 +10,15 @@ from pathlib import Path
 
 from clusterkit import proc
 from clusterkit.local_slurm import carries, job_markers
-from clusterkit.runs import EXIT_CODE, RunRecord
+from clusterkit.run_layout import (
+    CANCELLED_MARKER, EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
+    node_dir, node_exit, node_log, node_number,
+)
+from clusterkit.runs import RunRecord
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY})
-CANCELLED_MARKER = "cancelled"  # written by `clusterkit cancel` for the local executor
 
 # Every SLURM job state mapped onto ours; anything else is UNKNOWN.
 _SLURM_STATES = {
@@ -105,7 +108,7 @@ def job_status(record: RunRecord) -> JobStatus:
 
 def _preempted_record(run_dir: Path) -> dict | None:
     try:
-        stopped = json.loads((run_dir / "preempted.json").read_text())
+        stopped = json.loads((run_dir / PREEMPTED_RECORD).read_text())
     except (OSError, ValueError):
         return None
     return stopped if isinstance(stopped, dict) else None
@@ -117,11 +120,11 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n
 def _failing_node(run_dir: Path) -> int | None:
     """The node whose launcher ended first with a non-zero code (each node records when it ended)."""
     ended = []
-    for path in run_dir.glob("ranks/node*.exit"):
+    for path in run_dir.glob(node_exit("*")):
         try:
             when, code = path.read_text().split()
             if code != "0":
-                ended.append((float(when), int(path.stem.removeprefix("node"))))
+                ended.append((float(when), node_number(path.stem)))
         except (OSError, ValueError):
             continue  # not a node's record (a damaged or stray file)
     return min(ended)[1] if ended else None
@@ -129,7 +132,7 @@ def _failing_node(run_dir: Path) -> int | None:
 
 def _root_cause(record: RunRecord, node: int) -> str | None:
     """torchrun's own summary of the node's failed ranks ("Root Cause (first observed failure)")."""
-    match = _ROOT_CAUSE.search(_tail(record.path / f"{record.job_id}_{node}_log.err", 65536))
+    match = _ROOT_CAUSE.search(_tail(record.path / node_log(record.job_id, node, "err"), 65536))
     if not match:
         return None
     block = match.group("block")
@@ -146,7 +149,7 @@ def _root_cause(record: RunRecord, node: int) -> str | None:
 
 def _hostname(record: RunRecord, node: int) -> str:
     try:
-        hosts = [line.split()[0] for line in (record.path / "hostfile").read_text().splitlines() if line.strip()]
+        hosts = [line.split()[0] for line in (record.path / HOSTFILE).read_text().splitlines() if line.strip()]
         return f", {hosts[node]}"
     except (OSError, IndexError):
         return ""
@@ -168,10 +171,10 @@ def first_failure(record: RunRecord) -> str | None:
         if cause:
             return cause
     reports = []
-    for error_file in run_dir.glob("ranks/node*/*/attempt_*/*/error.json"):
+    for error_file in run_dir.glob(f"{node_dir('*')}/{TORCHRUN_ERROR_FILES}"):
         try:
             message = json.loads(error_file.read_text())["message"]
-            node = int(error_file.parts[-5].removeprefix("node"))
+            node = node_number(error_file.parts[-5])  # ranks/node<N>/<run id>/attempt_<k>/<local rank>/error.json
             rank = node * record.ranks_per_node + int(error_file.parts[-2])
             written = error_file.stat().st_mtime_ns
         except (OSError, ValueError, KeyError, TypeError):
@@ -182,7 +185,7 @@ def first_failure(record: RunRecord) -> str | None:
         _, rank, text = min(reports)
         return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
     logs = sorted(
-        (p for p in run_dir.glob("ranks/node*/**/*.log") if "Traceback" in _tail(p)),
+        (p for p in run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}") if "Traceback" in _tail(p)),
         key=lambda p: p.stat().st_mtime,
     )
     if logs:
@@ -194,7 +197,7 @@ def first_failure(record: RunRecord) -> str | None:
 def _slow_preflight(run_dir: Path) -> str | None:
     """Why a job stopped before training when its preflight found slow nodes (on_slow: fail)."""
     try:
-        result = json.loads((run_dir / "preflight.json").read_text())
+        result = json.loads((run_dir / PREFLIGHT_RESULT).read_text())
         if not result.get("slow_nodes") or result.get("on_slow") != "fail":
             return None
         slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]

@@ -1,8 +1,8 @@
-"""Load a recipe file into a validated, fully resolved :class:`~clusterkit.recipe.Recipe`.
+"""Load a recipe file into a validated :class:`~clusterkit.resolved.ResolvedRecipe`.
 
 Order: read YAML (remembering lines) → merge ``extends`` bases → apply ``--set`` overrides →
-check the schema → fill defaults from the cluster profile → make local paths absolute → derive dp
-and batch sizes → layout checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
+check the schema → make local paths absolute → fill defaults from the cluster profile and derive
+dp and batch sizes → layout checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from clusterkit import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.paths import OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.profile import ClusterProfile, available_profiles, find_profile
-from clusterkit.recipe import PATTERN_HINTS, Preflight, Recipe
+from clusterkit.recipe import PATTERN_HINTS, Recipe
+from clusterkit.resolved import ResolvedRecipe
 from clusterkit.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
-DEFAULT_RUNS_DIR = "./runs"
 _MAX_EXTENDS_DEPTH = 16
 
 
@@ -32,7 +32,7 @@ _MAX_EXTENDS_DEPTH = 16
 class LoadedRecipe:
     """A validated recipe with every default and derived value filled in, plus where it came from."""
 
-    recipe: Recipe
+    recipe: ResolvedRecipe
     profile: ClusterProfile
     path: Path
     source: SourceMap
@@ -58,17 +58,17 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
     data.pop("extends", None)
     recipe = _convert(data, Recipe, source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
-    recipe = _apply_profile_defaults(recipe, profile)
     recipe, path_findings = resolve_local_paths(recipe, source)
     model_config = checks.read_model_config(recipe, source)
     recipe = checks.read_deepspeed_overrides(recipe, source)
-    recipe, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
+    resolved, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
     findings = source.warnings + profile_source.warnings + path_findings + findings
     errors = [f for f in findings if f.severity == "error"]
-    if errors:
+    # No resolved recipe comes without an error saying why.
+    if errors or resolved is None:
         raise RecipeErrors(errors) if len(errors) > 1 else RecipeError(errors[0])
     return LoadedRecipe(
-        recipe=recipe,
+        recipe=resolved,
         profile=profile,
         path=path,
         source=source,
@@ -278,34 +278,3 @@ def load_profile(reference: str, base_dir: Path, where: Location | None = None) 
     if not isinstance(data, dict):
         raise RecipeError(Finding(profile_source.default, (), "a cluster profile must be a mapping"))
     return _convert(data, ClusterProfile, profile_source), profile_path, profile_source
-
-
-def python_argv(command: str | list[str]) -> list[str]:
-    """The interpreter as an argv list: `python3` → [python3]; a list is already one."""
-    return [command] if isinstance(command, str) else list(command)
-
-
-def _apply_profile_defaults(recipe: Recipe, profile: ClusterProfile) -> Recipe:
-    """Fill every field the recipe left open from the profile (the recipe always wins)."""
-    r = recipe.resources
-    resources = msgspec.structs.replace(
-        r,
-        gpus_per_node=r.gpus_per_node or profile.gpus_per_node,
-        cpus_per_task=r.cpus_per_task or profile.cpus_per_node,
-        mem=r.mem if r.mem is not None else profile.mem_per_node,
-        partition=r.partition or profile.partition,
-        account=r.account or profile.account,
-        qos=r.qos or profile.qos,
-        time=str(r.time) if r.time is not None else None,
-    )
-    network = msgspec.structs.replace(recipe.network, profile=recipe.network.profile or profile.interconnect)
-    preflight = recipe.preflight if isinstance(recipe.preflight, Preflight) else Preflight(enabled=recipe.preflight)
-    return msgspec.structs.replace(
-        recipe,
-        resources=resources,
-        network=network,
-        preflight=preflight,
-        precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
-        runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
-        python=python_argv(recipe.python or profile.python),
-    )

@@ -12,16 +12,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterkit.jobstate import CANCELLED_MARKER
 from clusterkit.local_slurm import JOB_MARKER, KILL_WAIT_S, job_markers, terminate
+from clusterkit.run_layout import CANCELLED_MARKER, JOB_SCRIPT, LOCAL_JOB_IDS, SHIM_DIR, STAGING_PREFIX, batch_log
 from clusterkit.runs import RunRecord
 from clusterkit.submission import SubmitRequest, creating_run_dir, write_run_files
 
 SHIMS = ("srun", "scontrol")
-SHIM_DIR = ".local-bin"
-# Under runs_dir: one empty file per local job id ever given there, so ids stay unique across the
-# run names and across submits at the same moment (each id file is created exclusively).
-IDS_DIR = ".local-job-ids"
 
 
 def allocate_job_id(ids_dir: Path, start: int) -> str:
@@ -57,14 +53,14 @@ def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
     root = request.runs_root
     with creating_run_dir(root):
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
         try:
             staging.chmod(0o755)  # as a plain mkdir makes it (mkdtemp's is private)
             write_run_files(request, staging)
             _write_shims(staging / SHIM_DIR)
-            job_id = allocate_job_id(root.parent / IDS_DIR, time.time_ns() // 1_000_000 % 1_000_000_000)
+            job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
             while (root / job_id).exists():  # a run directory from before the ids were kept
-                job_id = allocate_job_id(root.parent / IDS_DIR, int(job_id) + 1)
+                job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, int(job_id) + 1)
             staging.rename(root / job_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -84,10 +80,9 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
         CLUSTERKIT_EXECUTOR="local",
         **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
     )
-    log_base = run_dir / f"{job_id}_0_log"
-    with open(f"{log_base}.out", "ab") as out, open(f"{log_base}.err", "ab") as err:
+    with open(run_dir / batch_log(job_id, "out"), "ab") as out, open(run_dir / batch_log(job_id, "err"), "ab") as err:
         return subprocess.Popen(
-            ["bash", str(run_dir / "job.sbatch")], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            ["bash", str(run_dir / JOB_SCRIPT)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
         )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO, Callable, Protocol, Sequence
 
 from clusterkit.jobstate import job_status
+from clusterkit.run_layout import STREAMS, deepspeed_rank_log, node_dir, node_log, torchrun_rank_logs
 from clusterkit.runs import RunRecord
 
 
@@ -18,13 +19,13 @@ class Readable(Protocol):
 def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     run_dir = record.path
     if rank is None:
-        return sorted(run_dir.glob(f"{record.job_id}_*_log.out")) + sorted(run_dir.glob(f"{record.job_id}_*_log.err"))
+        return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
     node, local = divmod(rank, record.ranks_per_node)
-    node_dir = run_dir / "ranks" / f"node{node}"
+    rank_logs = run_dir / node_dir(node)
     # torchrun --log-dir: <dir>/<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log (newest attempt last)
-    torchrun = sorted(node_dir.glob(f"*/attempt_*/{local}/std*.log"), key=lambda p: p.stat().st_mtime)
+    torchrun = sorted(rank_logs.glob(torchrun_rank_logs(local)), key=lambda p: p.stat().st_mtime)
     # DeepSpeed --enable_each_rank_log: <dir>/<timestamp>_rank<global rank>.log
-    deepspeed = sorted(node_dir.glob(f"*_rank{rank}.log"))
+    deepspeed = sorted(rank_logs.glob(deepspeed_rank_log(rank)))
     return torchrun or deepspeed
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterkit.modelsize import ModelShape
-from clusterkit.recipe import Recipe
+from clusterkit.resolved import ResolvedRecipe
 
 GIB = 2**30
 OPTIMIZER_STATE_BYTES = {"adamw": 8, "adafactor": 4, "adamw_8bit": 2, "sgd": 4}
@@ -35,11 +35,11 @@ class Layout:
     gradient_checkpointing: bool = False
 
     @classmethod
-    def of_recipe(cls, recipe: Recipe) -> Layout:
+    def of_recipe(cls, recipe: ResolvedRecipe) -> Layout:
         p, trainer = recipe.parallelism, recipe.task.trainer
         checkpointing = bool(trainer.args.get("gradient_checkpointing", False)) if trainer else False
-        return cls(int(p.dp), p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_params,
-                   p.micro_batch_size or 1, p.gradient_accumulation_steps or 1, checkpointing)
+        return cls(p.dp, p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_params,
+                   p.micro_batch_size, p.gradient_accumulation_steps, checkpointing)
 
     def describe(self) -> str:
         text = f"dp{self.dp} tp{self.tp} pp{self.pp} zero{self.zero_stage}"

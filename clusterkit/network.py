@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterkit.profile import ClusterProfile
-from clusterkit.recipe import Recipe
+from clusterkit.resolved import ResolvedRecipe
 
 
 @dataclass(frozen=True)
@@ -88,15 +88,15 @@ def env_value(value: str | int | float | bool) -> str:
     return str(value)
 
 
-def network_env(recipe: Recipe, profile: ClusterProfile) -> list[EnvVar]:
+def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
     then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
     chosen: dict[str, EnvVar] = {}
-    layers: list[tuple[EnvVar, ...]] = [_COMMON, PROFILES[recipe.network.profile or profile.interconnect]]
+    layers: list[tuple[EnvVar, ...]] = [_COMMON, PROFILES[recipe.network.profile]]
     if recipe.network.debug:
         layers.append(_DEBUG)
-    ranks_per_node = recipe.resources.gpus_per_node or 1
-    threads = max(1, (recipe.resources.cpus_per_task or 1) // ranks_per_node)
+    ranks_per_node = recipe.ranks_per_node
+    threads = max(1, recipe.resources.cpus_per_task // ranks_per_node)
     if profile.accelerator == "cpu":
         layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
     layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per node = {recipe.resources.cpus_per_task}/{ranks_per_node}: no oversubscribed cores"),))

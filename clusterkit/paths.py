@@ -5,12 +5,15 @@ the runner, which starts in another directory, reads the very files validate che
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from clusterkit.errors import Finding
 from clusterkit.recipe import Recipe
-from clusterkit.yaml_source import KeyPath, SourceMap
+
+if TYPE_CHECKING:  # annotations only: the profile imports this module into every rank, which needs no YAML
+    from clusterkit.yaml_source import KeyPath, SourceMap
 
 # The file name every ``--set`` location starts with (see loader.parse_override).
 OVERRIDE_PREFIX = "--set "

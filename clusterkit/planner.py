@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterkit.errors import UserError
 from clusterkit.loader import LoadedRecipe
 from clusterkit.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
 from clusterkit.modelsize import ModelShape, UnknownArchitecture, model_shape
@@ -26,8 +27,8 @@ MAX_MICRO_BATCH = 64
 COMPLEXITY_PENALTY = 0.01
 
 
-class PlanError(ValueError):
-    pass
+class PlanError(UserError, ValueError):
+    """The recipe or the arguments give nothing to plan with (no model shape, no GPU memory in the profile)."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,12 @@ def _cost(shape: ModelShape, layout: Layout, global_batch: int, loaded: LoadedRe
     gpus = layout.dp * layout.tp * layout.pp
     peak = (profile.gpu.peak_tflops if profile.gpu and profile.gpu.peak_tflops else 100.0) * 1e12
     intra = (profile.intra_node_gbps or 100.0) * 1e9
-    inter = (profile.inter_node_gbps or 12.5) * 1e9 if (r.nodes or 1) > 1 else intra
+    inter = (profile.inter_node_gbps or 12.5) * 1e9 if r.nodes > 1 else intra
     tokens = global_batch * shape.seq_len if shape.seq_len else global_batch
     flops = (8 if layout.gradient_checkpointing else 6) * shape.params * tokens  # recompute adds a forward
     m = layout.gradient_accumulation_steps
     compute = flops / (gpus * peak * ASSUMED_MFU) * (m + layout.pp - 1) / m  # pipeline bubble
-    gpus_per_node = r.gpus_per_node or 1
+    gpus_per_node = r.gpus_per_node
     bytes_per = 2 if loaded.recipe.precision != "fp32" else 4
     shard = shape.params / (layout.tp * layout.pp) * bytes_per
     dp_link = intra if layout.dp * layout.tp <= gpus_per_node else inter
@@ -131,8 +132,8 @@ def _divisors(n: int) -> list[int]:
 
 def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int) -> list[Layout]:
     recipe = loaded.recipe
-    gpus_per_node = recipe.resources.gpus_per_node or 1
-    world = recipe.resources.nodes * gpus_per_node
+    gpus_per_node = recipe.resources.gpus_per_node
+    world = recipe.world_size
     builtin_runner = recipe.task.trainer is not None  # HF Trainer: data parallel + ZeRO only
     layouts = []
     for tp in [1] if builtin_runner else _divisors(gpus_per_node):
@@ -193,7 +194,7 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
     gpu_memory = int(profile.gpu.memory_gb * GIB)
     mixed = recipe.precision != "fp32"
     optimizer = optimizer_kind(recipe.task.trainer.args.get("optim") if recipe.task.trainer else None)
-    gpus_per_node = recipe.resources.gpus_per_node or 1
+    gpus_per_node = recipe.resources.gpus_per_node
 
     def estimate_for(layout: Layout) -> MemoryEstimate:
         return estimate(shape, layout, mixed, optimizer, profile.accelerator, gpus_per_node)
@@ -201,7 +202,7 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
     current = Layout.of_recipe(recipe)
     result = Plan(shape, gpu_memory, current, estimate_for(current))
     result.advice = advise(shape, loaded, gpu_memory, estimate_for)
-    recipe_global = recipe.parallelism.global_batch_size or 1
+    recipe_global = recipe.parallelism.global_batch_size
     wanted_global = global_batch or recipe_global
     if wanted_global != recipe_global:
         ratio = wanted_global / recipe_global

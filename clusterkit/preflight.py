@@ -20,10 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clusterkit.resolved import decode_job_file
+from clusterkit.run_layout import JOB_JSON, PREFLIGHT_RESULT
+
 GPU_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30)
 CPU_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 EXIT_SLOW = 3
-RESULT_FILE = "preflight.json"
 # Test hook: "RANK:SECONDS" makes that rank sleep before every timed all-reduce, standing in for a
 # slow GPU or link (there is no way to slow one down for real on this machine).
 SLOW_RANK_ENV = "CLUSTERKIT_PREFLIGHT_SLOW_RANK"
@@ -74,14 +76,13 @@ def run(job_file: Path) -> int:
     import torch
     import torch.distributed as dist
 
-    job = json.loads(job_file.read_text(encoding="utf-8"))
-    recipe, profile = job["recipe"], job["profile"]
-    settings = recipe["preflight"]
-    on_gpu = profile["accelerator"] == "gpu"
+    job = decode_job_file(job_file.read_bytes())
+    settings = job.recipe.preflight
+    on_gpu = job.profile.accelerator == "gpu"
     dist.init_process_group("nccl" if on_gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(recipe["resources"]["gpus_per_node"])))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(job.recipe.ranks_per_node)))
     node = rank // per_node
     nodes = world // per_node
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
@@ -125,26 +126,26 @@ def run(job_file: Path) -> int:
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     per_node_results = gathered[::per_node]  # each node's ranks report the same numbers
-    slow = slow_nodes(per_node_results, settings["slow_fraction"])
+    slow = slow_nodes(per_node_results, settings.slow_fraction)
     result = {"world_size": world, "nodes": nodes, "ranks_per_node": per_node, "backend": dist.get_backend(),
               "sizes": sizes, "per_node": per_node_results, "slow_nodes": slow,
-              "slow_fraction": settings["slow_fraction"], "on_slow": settings["on_slow"]}
+              "slow_fraction": settings.slow_fraction, "on_slow": settings.on_slow}
     if rank == 0:
-        target = job_file.parent / RESULT_FILE
+        target = job_file.parent / PREFLIGHT_RESULT
         staging = target.with_suffix(".tmp")
         staging.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         os.replace(staging, target)
         print(format_report(result), flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    return EXIT_SLOW if slow and settings["on_slow"] == "fail" else 0
+    return EXIT_SLOW if slow and settings.on_slow == "fail" else 0
 
 
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m clusterkit.preflight")
-    parser.add_argument("job_file", type=Path, help="the job.json the batch script wrote into the run directory")
+    parser.add_argument("job_file", type=Path, help=f"the {JOB_JSON} the batch script wrote into the run directory")
     # The DeepSpeed launcher puts --local_rank before the script's own arguments; LOCAL_RANK says the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     from clusterkit.runner.rank_exit import finish

@@ -5,18 +5,16 @@ from __future__ import annotations
 import subprocess
 from typing import Sequence
 
-
-class CommandError(RuntimeError):
-    """A scheduler command failed; the message holds the command and its stderr."""
+from clusterkit.errors import SchedulerError
 
 
 def run(argv: Sequence[str], timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        raise CommandError(f"{argv[0]}: command not found") from None
+        raise SchedulerError(f"{argv[0]}: command not found") from None
     except subprocess.TimeoutExpired:
-        raise CommandError(f"{' '.join(argv)}: no answer within {timeout:.0f} s") from None
+        raise SchedulerError(f"{' '.join(argv)}: no answer within {timeout:.0f} s") from None
     if check and done.returncode != 0:
-        raise CommandError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        raise SchedulerError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
     return done

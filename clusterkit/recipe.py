@@ -2,8 +2,8 @@
 of truth that every rendered file is a pure function of.
 
 Field names are public interface: ``--set resources.nodes=4`` and the docs use them.
-A field left ``None`` is filled from the cluster profile by :mod:`clusterkit.loader`; after loading,
-a :class:`Recipe` has every derived value (dp, batch sizes, precision, network profile) filled in.
+This is the recipe as written: a field left ``None`` (or ``auto``) is filled from the cluster profile
+or derived when the loader builds a :class:`clusterkit.resolved.ResolvedRecipe`, which has every value.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class Recipe(_Struct, kw_only=True):
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     preemption: Preemption = field(default_factory=Preemption)
-    # After loading always a Preflight (false → enabled: false).
+    # Resolved always to a Preflight (false → enabled: false).
     preflight: Union[bool, Preflight] = False
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)

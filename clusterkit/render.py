@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,12 @@ import yaml
 
 import clusterkit.templates
 
-from clusterkit import __version__
-from clusterkit.deepspeed_config import deepspeed_config, uses_deepspeed
+from clusterkit import __version__, run_layout
+from clusterkit.deepspeed_config import deepspeed_config
+from clusterkit.errors import TemplateNotFound
 from clusterkit.loader import LoadedRecipe
 from clusterkit.network import network_env
+from clusterkit.resolved import JobFile
 from clusterkit.shell import Shell, comment, join_words, one_line, quote
 
 # Located through the package, not importlib.resources (10 ms of start-up on the render path).
@@ -39,14 +40,14 @@ class RenderedJob:
 
     @property
     def script(self) -> str:
-        return self.files["job.sbatch"]
+        return self.files[run_layout.JOB_SCRIPT]
 
 
 def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Where templates are looked up, first match wins: ``--template-dir`` directories,
-    $CLUSTERKIT_TEMPLATES (colon-separated ops directories), the recipe's directory, the built-ins."""
-    env_dirs = [d for d in os.environ.get("CLUSTERKIT_TEMPLATES", "").split(os.pathsep) if d]
-    dirs = [*extra_dirs, *env_dirs, str(loaded.path.parent), str(BUILTIN_TEMPLATES)]
+    """Where templates are looked up, first match wins: ``extra_dirs`` (the CLI passes the
+    ``--template-dir`` directories, then those of $CLUSTERKIT_TEMPLATES), the recipe's directory, the
+    built-ins. Nothing here reads the environment: the same arguments give the same path."""
+    dirs = [*extra_dirs, str(loaded.path.parent), str(BUILTIN_TEMPLATES)]
     return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs))
 
 
@@ -65,6 +66,7 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     env.filters["one_line"] = one_line
     env.filters["join_words"] = join_words
     env.filters["raw_shell"] = Shell
+    env.filters["in_run_dir"] = in_run_dir
     return env
 
 
@@ -72,7 +74,7 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     """Every #SBATCH option as (flag, value); value None means a bare flag. Sorted by flag."""
     recipe, profile = loaded.recipe, loaded.profile
     r = recipe.resources
-    log_base = f"{recipe.runs_dir}/{recipe.name}/%j/%j_0_log"
+    run_dir = f"{recipe.runs_dir}/{recipe.name}/%j"  # SLURM fills in %j, the job id
     options: dict[str, Any] = {
         "job-name": recipe.name,
         # The warning signal goes to the batch shell (B:), which passes it on to every rank.
@@ -81,8 +83,8 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         "nodes": r.nodes,
         "ntasks-per-node": 1,  # one launcher per node; it starts the ranks
         "cpus-per-task": r.cpus_per_task,
-        "output": f"{log_base}.out",
-        "error": f"{log_base}.err",
+        "output": f"{run_dir}/{run_layout.batch_log('%j', 'out')}",
+        "error": f"{run_dir}/{run_layout.batch_log('%j', 'err')}",
         "open-mode": "append",  # the batch shell and node 0's srun task share the log
     }
     if profile.accelerator == "gpu" and profile.gpu_request == "gres":
@@ -113,10 +115,17 @@ def script_argument(text: str) -> Shell:
     return Shell('"$RUN_DIR"'.join(quote(part) if part else "" for part in text.split(RUN_DIR_PLACEHOLDER)))
 
 
+def in_run_dir(name: str) -> Shell:
+    """``"$RUN_DIR/<name>"`` for a name from :mod:`clusterkit.run_layout` (the templates' ``in_run_dir``
+    filter): those are plain words, so inside double quotes only an expansion they hold on purpose
+    (``$SLURM_NODEID`` in ``layout.node_dir("$SLURM_NODEID")``) is shell."""
+    return Shell(f'"$RUN_DIR/{name}"')
+
+
 def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
     task = loaded.recipe.task
     if task.trainer is not None:
-        return {"entry": "clusterkit.runner", "module": True, "args": [Shell('"$RUN_DIR/job.json"')]}
+        return {"entry": "clusterkit.runner", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]}
     return {"entry": task.script, "module": task.module, "args": [script_argument(a) for a in task.args]}
 
 
@@ -127,10 +136,10 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     resolved = msgspec.to_builtins(recipe)
     files: dict[str, str] = {}
     ds_config_text = None
-    if uses_deepspeed(recipe):
+    if recipe.uses_deepspeed:
         ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
-        files["ds_config.json"] = ds_config_text
-    job_json = json.dumps({"recipe": resolved, "profile": msgspec.to_builtins(profile)}, sort_keys=True) + "\n"
+        files[run_layout.DEEPSPEED_CONFIG] = ds_config_text
+    job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
     setup = [f"module load {quote(m)}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
     context = {
@@ -147,16 +156,25 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "ds_config_json": ds_config_text,
         "job_json": job_json,
         "launch": _launch_command(loaded),
-        "preflight_launch": {"entry": "clusterkit.preflight", "module": True, "args": [Shell('"$RUN_DIR/job.json"')]},
+        "preflight_launch": {"entry": "clusterkit.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
+        "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
     }
-    files["env.sh"] = env.get_template(ENV_TEMPLATE).render(context)
-    files["job.sbatch"] = env.get_template(JOB_TEMPLATE).render(context)
-    files["recipe.resolved.yaml"] = (
+    files[run_layout.ENV_SCRIPT] = _render_template(env, ENV_TEMPLATE, context)
+    files[run_layout.JOB_SCRIPT] = _render_template(env, JOB_TEMPLATE, context)
+    files[run_layout.RESOLVED_RECIPE] = (
         f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
         f"on cluster profile {comment(loaded.profile_path)}\n"
         + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=False, width=100)
     )
     return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summarize(loaded))
+
+
+def _render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    try:
+        return env.get_template(name).render(context)
+    except jinja2.TemplateNotFound as exc:  # an ops template includes one that no directory holds
+        searched = ", ".join(env.loader.searchpath)  # type: ignore[union-attr]
+        raise TemplateNotFound(f"template {exc.name} is in none of the template directories ({searched})") from None
 
 
 def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
@@ -167,7 +185,7 @@ def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
     return [
         ("recipe", f"{recipe.name} ({loaded.path})"),
         ("cluster", f"{profile.name} ({profile.accelerator}, {recipe.network.profile} network)"),
-        ("resources", f"{r.nodes} nodes x {r.gpus_per_node} {unit} = {r.nodes * (r.gpus_per_node or 1)}"),
+        ("resources", f"{r.nodes} nodes x {r.gpus_per_node} {unit} = {recipe.world_size}"),
         ("layout", f"dp={p.dp} tp={p.tp} pp={p.pp} zero={p.zero_stage}"
                    + (f" offload(opt={p.offload_optimizer}, params={p.offload_params})" if p.zero_stage else "")),
         ("batch", f"micro {p.micro_batch_size} x accum {p.gradient_accumulation_steps} x dp {p.dp} = global {p.global_batch_size}"),

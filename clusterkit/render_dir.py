@@ -16,13 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from clusterkit.errors import RenderTargetError
+
 MARKER = ".clusterkit-render"
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
-
-
-class RenderTargetError(Exception):
-    """The output path cannot take a render; the message is one line naming it."""
 
 
 def write_render(files: Mapping[str, str], out_dir: Path, description: str) -> Path:

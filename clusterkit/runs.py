@@ -16,8 +16,9 @@ from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 
-RECORD = "run.json"
-EXIT_CODE = "exit_code"  # written by the batch script when its launchers have exited
+from clusterkit.errors import BadRunRecord, RunNotFound
+from clusterkit.run_layout import RUN_RECORD
+
 # A job id names files and directories and is matched in globs: one plain word, no path or pattern.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z_.-]+$")]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -47,7 +48,7 @@ class RunRecord:
 
     def write(self, directory: Path | None = None) -> None:
         """Into the run directory, or for an ssh run into ``directory`` on this machine."""
-        target = (directory or self.path) / RECORD
+        target = (directory or self.path) / RUN_RECORD
         staging = target.with_suffix(".tmp")
         staging.write_text(self.to_json(), encoding="utf-8")
         os.replace(staging, target)
@@ -67,16 +68,12 @@ def metric_records(text: str) -> list[dict[str, Any]]:
     return records
 
 
-class BadRecord(LookupError):
-    """A run.json that is not a run record (truncated, edited, not ours): named with what is wrong."""
-
-
 def read_record(run_dir: Path) -> RunRecord:
-    path = run_dir / RECORD
+    path = run_dir / RUN_RECORD
     try:
         text = path.read_bytes()
     except OSError as exc:
-        raise BadRecord(f"{path}: cannot read the run record: {exc.strerror}") from None
+        raise BadRunRecord(f"{path}: cannot read the run record: {exc.strerror}") from None
     return parse_record(text, str(path))
 
 
@@ -86,7 +83,7 @@ def parse_record(text: str | bytes, source: str = "run record") -> RunRecord:
     try:
         return msgspec.json.decode(text, type=RunRecord)
     except msgspec.DecodeError as exc:
-        raise BadRecord(f"{source}: not a clusterkit run record: {exc}") from None
+        raise BadRunRecord(f"{source}: not a clusterkit run record: {exc}") from None
 
 
 def _warn(message: str) -> None:
@@ -97,28 +94,24 @@ def list_runs(runs_dir: Path, warn: Callable[[str], None] = _warn) -> list[RunRe
     """Every run under ``runs_dir`` (``<name>/<id>/run.json``), newest first; a record that cannot
     be read is skipped with a warning, so one damaged run does not hide the others."""
     records = []
-    for record_path in runs_dir.glob(f"*/*/{RECORD}"):
+    for record_path in runs_dir.glob(f"*/*/{RUN_RECORD}"):
         try:
             records.append(read_record(record_path.parent))
-        except BadRecord as exc:
+        except BadRunRecord as exc:
             warn(f"skipping {exc.args[0]}")
     return sorted(records, key=lambda r: r.submitted_at, reverse=True)
-
-
-class RunNotFound(LookupError):
-    pass
 
 
 def find_run(reference: str, runs_dir: Path) -> RunRecord:
     """A run by its run directory path, or by job id: the run directory ``<name>/<job id>`` (or
     ``<job id>@<host>`` for a run on a login node) under ``runs_dir``, newest first."""
     as_path = Path(reference)
-    if (as_path / RECORD).is_file():
+    if (as_path / RUN_RECORD).is_file():
         return read_record(as_path)
     candidates = []
     if "/" not in reference and reference not in (".", ".."):
         word = glob.escape(reference)
-        candidates = [*runs_dir.glob(f"*/{word}/{RECORD}"), *runs_dir.glob(f"*/{word}@*/{RECORD}")]
+        candidates = [*runs_dir.glob(f"*/{word}/{RUN_RECORD}"), *runs_dir.glob(f"*/{word}@*/{RUN_RECORD}")]
     matches = [r for r in (read_record(path.parent) for path in candidates) if r.job_id == reference]
     if not matches:
         raise RunNotFound(f"no run with job id {reference} under {runs_dir} (give the run directory, or --runs-dir)")

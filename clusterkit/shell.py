@@ -6,15 +6,12 @@ import re
 import shlex
 from typing import Any, Iterable
 
+from clusterkit.errors import UnsafeValue
 from clusterkit.recipe import LINE_BREAKING
 
 
 class Shell(str):
     """Text that is meant to be shell (setup lines, ``$SLURM_NODEID``): rendered as written."""
-
-
-class UnsafeValue(ValueError):
-    """A value that cannot be rendered where a template put it (a line break in an #SBATCH line)."""
 
 
 _LINE_BREAKING = re.compile(f"[{LINE_BREAKING}]")

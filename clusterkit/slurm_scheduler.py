@@ -12,12 +12,10 @@ import submitit
 from submitit.core.utils import FailedJobError
 
 from clusterkit import proc
+from clusterkit.errors import SubmitError
+from clusterkit.run_layout import pending_submission_file
 from clusterkit.runs import RunRecord
 from clusterkit.submission import SubmitRequest, creating_run_dir, write_run_files
-
-
-class SubmissionError(RuntimeError):
-    """sbatch refused the job (distinct from a job that was accepted and then failed)."""
 
 
 class RenderedScriptExecutor(submitit.SlurmExecutor):
@@ -45,13 +43,13 @@ class RenderedScriptExecutor(submitit.SlurmExecutor):
 
 def _sbatch(executor: RenderedScriptExecutor, runs_root: Path) -> submitit.Job:
     if not shutil.which("sbatch"):
-        raise SubmissionError("sbatch: command not found")
+        raise SubmitError("sbatch: command not found")
     try:
         with creating_run_dir(runs_root), contextlib.redirect_stderr(io.StringIO()):  # submitit prints
             return executor._submit_command("")  # sbatch's error too; the exception below says it once
     except FailedJobError as exc:
         said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise SubmissionError(f"sbatch refused the job: {said}") from None
+        raise SubmitError(f"sbatch refused the job: {said}") from None
 
 
 def _undo(executor: RenderedScriptExecutor, runs_root: Path) -> None:
@@ -60,7 +58,7 @@ def _undo(executor: RenderedScriptExecutor, runs_root: Path) -> None:
         proc.run(["scancel", executor.queued_job_id], check=False)
         shutil.rmtree(runs_root / executor.queued_job_id, ignore_errors=True)
     if executor.submission_uid:
-        (runs_root / f".submission_file_{executor.submission_uid}.sh").unlink(missing_ok=True)
+        (runs_root / pending_submission_file(executor.submission_uid)).unlink(missing_ok=True)
 
 
 def submit(request: SubmitRequest) -> RunRecord:
@@ -73,7 +71,7 @@ def submit(request: SubmitRequest) -> RunRecord:
         run_dir = job.paths.folder
         with creating_run_dir(run_dir):
             # submitit leaves a symlink to the moved submission file.
-            (runs_root / f".submission_file_{executor.submission_uid}.sh").unlink(missing_ok=True)
+            (runs_root / pending_submission_file(executor.submission_uid)).unlink(missing_ok=True)
             write_run_files(request, run_dir)
             record = RunRecord(
                 job_id=job.job_id, name=request.name, scheduler="slurm", run_dir=str(run_dir),

@@ -23,6 +23,7 @@ from typing import BinaryIO, Callable, Sequence, TypeVar
 
 import paramiko
 
+from clusterkit.errors import SSHError
 from clusterkit.paths import expanded
 from clusterkit.profile import Login
 
@@ -35,10 +36,6 @@ SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 READ_ONLY_ATTEMPTS = 3
 
 T = TypeVar("T")
-
-
-class SSHError(RuntimeError):
-    """Connecting or running a command on the login node failed; the message says what to do."""
 
 
 class Unreachable(SSHError):

@@ -10,6 +10,7 @@ batch script is byte for byte the one ``submit --dry-run`` printed. A local ``ru
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import io
 import json
@@ -23,13 +24,14 @@ from typing import IO, Annotated, Any
 
 import msgspec
 
+from clusterkit.errors import BadRunRecord
 from clusterkit.jobstate import UNKNOWN, JobStatus, scontrol_show_job, slurm_status
 from clusterkit.profile import Login
-from clusterkit.runs import EXIT_CODE, RECORD, RunRecord, parse_record
+from clusterkit.run_layout import BUNDLE_FILE, EXIT_CODE, JOB_SCRIPT, RUN_RECORD, STREAMS, UPLOAD_PREFIX, node_log
+from clusterkit.runs import RunRecord, parse_record
 from clusterkit.ssh import SSHError, SSHSession, command_line, connect, read_only
 from clusterkit.submission import SubmitRequest
 
-BUNDLE_FILE = "bundle.json"
 BUNDLE_FORMAT = 1
 
 
@@ -56,7 +58,7 @@ class Bundle(msgspec.Struct):
     files: list[str]
 
 
-class BadBundle(LookupError):
+class BadBundle(BadRunRecord):
     """An uploaded bundle that cannot be submitted (damaged, incomplete, another version's)."""
 
 
@@ -75,8 +77,8 @@ def request_from_bundle(bundle_dir: Path) -> SubmitRequest:
     if meta.format != BUNDLE_FORMAT:
         raise BadBundle(f"{bundle_dir}: bundle format {meta.format} is not {BUNDLE_FORMAT}; "
                         f"install the same clusterkit version on both machines")
-    if "job.sbatch" not in meta.files or not all(_plain_name(name) for name in [*meta.files, meta.name]):
-        raise BadBundle(f"{bundle_dir / BUNDLE_FILE}: files must be plain file names including job.sbatch, "
+    if JOB_SCRIPT not in meta.files or not all(_plain_name(name) for name in [*meta.files, meta.name]):
+        raise BadBundle(f"{bundle_dir / BUNDLE_FILE}: files must be plain file names including {JOB_SCRIPT}, "
                         f"and name a plain name")
     try:
         files = {name: (bundle_dir / name).read_text(encoding="utf-8") for name in meta.files}
@@ -87,7 +89,7 @@ def request_from_bundle(bundle_dir: Path) -> SubmitRequest:
     return SubmitRequest(
         scheduler="slurm", name=meta.name, recipe=meta.recipe,
         runs_root=Path(meta.runs_dir).expanduser().absolute() / meta.name,
-        script=files["job.sbatch"], files=files, nodes=meta.nodes, ranks_per_node=meta.ranks_per_node,
+        script=files[JOB_SCRIPT], files=files, nodes=meta.nodes, ranks_per_node=meta.ranks_per_node,
         launcher=meta.launcher, overrides=tuple(meta.overrides), runs_dir=meta.runs_dir,
     )
 
@@ -135,7 +137,7 @@ class LoginNode:
         self.session.check(command_line(["mkdir", "-p", "--", bundle_dir]))
         for name, text in {**request.files, BUNDLE_FILE: bundle_json(request)}.items():
             sftp.putfo(io.BytesIO(text.encode("utf-8")), f"{bundle_dir}/{name}")
-        sftp.chmod(f"{bundle_dir}/job.sbatch", 0o755)
+        sftp.chmod(f"{bundle_dir}/{JOB_SCRIPT}", 0o755)
         for script in request.uploads:
             target = posixpath.join(self.workdir, script)
             self.session.check(command_line(["mkdir", "-p", "--", posixpath.dirname(target)]))
@@ -144,7 +146,7 @@ class LoginNode:
     def submit(self, request: SubmitRequest) -> RunRecord:
         """Upload and submit; returns the record as the login node wrote it."""
         runs_root = posixpath.join(self.workdir, str(request.runs_root))
-        bundle_dir = f"{runs_root}/.upload-{uuid.uuid4().hex[:12]}"
+        bundle_dir = f"{runs_root}/{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
         try:
             self.upload(request, bundle_dir)
             if self.has_clusterkit:
@@ -160,7 +162,7 @@ class LoginNode:
 
     def _sbatch(self, request: SubmitRequest, runs_root: str, bundle_dir: str) -> RunRecord:
         """No clusterkit on the login node: the same steps as the SLURM adapter, as shell commands."""
-        output = self.session.check(command_line(["sbatch", "--parsable", "--hold", f"{bundle_dir}/job.sbatch"],
+        output = self.session.check(command_line(["sbatch", "--parsable", "--hold", f"{bundle_dir}/{JOB_SCRIPT}"],
                                                  cwd=self.workdir), timeout=300)
         job_id = output.strip().split(";")[0]
         if not job_id.isdigit():
@@ -174,7 +176,7 @@ class LoginNode:
                 submitted_at=time.time(), nodes=request.nodes, ranks_per_node=request.ranks_per_node,
                 launcher=request.launcher, overrides=request.overrides,
             )
-            self.session.sftp.putfo(io.BytesIO(record.to_json().encode()), f"{run_dir}/{RECORD}")
+            self.session.sftp.putfo(io.BytesIO(record.to_json().encode()), f"{run_dir}/{RUN_RECORD}")
             self.session.check(command_line(["scontrol", "release", job_id]))
         except BaseException:
             self.session.run(command_line(["scancel", job_id]))  # never leave a half-prepared job queued
@@ -207,8 +209,8 @@ class LoginNode:
         def node_logs() -> list[RemoteFile]:
             names = self.session.sftp.listdir(record.run_dir)
             return [RemoteFile(self.session, f"{record.run_dir}/{name}")
-                    for suffix in ("out", "err") for name in sorted(names)
-                    if name.startswith(f"{record.job_id}_") and name.endswith(f"_log.{suffix}")]
+                    for stream in STREAMS for name in sorted(names)
+                    if fnmatch.fnmatchcase(name, node_log(record.job_id, "*", stream))]
 
         return stream(node_logs, lambda: self.status(record).done, follow, base=record.run_dir)
 

@@ -4,16 +4,17 @@ request's script, which is byte-identical to what reaches ``sbatch``."""
 
 from __future__ import annotations
 
-import errno
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Iterator
 
+from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
 from clusterkit.loader import LoadedRecipe
 from clusterkit.profile import ClusterProfile, Login
 from clusterkit.render import RenderedJob
+from clusterkit.run_layout import JOB_SCRIPT, UPLOAD_PREFIX, submission_file
 from clusterkit.runs import RunRecord
 
 SCHEDULERS = ("slurm", "local", "ssh")
@@ -44,13 +45,13 @@ class SubmitRequest:
         """The command that will run the script (the script's own path is chosen at submit time)."""
         if self.scheduler == "ssh":
             assert self.login is not None
-            bundle = f"{self.runs_root}/.upload-<id>"
+            bundle = f"{self.runs_root}/{UPLOAD_PREFIX}<id>"
             return ["ssh", self.login.host, f"cd {self.login.remote_workdir} && {self.login.python} -m clusterkit "
-                    f"submit --bundle {bundle}  (or, without clusterkit there: sbatch --hold {bundle}/job.sbatch)"]
+                    f"submit --bundle {bundle}  (or, without clusterkit there: sbatch --hold {bundle}/{JOB_SCRIPT})"]
         if self.scheduler == "slurm":
             # Held until clusterkit has written the run directory: SLURM does not create log folders.
-            return ["sbatch", "--hold", f"{self.runs_root}/<job id>/<job id>_submission.sh"]
-        return ["bash", f"{self.runs_root}/<job id>/job.sbatch"]
+            return ["sbatch", "--hold", f"{self.runs_root}/<job id>/{submission_file('<job id>')}"]
+        return ["bash", f"{self.runs_root}/<job id>/{JOB_SCRIPT}"]
 
 
 def default_scheduler(profile: ClusterProfile) -> str:
@@ -61,7 +62,7 @@ def default_scheduler(profile: ClusterProfile) -> str:
     return "ssh" if profile.login else "local"
 
 
-class SchedulerUnavailable(LookupError):
+class SchedulerUnavailable(UserError, LookupError):
     """The chosen executor cannot reach this cluster (reported like an unknown name: exit 2)."""
 
 
@@ -91,7 +92,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         script=job.script,
         files=dict(job.files),
         nodes=recipe.resources.nodes,
-        ranks_per_node=recipe.resources.gpus_per_node or 1,
+        ranks_per_node=recipe.ranks_per_node,
         launcher=recipe.launcher,
         overrides=loaded.overrides,
         runs_dir=runs_dir,
@@ -110,30 +111,18 @@ def schedule(request: SubmitRequest) -> RunRecord:
     return submit(request)
 
 
-class RunDirError(RuntimeError):
-    """The run directory could not be written for a reason of this machine's (a full disk): exit 1."""
-
-
-class RunDirPathError(LookupError):
-    """The run directory's path cannot hold one (a file in the way, no permission, too long): exit 2."""
-
-
-# Errors of the path the user chose; any other (ENOSPC, EIO, EDQUOT) is the machine's.
-_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
-                          errno.EROFS, errno.ELOOP, errno.ENOENT})
-
-
 @contextmanager
 def creating_run_dir(path: PurePath) -> Iterator[None]:
-    """File-system errors while creating a run directory as one line naming it, never a traceback."""
+    """File-system errors while creating a run directory as one line naming it, never a traceback:
+    the user's path (a file in the way, no permission) exit 2, the machine's (a full disk) exit 1."""
     try:
         yield
     except OSError as exc:
-        error = RunDirPathError if exc.errno in _PATH_ERRNOS else RunDirError
+        error = PathError if is_users_path_error(exc) else FileSystemError
         raise error(f"cannot create run directory {path}: {exc.strerror or exc}") from None
 
 
 def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
     for file_name, text in request.files.items():
         (run_dir / file_name).write_text(text, encoding="utf-8")
-    (run_dir / "job.sbatch").chmod(0o755)
+    (run_dir / JOB_SCRIPT).chmod(0o755)

@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 from clusterkit import load_recipe
-from clusterkit.runner.checkpoint_files import COMPLETE, LATEST, complete_checkpoints, damage, newest_usable, rotate
+from clusterkit.run_layout import COMPLETE, LATEST
+from clusterkit.runner.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
 from clusterkit.runs import RunRecord
 from conftest import REPO, run_cli
 

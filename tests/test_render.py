@@ -115,8 +115,19 @@ def test_template_override_by_search_path(tmp_path: Path, monkeypatch: pytest.Mo
     by_flag = render_job(loaded, (str(ops),))
     assert "export SITE_MARKER=1" in by_flag.files["env.sh"]
     assert "export SITE_MARKER=1" in by_flag.script  # job.sbatch includes env.sh.j2 through the same path
+    # Rendering is pure: $CLUSTERKIT_TEMPLATES is read by the CLI, which passes the directories in,
+    # after --template-dir and before the recipe's directory and the built-ins.
     monkeypatch.setenv("CLUSTERKIT_TEMPLATES", str(ops))
-    assert "export SITE_MARKER=1" in render_job(loaded).files["env.sh"]
+    assert "SITE_MARKER" not in render_job(loaded).files["env.sh"]
+    recipe = str(RECIPES_DIR / "tiny-gpt2-cpu.yaml")
+    by_env = run_cli("render", recipe, "-o", str(tmp_path / "by-env"), env={**os.environ})
+    assert by_env.returncode == 0 and "export SITE_MARKER=1" in (tmp_path / "by-env" / "env.sh").read_text()
+    flag = tmp_path / "flag-templates"
+    flag.mkdir()
+    (flag / "env.sh.j2").write_text("export FLAG_MARKER=1\n" + builtin)
+    by_both = run_cli("render", recipe, "--template-dir", str(flag), "-o", str(tmp_path / "by-both"), env={**os.environ})
+    env_sh = (tmp_path / "by-both" / "env.sh").read_text()
+    assert by_both.returncode == 0 and "export FLAG_MARKER=1" in env_sh and "SITE_MARKER" not in env_sh
 
 
 def test_template_typo_fails_loudly(tmp_path: Path) -> None:

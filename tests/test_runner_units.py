@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from clusterkit import load_recipe
+from clusterkit.profile import ClusterProfile
+from clusterkit.recipe import DatasetSpec, ModelSpec
+from clusterkit.resolved import ResolvedRecipe
 from conftest import RECIPES
 
 torch = pytest.importorskip("torch")
@@ -18,13 +20,13 @@ from clusterkit.runner.model import build_model  # noqa: E402
 from clusterkit.runner.train import training_settings  # noqa: E402
 
 
-def _job(recipe_path: Path, *overrides: str) -> tuple[dict, dict]:
+def _job(recipe_path: Path, *overrides: str) -> tuple[ResolvedRecipe, ClusterProfile]:
     loaded = load_recipe(recipe_path, overrides)
-    return msgspec.to_builtins(loaded.recipe), msgspec.to_builtins(loaded.profile)
+    return loaded.recipe, loaded.profile
 
 
 def test_synthetic_samples_differ_and_are_learnable_sequences() -> None:
-    data = build_dataset({"type": "synthetic", "seq_len": 16, "num_samples": 64}, None, 512, seed=1, base_dir=Path())
+    data = build_dataset(DatasetSpec(type="synthetic", seq_len=16, num_samples=64), None, 512, seed=1, base_dir=Path())
     rows = {tuple(data[i]["input_ids"].tolist()) for i in range(len(data))}
     assert len(data) == 64 and len(rows) > 60
     ids = data[0]["input_ids"]
@@ -35,23 +37,23 @@ def test_synthetic_samples_differ_and_are_learnable_sequences() -> None:
 
 def test_text_and_jsonl_datasets_byte_level(tmp_path: Path) -> None:
     (tmp_path / "corpus.txt").write_text("hello world " * 20)
-    text = build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 16}, None, 512, seed=0, base_dir=tmp_path)
+    text = build_dataset(DatasetSpec(type="text", path="corpus.txt", seq_len=16), None, 512, seed=0, base_dir=tmp_path)
     assert len(text) == 240 // 16 and text[0]["input_ids"][:5].tolist() == list(b"hello")
     (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"body": "abc " * 10}) for _ in range(4)) + "\n")
-    jsonl = build_dataset({"type": "jsonl", "path": str(tmp_path / "docs.jsonl"), "field": "body", "seq_len": 8},
+    jsonl = build_dataset(DatasetSpec(type="jsonl", path=str(tmp_path / "docs.jsonl"), field="body", seq_len=8),
                           None, 512, seed=0, base_dir=Path())
     assert len(jsonl) == 160 // 8
     with pytest.raises(ValueError, match="vocab_size >= 256"):
-        build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 16}, None, 100, seed=0, base_dir=tmp_path)
+        build_dataset(DatasetSpec(type="text", path="corpus.txt", seq_len=16), None, 100, seed=0, base_dir=tmp_path)
     with pytest.raises(ValueError, match="fewer than one block"):
-        build_dataset({"type": "text", "path": "corpus.txt", "seq_len": 10_000}, None, 512, seed=0, base_dir=tmp_path)
+        build_dataset(DatasetSpec(type="text", path="corpus.txt", seq_len=10_000), None, 512, seed=0, base_dir=tmp_path)
 
 
 def test_model_from_inline_config_and_config_file(tmp_path: Path) -> None:
     config = {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 300}
-    inline = build_model({"config": config}, tmp_path)
+    inline = build_model(ModelSpec(config=config), tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    from_file = build_model({"config": "config.json"}, tmp_path)
+    from_file = build_model(ModelSpec(config="config.json"), tmp_path)
     assert inline.config.n_layer == from_file.config.n_layer == 1
     assert sum(p.numel() for p in inline.parameters()) == sum(p.numel() for p in from_file.parameters())
 

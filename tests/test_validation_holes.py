@@ -162,17 +162,16 @@ def test_paths_resolve_against_the_recipe_not_the_cwd(tmp_path: Path) -> None:
 
 def test_runner_reads_the_validated_dataset_from_its_own_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    import msgspec
-
     from clusterkit.runner.data import build_dataset
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "train.txt").write_text("abcdefgh" * 64)
     recipe = _write(tmp_path / "project", TRAINER + "    dataset: {type: text, path: train.txt, seq_len: 64}\n")
-    spec = msgspec.to_builtins(load_recipe(recipe).recipe.task.trainer.dataset)  # type: ignore[union-attr]
+    trainer = load_recipe(recipe).recipe.task.trainer
+    assert trainer is not None
     (tmp_path / "job-cwd").mkdir()
     monkeypatch.chdir(tmp_path / "job-cwd")  # the runner starts where the job was submitted
-    assert len(build_dataset(spec, None, 512, 0, Path.cwd())) == 8
+    assert len(build_dataset(trainer.dataset, None, 512, 0, Path.cwd())) == 8
 
 
 @pytest.mark.parametrize("written,local", [("gpt2", False), ("org/model", False), ("./tok", True), ("tok", True),

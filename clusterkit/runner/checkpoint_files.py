@@ -14,14 +14,11 @@ import time
 import zipfile
 from pathlib import Path
 
-COMPLETE = ".clusterkit-complete"
-LATEST = "latest"
-# The Trainer needs it to continue at the saved step: without it a resume silently restarts at step 0.
-TRAINER_STATE = "trainer_state.json"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-# A checkpoint being removed is first renamed to this prefix (atomic), so no reader ever takes a
-# half-deleted folder for a complete checkpoint.
-_REMOVING = ".removing-"
+from clusterkit.run_layout import (
+    CHECKPOINT_PREFIX, CHECKPOINTS_DIR, COMPLETE, DAMAGED_INFIX, REMOVING_PREFIX, TRAINER_STATE,
+)
+
+_CHECKPOINT = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
 
 
 def step(path: Path) -> int:
@@ -39,7 +36,7 @@ def complete_checkpoints(directory: Path) -> list[Path]:
 
 
 def _remove(path: Path) -> None:
-    hidden = path.with_name(f"{_REMOVING}{path.name}")
+    hidden = path.with_name(f"{REMOVING_PREFIX}{path.name}")
     shutil.rmtree(hidden, ignore_errors=True)  # left by an interrupted removal of the same step
     os.replace(path, hidden)
     shutil.rmtree(hidden, ignore_errors=True)
@@ -51,7 +48,7 @@ def remove_incomplete(directory: Path) -> list[Path]:
     removed = []
     if directory.is_dir():
         for path in directory.iterdir():
-            if path.name.startswith(_REMOVING):
+            if path.name.startswith(REMOVING_PREFIX):
                 shutil.rmtree(path, ignore_errors=True)
             elif step(path) >= 0 and not (path / COMPLETE).exists():
                 _remove(path)
@@ -136,7 +133,7 @@ def damage(checkpoint: Path) -> str | None:
 
 def checkpoints_dir(run_dir: Path) -> Path:
     """A run directory's checkpoints folder (a checkpoints folder given directly is taken as is)."""
-    return run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
+    return run_dir / CHECKPOINTS_DIR if (run_dir / CHECKPOINTS_DIR).is_dir() else run_dir
 
 
 def newest_usable(directory: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
@@ -154,6 +151,6 @@ def newest_usable(directory: Path) -> tuple[Path | None, list[tuple[Path, str]]]
 def set_aside(checkpoint: Path) -> Path:
     """Rename a damaged checkpoint out of the way (kept for inspection): training will write a
     checkpoint of the same step again, which must not land in a folder already marked complete."""
-    target = checkpoint.with_name(f"{checkpoint.name}.damaged-{int(time.time())}")
+    target = checkpoint.with_name(f"{checkpoint.name}{DAMAGED_INFIX}{int(time.time())}")
     os.replace(checkpoint, target)
     return target

@@ -13,9 +13,8 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from clusterkit.runner.checkpoint_files import (
-    COMPLETE, LATEST, checkpoints_dir, newest_usable, remove_incomplete, rotate, set_aside,
-)
+from clusterkit.run_layout import COMPLETE, LATEST, checkpoint_name
+from clusterkit.runner.checkpoint_files import checkpoints_dir, newest_usable, remove_incomplete, rotate, set_aside
 
 
 def _barrier() -> None:
@@ -61,7 +60,7 @@ class CheckpointPublisher(TrainerCallback):
         _barrier()
         if state.is_world_process_zero:
             output_dir = Path(args.output_dir)
-            checkpoint = output_dir / f"checkpoint-{state.global_step}"
+            checkpoint = output_dir / checkpoint_name(state.global_step)
             (checkpoint / COMPLETE).write_text(f"{state.global_step}\n")
             staging = output_dir / f".{LATEST}.tmp"
             staging.write_text(f"{checkpoint.name}\n")

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from clusterkit.recipe import DatasetSpec
+
 # A synthetic sample is an arithmetic sequence of token ids (random start, step from a small set):
 # random enough that ranks get different batches, structured enough that the loss visibly falls.
 _SYNTHETIC_STEPS = (1, 2, 3, 5, 7)
@@ -61,17 +63,17 @@ def _tokenize(texts: list[str], tokenizer: Any, vocab_size: int) -> list[int]:
     return ids
 
 
-def build_dataset(spec: dict[str, Any], tokenizer: Any, vocab_size: int, seed: int, base_dir: Path) -> Dataset:
-    kind, seq_len = spec["type"], spec["seq_len"]
+def build_dataset(spec: DatasetSpec, tokenizer: Any, vocab_size: int, seed: int, base_dir: Path) -> Dataset:
+    kind, seq_len = spec.type, spec.seq_len
     if kind == "synthetic":
-        return SyntheticTokens(spec["num_samples"], seq_len, vocab_size, seed)
-    path = Path(spec["path"]).expanduser()
+        return SyntheticTokens(spec.num_samples, seq_len, vocab_size, seed)
+    path = Path(spec.path).expanduser()
     path = path if path.is_absolute() else base_dir / path
     if kind == "text":
         return TokenBlocks(_tokenize([path.read_text(encoding="utf-8")], tokenizer, vocab_size), seq_len)
     if kind == "jsonl":
         with path.open(encoding="utf-8") as lines:
-            texts = [json.loads(line)[spec["field"]] for line in lines if line.strip()]
+            texts = [json.loads(line)[spec.field] for line in lines if line.strip()]
         return TokenBlocks(_tokenize(texts, tokenizer, vocab_size), seq_len)
     try:
         import datasets

@@ -6,20 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from clusterkit.recipe import ModelSpec
+
 
 def _local(path: str, base_dir: Path) -> Path:
     candidate = Path(path).expanduser()
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def build_model(spec: dict[str, Any], base_dir: Path) -> Any:
+def build_model(spec: ModelSpec, base_dir: Path) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if spec.get("pretrained"):
-        name = spec["pretrained"]
-        local = _local(name, base_dir)
-        return AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name)
-    config = spec["config"]
+    if spec.pretrained:
+        local = _local(spec.pretrained, base_dir)
+        return AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else spec.pretrained)
+    config = spec.config
     if isinstance(config, dict):
         settings = dict(config)
         model_config = AutoConfig.for_model(settings.pop("model_type"), **settings)
@@ -28,11 +29,11 @@ def build_model(spec: dict[str, Any], base_dir: Path) -> Any:
     return AutoModelForCausalLM.from_config(model_config)
 
 
-def build_tokenizer(spec: dict[str, Any], base_dir: Path) -> Any:
+def build_tokenizer(spec: ModelSpec, base_dir: Path) -> Any:
     """The tokenizer named by model.tokenizer (or the pretrained model's own); None = byte-level."""
     from transformers import AutoTokenizer
 
-    name = spec.get("tokenizer") or spec.get("pretrained")
+    name = spec.tokenizer or spec.pretrained
     if not name:
         return None
     local = _local(name, base_dir)

@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from clusterkit.run_layout import PREEMPTED_RECORD
 from clusterkit.runner.rank_exit import write_durably
 
 # Exit code of the ranks when the job stopped for preemption without being requeued.
 EXIT_PREEMPTED = 85
-STOPPED_RECORD = "preempted.json"
 
 
 class PreemptionHandler(TrainerCallback):
@@ -69,7 +69,7 @@ class PreemptionHandler(TrainerCallback):
             else:
                 reason = (f"max_requeues ({self.max_requeues}) reached" if job_id and restarts >= self.max_requeues
                           else "no SLURM job to requeue")
-                write_durably(self.run_dir / STOPPED_RECORD, json.dumps(
+                write_durably(self.run_dir / PREEMPTED_RECORD, json.dumps(
                     {"step": self.stopped_at, "restarts": restarts, "max_requeues": self.max_requeues, "reason": reason}) + "\n")
                 print(f"clusterkit: preempted at step {self.stopped_at}; {reason}: not requeued. "
                       f"Continue with: clusterkit submit --resume {self.run_dir}", flush=True)

@@ -18,6 +18,10 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 
+from clusterkit import run_layout
+from clusterkit.profile import ClusterProfile
+from clusterkit.recipe import TrainerTask
+from clusterkit.resolved import ResolvedRecipe, decode_job_file
 from clusterkit.runner.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runner.data import build_dataset
 from clusterkit.runner.model import build_model, build_tokenizer
@@ -32,13 +36,18 @@ class LayoutError(RuntimeError):
     """The processes the launcher started do not form the world the recipe asked for."""
 
 
-def training_settings(recipe: dict[str, Any], profile: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def trainer_task(recipe: ResolvedRecipe) -> TrainerTask:
+    """What the built-in runner trains; a job of task.script never launches it."""
+    if recipe.task.trainer is None:
+        raise LayoutError(f"recipe '{recipe.name}' runs task.script, not the built-in runner (task.trainer)")
+    return recipe.task.trainer
+
+
+def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: Path) -> dict[str, Any]:
     """TrainingArguments keywords from the recipe. The layout keys come from the recipe; the user's
     task.trainer.args fill or override the rest; defaults follow seed 004 on a GPU and still run on CPU."""
-    on_gpu = profile["accelerator"] == "gpu"
-    parallelism = recipe["parallelism"]
-    ranks_per_node = recipe["resources"]["gpus_per_node"]
-    cpus_per_rank = max(1, recipe["resources"]["cpus_per_task"] // ranks_per_node)
+    on_gpu = profile.accelerator == "gpu"
+    cpus_per_rank = max(1, recipe.resources.cpus_per_task // recipe.ranks_per_node)
     settings: dict[str, Any] = {
         "logging_steps": 10,
         "save_steps": 500,
@@ -50,20 +59,20 @@ def training_settings(recipe: dict[str, Any], profile: dict[str, Any], run_dir: 
         "dataloader_pin_memory": on_gpu,
         "ddp_find_unused_parameters": False,  # True costs an extra graph traversal per step
     }
-    settings.update(recipe["task"]["trainer"]["args"])
+    settings.update(trainer_task(recipe).args)
     settings.update(
-        output_dir=str(run_dir / "checkpoints"),
-        per_device_train_batch_size=parallelism["micro_batch_size"],
-        gradient_accumulation_steps=parallelism["gradient_accumulation_steps"],
-        bf16=recipe["precision"] == "bf16",
-        fp16=recipe["precision"] == "fp16",
+        output_dir=str(run_dir / run_layout.CHECKPOINTS_DIR),
+        per_device_train_batch_size=recipe.parallelism.micro_batch_size,
+        gradient_accumulation_steps=recipe.parallelism.gradient_accumulation_steps,
+        bf16=recipe.precision == "bf16",
+        fp16=recipe.precision == "fp16",
         # Without use_cpu on a CPU-only node, DDP silently trains every rank alone (world size 1).
         use_cpu=not on_gpu,
     )
     if not on_gpu:
         settings["ddp_backend"] = "gloo"
-    ds_config = run_dir / "ds_config.json"
-    if recipe["launcher"] == "deepspeed" or parallelism["zero_stage"] > 0:
+    ds_config = run_dir / run_layout.DEEPSPEED_CONFIG
+    if recipe.uses_deepspeed:
         settings["deepspeed"] = str(ds_config)
     return settings
 
@@ -174,39 +183,38 @@ def main(job_file: Path) -> int:
 
 
 def _train(job_file: Path) -> int:
-    job = json.loads(job_file.read_text(encoding="utf-8"))
-    recipe, profile = job["recipe"], job["profile"]
+    job = decode_job_file(job_file.read_bytes())
+    recipe, profile = job.recipe, job.profile
     run_dir = job_file.parent
-    trainer_spec = recipe["task"]["trainer"]
+    trainer_spec = trainer_task(recipe)
     base_dir = Path.cwd()
     settings = training_settings(recipe, profile, run_dir)
     # Rotation is clusterkit's, after a newer checkpoint is complete: the Trainer's own deletes the
     # previous checkpoint before the new one is marked complete, leaving a moment with none.
     keep_checkpoints = settings.pop("save_total_limit", None)
     args = TrainingArguments(**settings)
-    subset = recipe["deepspeed"]["include"] or recipe["deepspeed"]["exclude"]
+    subset = recipe.deepspeed.include or recipe.deepspeed.exclude
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
-    expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe["resources"]["nodes"] * recipe["resources"]["gpus_per_node"]
+    expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe.world_size
     _check_world(args, expected_world)
     if args.deepspeed:
         import deepspeed
 
         # ZeRO-3 partitions parameters while the model is built (zero.Init), which asks deepspeed.comm
         # for the world size: it must be initialised first, or it reports 1 and the batch check fails.
-        deepspeed.init_distributed(dist_backend="gloo" if profile["accelerator"] == "cpu" else "nccl")
+        deepspeed.init_distributed(dist_backend="gloo" if profile.accelerator == "cpu" else "nccl")
 
-    model = build_model(trainer_spec["model"], base_dir)
-    tokenizer = build_tokenizer(trainer_spec["model"], base_dir)
-    dataset = build_dataset(trainer_spec["dataset"], tokenizer, model.config.vocab_size, args.seed, base_dir)
+    model = build_model(trainer_spec.model, base_dir)
+    tokenizer = build_tokenizer(trainer_spec.model, base_dir)
+    dataset = build_dataset(trainer_spec.dataset, tokenizer, model.config.vocab_size, args.seed, base_dir)
     if args.gradient_checkpointing:
         model.config.use_cache = False  # the KV cache is useless in training and conflicts with checkpointing
 
     # Samples per optimizer step from the ranks that really run (DeepSpeed include/exclude may drop some).
     global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", global_batch,
-                            trainer_spec["dataset"]["seq_len"], args.world_size)
-    preemption = recipe["preemption"]
-    preempt = PreemptionHandler(run_dir, preemption["signal"], preemption["max_requeues"])
+    metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch,
+                            trainer_spec.dataset.seq_len, args.world_size)
+    preempt = PreemptionHandler(run_dir, recipe.preemption.signal, recipe.preemption.max_requeues)
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
                                     callbacks=[metrics, CheckpointPublisher(keep_checkpoints), preempt])
     own_checkpoints = Path(args.output_dir)
@@ -214,7 +222,7 @@ def _train(job_file: Path) -> int:
         prepare_own_dir(own_checkpoints)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    found = resume_point(own_checkpoints, recipe.get("resume_from"), report=args.process_index == 0)
+    found = resume_point(own_checkpoints, recipe.resume_from, report=args.process_index == 0)
     checkpoint = str(found) if found else None
     if checkpoint and args.process_index == 0:
         print(f"clusterkit: resuming from {checkpoint}", flush=True)
@@ -223,12 +231,12 @@ def _train(job_file: Path) -> int:
         if args.process_index == 0:
             metrics.record({"event": "preempted", "time": time.time(), "step": trainer.state.global_step})
         return preempt.finish(args.process_index == 0)
-    trainer.save_model(str(run_dir / "model"))
+    trainer.save_model(str(run_dir / run_layout.MODEL_DIR))
     if args.should_save:
-        fsync_tree(run_dir / "model")
+        fsync_tree(run_dir / run_layout.MODEL_DIR)
 
-    rank_dir = run_dir / "ranks"
-    rank_dir.mkdir(parents=True, exist_ok=True)
+    record_path = run_dir / run_layout.rank_record(args.process_index)
+    record_path.parent.mkdir(parents=True, exist_ok=True)
     engine_facts = _deepspeed_engine_facts(trainer)
     rank_record = {
         **engine_facts,
@@ -243,5 +251,5 @@ def _train(job_file: Path) -> int:
         "resumed_from": checkpoint,
         "global_step": trainer.state.global_step,
     }
-    write_durably(rank_dir / f"rank-{args.process_index}.json", json.dumps(rank_record, indent=2) + "\n")
+    write_durably(record_path, json.dumps(rank_record, indent=2) + "\n")
     return 0

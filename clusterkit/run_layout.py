@@ -1,0 +1,129 @@
+"""The run directory's layout: every file and folder name in ``<runs_dir>/<name>/<job id>/`` (and the
+few clusterkit keeps beside it), owned here and nowhere else.
+
+The CLI, the scheduler adapters, the in-job runner and, through the render context (``layout``),
+the batch script all take the names from this module, so a name changes in one place and the
+writer and its readers cannot drift apart. Each name says who writes it and who reads it. Names
+are plain words (no quote, space or shell character: a test holds them to that) because the
+templates put them inside double quotes as they are. Nothing here imports anything heavy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Stream = Literal["out", "err"]  # the two log files of each node (srun --output / --error)
+STREAMS: tuple[Stream, ...] = ("out", "err")
+
+# --- Written by `clusterkit submit` before the job may start (it is held until they exist) ---
+JOB_SCRIPT = "job.sbatch"  # render; run by sbatch, by the local executor, by `submit --bundle` on a login node
+ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
+DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
+RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
+RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume
+SHIM_DIR = ".local-bin"  # the local executor: its srun/scontrol stand-ins, first on the job's PATH
+
+# --- Written by the batch script ---
+HOSTFILE = "hostfile"  # at start, from the allocation; read by the DeepSpeed launcher and status (host names)
+JOB_JSON = "job.json"  # at start: the resolved recipe and profile; read by the runner, preflight and bench
+EXIT_CODE = "exit_code"  # when the launchers have exited; read by status once SLURM forgot the job
+
+# --- Written by the ranks ---
+METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow and bench
+PREFLIGHT_RESULT = "preflight.json"  # preflight, rank 0; read by `clusterkit preflight` and status (slow nodes)
+# The runner, rank 0, when a preempted job is not requeued; read by the batch script (no retry) and status.
+PREEMPTED_RECORD = "preempted.json"
+MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
+RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the batch script and the runner
+
+# --- Checkpoints: the Trainer's output_dir ---
+CHECKPOINTS_DIR = "checkpoints"  # the Trainer; read by resume, `submit --resume` and export
+CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's checkpoint-<step> folders; read by checkpoint_files
+COMPLETE = ".clusterkit-complete"  # the runner, rank 0, in a checkpoint all ranks finished; read by resume and export
+LATEST = "latest"  # the runner, rank 0: the newest complete checkpoint's name; read by people and tools
+# The Trainer, in each checkpoint; checked by checkpoint_files: without it a resume silently restarts at step 0.
+TRAINER_STATE = "trainer_state.json"
+# checkpoint_files renames a checkpoint to this prefix (atomic) before deleting it, so no reader ever
+# takes a half-deleted folder for a complete checkpoint.
+REMOVING_PREFIX = ".removing-"
+DAMAGED_INFIX = ".damaged-"  # checkpoint_files sets a damaged checkpoint aside as <name>.damaged-<time>
+
+# --- Written by other commands ---
+CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; read by status
+EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
+
+# --- Beside the run directories ---
+STAGING_PREFIX = ".staging-"  # the local executor builds a run directory under this name in <runs_dir>/<name>/
+# The SSH adapter uploads a bundle to <runs_dir>/<name>/.upload-<id>/ on the login node; it becomes the run directory.
+UPLOAD_PREFIX = ".upload-"
+# The SSH adapter, in the bundle; read by `submit --bundle` on the login node, removed before the job starts.
+BUNDLE_FILE = "bundle.json"
+# The local executor, in <runs_dir>: one empty file per job id ever given there, created exclusively,
+# so ids stay unique across run names and across submits at the same moment.
+LOCAL_JOB_IDS = ".local-job-ids"
+
+
+def node_dir(node: int | str) -> str:
+    """``ranks/node<N>``: the node's launcher writes each rank's own output there (torchrun
+    --log-dir, DeepSpeed --enable_each_rank_log); read by logs --rank and status. ``node`` is a
+    number, or in the batch script the shell expansion that holds it (``$SLURM_NODEID``)."""
+    return f"{RANKS_DIR}/node{node}"
+
+
+def node_number(name: str) -> int:
+    """N from a ``node<N>`` folder name (or a ``node<N>.exit`` stem); ValueError for anything else."""
+    return int(name.removeprefix("node"))
+
+
+def node_exit(node: int | str) -> str:
+    """``ranks/node<N>.exit``: the batch script's clusterkit_node, when and how the node's launcher
+    ended; read by status (the earliest failure names the failing node)."""
+    return f"{node_dir(node)}.exit"
+
+
+def rank_record(rank: int | str) -> str:
+    """``ranks/rank-<R>.json``: the runner, every rank, what it saw; read by the layout tests."""
+    return f"{RANKS_DIR}/rank-{rank}.json"
+
+
+def node_log(job_id: str, node: int | str, stream: Stream) -> str:
+    """``<job id>_<node>_log.out|err``: srun's per-node output (SLURM fills in ``%j``/``%t``); read by
+    logs and status (torchrun's root cause)."""
+    return f"{job_id}_{node}_log.{stream}"
+
+
+def batch_log(job_id: str, stream: Stream) -> str:
+    """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
+    return node_log(job_id, 0, stream)
+
+
+def submission_file(job_id: str) -> str:
+    """``<job id>_submission.sh``: submitit's copy of the script sbatch received, in the run directory."""
+    return f"{job_id}_submission.sh"
+
+
+def pending_submission_file(uid: str) -> str:
+    """submitit's name for the script in <runs_dir>/<name>/ before sbatch gave the job an id; the
+    SLURM adapter removes it (submitit leaves a link) or, after a failed submit, the file itself."""
+    return f".submission_file_{uid}.sh"
+
+
+def checkpoint_name(step: int) -> str:
+    """``checkpoint-<step>``, as the Trainer names a save (its PREFIX_CHECKPOINT_DIR)."""
+    return f"{CHECKPOINT_PREFIX}{step}"
+
+
+# Launcher-owned names below ranks/node<N>/, read by logs and status.
+# torchelastic's @record error files: <run id>/attempt_<k>/<local rank>/error.json.
+TORCHRUN_ERROR_FILES = "*/attempt_*/*/error.json"
+RANK_LOGS = "**/*.log"  # any rank's own log, torchrun's or DeepSpeed's
+
+
+def torchrun_rank_logs(local_rank: int | str) -> str:
+    """torchrun --log-dir's stdout/stderr of one local rank: ``<run id>/attempt_<k>/<local rank>/std*.log``."""
+    return f"*/attempt_*/{local_rank}/std*.log"
+
+
+def deepspeed_rank_log(rank: int | str) -> str:
+    """DeepSpeed --enable_each_rank_log's file of one global rank: ``<timestamp>_rank<R>.log``."""
+    return f"*_rank{rank}.log"
