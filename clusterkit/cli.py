@@ -98,7 +98,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _cluster_override(reference: str) -> str:
     """``--cluster X`` as a ``cluster=`` override; a path is taken relative to here, not the recipe."""
     if "/" in reference or reference.endswith((".yaml", ".yml")):
-        from clusterkit.paths import expanded
+        from clusterkit.profile import expanded
 
         reference = str(expanded(reference).absolute())
     return f"cluster={json.dumps(reference)}"

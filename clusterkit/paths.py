@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from clusterkit.errors import Finding
+from clusterkit.profile import expanded
 from clusterkit.recipe import Recipe
 
 if TYPE_CHECKING:  # annotations only: the profile imports this module into every rank, which needs no YAML
@@ -18,15 +19,6 @@ if TYPE_CHECKING:  # annotations only: the profile imports this module into ever
 # The file name every ``--set`` location starts with (see loader.parse_override).
 OVERRIDE_PREFIX = "--set "
 _LOCAL_PREFIXES = ("./", "../", "/", "~")
-
-
-def expanded(text: str) -> Path:
-    """``~`` and ``~user`` expanded; a ``~user`` with no such user stays as written (and is then
-    simply not found) instead of raising from pathlib."""
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:
-        return Path(text)
 
 
 def _written_in(source: SourceMap, key: KeyPath) -> Path:

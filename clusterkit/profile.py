@@ -10,7 +10,6 @@ from msgspec import Meta, field
 
 import clusterkit.recipes.clusters
 
-from clusterkit.paths import expanded
 from clusterkit.recipe import (
     EnvMap,
     Line,
@@ -87,6 +86,15 @@ class ClusterProfile(_Struct, kw_only=True):
     python: PythonCommand = "python3"
     nvme_path: Optional[NonEmptyLine] = None
     login: Optional[Login] = None
+
+
+def expanded(text: str) -> Path:
+    """``~`` and ``~user`` expanded; a ``~user`` with no such user stays as written (and is then
+    simply not found) instead of raising from pathlib."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
 
 
 def profile_search_path(recipe_dir: Path) -> list[Path]:

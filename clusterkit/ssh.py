@@ -24,8 +24,7 @@ from typing import BinaryIO, Callable, Sequence, TypeVar
 import paramiko
 
 from clusterkit.errors import SSHError
-from clusterkit.paths import expanded
-from clusterkit.profile import Login
+from clusterkit.profile import Login, expanded
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
