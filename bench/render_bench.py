@@ -36,7 +36,7 @@ def _cli() -> list[str]:
     # The console script installed beside this interpreter (not a version-manager shim, which adds
     # its own start-up time), else the module.
     script = Path(sys.executable).parent / "clusterkit"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "clusterkit.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "clusterkit.cli.main"]
 
 
 def measure(command: list[str], runs: int) -> list[float]:

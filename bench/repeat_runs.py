@@ -65,7 +65,7 @@ def _aborted(run_dir: Path) -> bool:
 def run_once(runs_dir: Path, steps: int) -> Outcome:
     started = time.time()
     done = subprocess.run(
-        [sys.executable, "-m", "clusterkit.cli", "submit", str(RECIPE), "--follow", "--set", f"runs_dir={runs_dir}",
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(RECIPE), "--follow", "--set", f"runs_dir={runs_dir}",
          "--set", f"task.trainer.args.max_steps={steps}", "--set", f"task.trainer.args.save_steps={steps}",
          "--set", "task.trainer.args.logging_steps=1"],
         cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -73,7 +73,7 @@ def run_once(runs_dir: Path, steps: int) -> Outcome:
     if not run_dirs:
         raise RuntimeError(f"submit printed no run dir:\n{done.stdout}\n{done.stderr}")
     run_dir = Path(run_dirs[0])
-    status = json.loads(subprocess.run([sys.executable, "-m", "clusterkit.cli", "status", str(run_dir), "--json"],
+    status = json.loads(subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "status", str(run_dir), "--json"],
                                        cwd=REPO, capture_output=True, text=True, check=True).stdout)
     return Outcome(run_dir, status["state"], status["exit_code"], status["failure"], _finished_ranks(run_dir, steps),
                    _aborted(run_dir), time.time() - started)

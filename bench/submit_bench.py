@@ -30,7 +30,7 @@ HAND_WRITTEN = """#!/bin/bash
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))
 srun bash -c 'python3 -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --node-rank=$SLURM_NODEID \\
-  --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT -m clusterkit.runner {run_dir}/job.json'
+  --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT -m clusterkit.runtime.runner {run_dir}/job.json'
 """
 
 
@@ -55,7 +55,7 @@ def _summary(start: float, records: list[dict]) -> tuple[float, float]:
 def run_clusterkit(workdir: Path, steps: int) -> tuple[float, float]:
     start = time.time()
     done = subprocess.run(
-        [sys.executable, "-m", "clusterkit.cli", "submit", str(RECIPE), "--set", f"runs_dir={workdir}",
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(RECIPE), "--set", f"runs_dir={workdir}",
          "--set", "task.trainer.args.logging_steps=1", "--set", f"task.trainer.args.max_steps={steps}",
          "--set", f"task.trainer.args.save_steps={steps}"],
         capture_output=True, text=True, check=True, cwd=REPO)
@@ -66,7 +66,7 @@ def run_clusterkit(workdir: Path, steps: int) -> tuple[float, float]:
 def run_hand_written(workdir: Path, steps: int) -> tuple[float, float]:
     # The same job.json (resolved recipe) clusterkit would hand the runner.
     render = workdir / "render"
-    subprocess.run([sys.executable, "-m", "clusterkit.cli", "render", str(RECIPE), "-o", str(render),
+    subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "render", str(RECIPE), "-o", str(render),
                     "--set", "task.trainer.args.logging_steps=1", "--set", f"task.trainer.args.max_steps={steps}",
                     "--set", f"task.trainer.args.save_steps={steps}"], capture_output=True, check=True, cwd=REPO)
     job_json = render.parent / "job.json"

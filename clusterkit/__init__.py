@@ -9,7 +9,7 @@ fast on a login node)::
     job.files["job.sbatch"]
 
 Each public name is imported on first use (PEP 562): every training rank imports
-``clusterkit.runner`` through this package and must not pay for YAML, Jinja or the loader.
+``clusterkit.runtime.runner`` through this package and must not pay for YAML, Jinja or the loader.
 """
 
 from __future__ import annotations
@@ -40,18 +40,18 @@ _PUBLIC = {
     "RecipeError": "clusterkit.errors",
     "RecipeErrors": "clusterkit.errors",
     "UserError": "clusterkit.errors",
-    "LoadedRecipe": "clusterkit.loader",
-    "load_recipe": "clusterkit.loader",
-    "RenderedJob": "clusterkit.render",
-    "render_job": "clusterkit.render",
+    "LoadedRecipe": "clusterkit.load.loader",
+    "load_recipe": "clusterkit.load.loader",
+    "RenderedJob": "clusterkit.render.job",
+    "render_job": "clusterkit.render.job",
 }
 
 __all__ = ["__version__", *sorted(_PUBLIC)]
 
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError, ExternalError, RecipeError, RecipeErrors, UserError
-    from clusterkit.loader import LoadedRecipe, load_recipe
-    from clusterkit.render import RenderedJob, render_job
+    from clusterkit.load.loader import LoadedRecipe, load_recipe
+    from clusterkit.render.job import RenderedJob, render_job
 
 
 def __getattr__(name: str) -> Any:

@@ -2,6 +2,6 @@
 
 import sys
 
-from clusterkit.cli import main
+from clusterkit.cli.main import main
 
 sys.exit(main())

@@ -19,7 +19,7 @@ SHIPPED_RECIPES = sorted(RECIPES.glob("*.yaml"))
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The real CLI in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "clusterkit.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "clusterkit.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

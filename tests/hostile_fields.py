@@ -29,9 +29,9 @@ import msgspec.inspect as mi
 import yaml
 from hypothesis import strategies as st
 
-from clusterkit.cli import main
-from clusterkit.profile import ClusterProfile
-from clusterkit.recipe import Recipe
+from clusterkit.cli.main import main
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import Recipe
 
 KEY = "<key>"  # in a field path: the hostile string is a mapping key there (env names, extra_sbatch flags)
 SHELL_ON_PURPOSE = {("setup",)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.bench import ScaleResult, measured_throughput, with_scaling
+from clusterkit.diagnose.bench import ScaleResult, measured_throughput, with_scaling
 from conftest import REPO, run_cli
 from test_slurm_e2e import TINY
 

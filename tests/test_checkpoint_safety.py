@@ -17,13 +17,13 @@ import msgspec
 import pytest
 
 from clusterkit import load_recipe
-from clusterkit.run_layout import COMPLETE, LATEST
-from clusterkit.runner.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
-from clusterkit.runs import RunRecord
+from clusterkit.runs.layout import COMPLETE, LATEST
+from clusterkit.runs.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
+from clusterkit.runs.record import RunRecord
 from conftest import REPO, run_cli
 
 torch = pytest.importorskip("torch")
-from clusterkit.runner.checkpoints import prepare_own_dir, resume_point  # noqa: E402
+from clusterkit.runtime.checkpoints import prepare_own_dir, resume_point  # noqa: E402
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
 TINY_MODEL = {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 16, "vocab_size": 64}
@@ -182,7 +182,7 @@ def test_export_uses_only_complete_intact_checkpoints(tmp_path: Path) -> None:
 
 _FINISHING_RANK = """
 import atexit, ctypes, pathlib, sys, threading, time
-from clusterkit.runner.rank_exit import finish
+from clusterkit.runtime.rank_exit import finish
 out = pathlib.Path(sys.argv[1])
 atexit.register(lambda: (out / "atexit").write_text("ran"))
 threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread").write_text("done"))).start()
@@ -213,7 +213,7 @@ def _local_job(tmp_path: Path, *overrides: str) -> Path:
 def _torchrun(job_file: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             f"--log-dir={job_file.parent / 'logs'}", "-m", "clusterkit.runner", str(job_file)],
+                             f"--log-dir={job_file.parent / 'logs'}", "-m", "clusterkit.runtime.runner", str(job_file)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

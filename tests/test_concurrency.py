@@ -22,7 +22,7 @@ def test_twenty_concurrent_submits(dev_cluster: str, tmp_path: Path) -> None:
     recipe.write_text(yaml.safe_dump({
         "name": "ports", "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
         "task": {"script": str(REPO / "tests" / "scripts" / "report_port.py")}, "runs_dir": str(tmp_path / "runs")}))
-    submits = [subprocess.Popen([sys.executable, "-m", "clusterkit.cli", "submit", str(recipe)], cwd=tmp_path,
+    submits = [subprocess.Popen([sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe)], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(20)]
     outputs = [p.communicate(timeout=120) for p in submits]
     assert [p.returncode for p in submits] == [0] * 20, [err for _, err in outputs]
@@ -50,7 +50,7 @@ def test_concurrent_local_submits_under_one_runs_dir(tmp_path: Path) -> None:
             "name": name, "resources": {"nodes": 1, "gpus_per_node": 1, "time": "5"},
             "task": {"script": str(REPO / "tests" / "scripts" / "report_port.py")}, "runs_dir": str(tmp_path / "runs")}))
         recipes += [recipe, recipe]
-    submits = [subprocess.Popen([sys.executable, "-m", "clusterkit.cli", "submit", str(r), "--executor", "local"],
+    submits = [subprocess.Popen([sys.executable, "-m", "clusterkit.cli.main", "submit", str(r), "--executor", "local"],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in recipes]
     outputs = [p.communicate(timeout=120) for p in submits]
     assert [p.returncode for p in submits] == [0] * 4, [err for _, err in outputs]
@@ -58,7 +58,7 @@ def test_concurrent_local_submits_under_one_runs_dir(tmp_path: Path) -> None:
     assert len(set(job_ids)) == 4
     runs = str(tmp_path / "runs")
     deadline = time.time() + 120
-    while any("COMPLETED" not in subprocess.run([sys.executable, "-m", "clusterkit.cli", "status", job_id, "--runs-dir", runs],
+    while any("COMPLETED" not in subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "status", job_id, "--runs-dir", runs],
                                                 capture_output=True, text=True).stdout for job_id in job_ids):
         assert time.time() < deadline, "not every local job completed within 120 s"
         time.sleep(1)

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from clusterkit.doctor import FAIL, INFO, PASS, WARN, Check, HostFacts, diagnose, parse_nvlink, parse_topology
+from clusterkit.diagnose.doctor import FAIL, INFO, PASS, WARN, Check, HostFacts, diagnose, parse_nvlink, parse_topology
 from conftest import REPO, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 import clusterkit
-from clusterkit import cli
+from clusterkit.cli import main as cli
 from clusterkit.errors import (ClusterkitError, ExternalError, Finding, LocatedError, Location, RecipeError, RecipeErrors,
                                UserError)
 from conftest import REPO, run_cli
@@ -27,7 +27,7 @@ HOSTILE = "bad\nline\x1b[31m\x07 end"
 HOSTILE_SHOWN = "bad\\nline\\x1b[31m\\x07 end"
 # Modules that run inside the job (their errors end the rank, through torchrun's error file) and
 # exceptions that never leave the module that catches them.
-RUNTIME = ("clusterkit.runner", "clusterkit.preflight")
+RUNTIME = ("clusterkit.runtime",)
 INTERNAL = {"UnknownArchitecture"}  # the planner turns it into a PlanError
 
 
@@ -135,21 +135,21 @@ LIGHT = ("jinja2", "yaml", "paramiko", "rich", "torch", "transformers", "submiti
 
 
 def test_importing_clusterkit_imports_nothing_heavy() -> None:
-    for code in ("import clusterkit", "import clusterkit.runner.checkpoint_files",
+    for code in ("import clusterkit", "import clusterkit.runs.checkpoint_files",
                  "from clusterkit import RecipeError, UserError"):
         loaded = _fresh(code)
         assert not [m for m in LIGHT if m in loaded], code
-        assert not {"clusterkit.loader", "clusterkit.render"} & loaded, code
+        assert not {"clusterkit.load.loader", "clusterkit.render.job"} & loaded, code
 
 
 def test_a_training_rank_does_not_import_the_loader_or_the_renderer() -> None:
-    loaded = _fresh("import clusterkit.runner.checkpoints")  # torch and transformers, nothing of the CLI
-    assert not {"clusterkit.loader", "clusterkit.render", "clusterkit.yaml_source", "paramiko", "rich"} & loaded
+    loaded = _fresh("import clusterkit.runtime.checkpoints")  # torch and transformers, nothing of the CLI
+    assert not {"clusterkit.load.loader", "clusterkit.render.job", "clusterkit.load.yaml_source", "paramiko", "rich"} & loaded
 
 
 def test_validate_imports_no_template_engine() -> None:
-    loaded = _fresh(f"from clusterkit.cli import main; main(['validate', '-q', {str(TINY)!r}])")
-    assert not {"jinja2", "jinja2.environment", "clusterkit.render", "paramiko", "rich", "torch"} & loaded
+    loaded = _fresh(f"from clusterkit.cli.main import main; main(['validate', '-q', {str(TINY)!r}])")
+    assert not {"jinja2", "jinja2.environment", "clusterkit.render.job", "paramiko", "rich", "torch"} & loaded
 
 
 def test_the_public_names_load_on_first_use() -> None:
@@ -163,14 +163,14 @@ def test_the_public_names_load_on_first_use() -> None:
 
 def test_no_exit_crashes_after_recipe_types_were_used() -> None:
     """msgspec #717 crashed every such exit (SIGABRT) before the types were frozen at exit."""
-    from clusterkit.loader import load_recipe
-    from clusterkit.resolved import JobFile
+    from clusterkit.load.loader import load_recipe
+    from clusterkit.spec.resolved import JobFile
 
     loaded = load_recipe(TINY)
     job_json = msgspec.json.encode(JobFile(recipe=loaded.recipe, profile=loaded.profile))
     for code in (f"from clusterkit import load_recipe; load_recipe({str(TINY)!r}); raise SystemExit(3)",
                  # a rank reads job.json without the loader; a failing one exits the usual way
-                 "import sys; from clusterkit.resolved import decode_job_file; "
+                 "import sys; from clusterkit.spec.resolved import decode_job_file; "
                  "decode_job_file(sys.stdin.buffer.read()); raise SystemExit(3)"):
         for _ in range(2):
             done = subprocess.run([sys.executable, "-c", code], input=job_json, capture_output=True, cwd=REPO)

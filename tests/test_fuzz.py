@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from clusterkit.cli import main
+from clusterkit.cli.main import main
 from recipe_strategies import anything, profiles, recipes
 
 ONE_LINE_ERROR = re.compile(r"^[^\n]+: \S.*$")

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile_fields import KEY, PROFILE_FIELDS, RECIPE_FIELDS, Case, cases, check_case
-from clusterkit.recipe import LINE_BREAKING
+from clusterkit.spec.recipe import LINE_BREAKING
 
 CANARY = Path("/tmp/clusterkit-hostile-canary")
 
@@ -72,7 +72,7 @@ def test_module_names_are_values_not_shell() -> None:
 
 def test_the_header_renderer_refuses_line_breaks_itself() -> None:
     """Defence in depth: even a value that bypassed the types cannot open a shell line in #SBATCH."""
-    from clusterkit.shell import UnsafeValue, one_line
+    from clusterkit.render.shell import UnsafeValue, one_line
 
     for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x00":
         with pytest.raises(UnsafeValue):

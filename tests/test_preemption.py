@@ -140,7 +140,7 @@ def _rank_processes(job_id: str, node: str) -> dict[int, str]:
     for pid, (cmdline, environ, ppid) in procs.items():
         parent = procs.get(ppid, (b"", [], 0))[0]
         local_rank = next((v[len(b"LOCAL_RANK="):].decode() for v in environ if v.startswith(b"LOCAL_RANK=")), None)
-        if (b"clusterkit.runner" in cmdline and b"torch.distributed.run" in parent and local_rank is not None
+        if (b"clusterkit.runtime.runner" in cmdline and b"torch.distributed.run" in parent and local_rank is not None
                 and f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURMD_NODENAME={node}".encode() in environ):
             found[pid] = local_rank
     return found

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.preflight import CPU_SIZES, SLOW_RANK_ENV, bus_bandwidth, slow_nodes
+from clusterkit.runtime.preflight import CPU_SIZES, SLOW_RANK_ENV, bus_bandwidth, slow_nodes
 from conftest import REPO, run_cli
 from test_slurm_e2e import TINY, _submit
 

@@ -109,7 +109,7 @@ def test_debug_network_env(tmp_path: Path) -> None:
 def test_template_override_by_search_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ops = tmp_path / "ops-templates"
     ops.mkdir()
-    builtin = (REPO / "templates" / "env.sh.j2").read_text()
+    builtin = (REPO / "clusterkit" / "render" / "templates" / "env.sh.j2").read_text()
     (ops / "env.sh.j2").write_text("# site policy\nexport SITE_MARKER=1\n" + builtin)
     loaded = load_recipe(RECIPES_DIR / "tiny-gpt2-cpu.yaml")
     by_flag = render_job(loaded, (str(ops),))
@@ -147,7 +147,7 @@ def test_script_args_run_dir_placeholder() -> None:
 
 def test_render_and_validate_do_not_import_heavy_modules(tmp_path: Path) -> None:
     code = (
-        "import sys; from clusterkit.cli import main; "
+        "import sys; from clusterkit.cli.main import main; "
         f"main(['validate', '-q', {str(RECIPES_DIR)!r}]); "
         f"main(['render', {str(RECIPES_DIR / 'llama-7b-zero3-ib.yaml')!r}, '-o', {str(tmp_path / 'out')!r}]); "
         "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'paramiko', 'submitit') if m in sys.modules]; "

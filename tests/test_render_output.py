@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import render_dir
-from clusterkit.render_dir import MARKER
+from clusterkit.render import output_dir as render_dir
+from clusterkit.render.output_dir import MARKER
 from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from clusterkit import load_recipe, render_job
-from clusterkit.loader import base_recipes
-from clusterkit.resolved import JobFile, ResolvedParallelism, ResolvedResources, decode_job_file
+from clusterkit.load.loader import base_recipes
+from clusterkit.spec.resolved import JobFile, ResolvedParallelism, ResolvedResources, decode_job_file
 from conftest import RECIPES, SHIPPED_RECIPES
 
 JOB_RECIPES = [r for r in SHIPPED_RECIPES if r not in base_recipes(SHIPPED_RECIPES)]
@@ -79,7 +79,7 @@ def test_the_runner_reads_job_json_without_the_loader() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, clusterkit.resolved; "
-            "print(sorted({'yaml', 'jinja2', 'clusterkit.loader', 'clusterkit.render'} & set(sys.modules)))")
+    code = ("import sys, clusterkit.spec.resolved; "
+            "print(sorted({'yaml', 'jinja2', 'clusterkit.load.loader', 'clusterkit.render.job'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=RECIPES.parent)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

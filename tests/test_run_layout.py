@@ -1,4 +1,4 @@
-"""clusterkit.run_layout is the one owner of the run directory's names: no other module of clusterkit
+"""clusterkit.runs.layout is the one owner of the run directory's names: no other module of clusterkit
 (or the in-job runner) spells one, and the built-in templates take them from the render context."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import run_layout
+from clusterkit.runs import layout as run_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 OWNER = ROOT / "clusterkit" / "run_layout.py"
 SOURCES = sorted([*(ROOT / "clusterkit").glob("*.py"), *(ROOT / "clusterkit" / "runner").glob("*.py")])
-TEMPLATES = sorted((ROOT / "templates").glob("*.j2"))
+TEMPLATES = sorted((ROOT / "clusterkit" / "render" / "templates").glob("*.j2"))
 # What separates one name from the next in a message or a path: a name is never split by these.
 _TOKEN_BREAK = re.compile(r"[\s/=()'\"`,;:]+")
 
@@ -108,7 +108,7 @@ def test_no_module_spells_a_layout_name(path):
     if path == OWNER:
         return
     found = layout_literals(path.read_text(encoding="utf-8"))
-    assert not found, "\n".join(f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.run_layout"
+    assert not found, "\n".join(f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.runs.layout"
                                 for line, text, names in found)
 
 
@@ -117,7 +117,7 @@ def _rebound_layout_names(source: str) -> set[str]:
     state PREEMPTED once hid the preempted-record name): the layout name silently stops being used."""
     tree = ast.parse(source)
     imported = {alias.asname or alias.name for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.run_layout" for alias in node.names}
+                if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.runs.layout" for alias in node.names}
     assigned = {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                 for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)}
     return imported & assigned
@@ -129,7 +129,7 @@ def test_no_module_hides_an_imported_layout_name(path):
 
 
 def test_the_rebinding_check_finds_a_hidden_name():
-    source = 'from clusterkit.run_layout import EXIT_CODE, METRICS\nA, METRICS = "a", "METRICS"\n'
+    source = 'from clusterkit.runs.layout import EXIT_CODE, METRICS\nA, METRICS = "a", "METRICS"\n'
     assert _rebound_layout_names(source) == {"METRICS"}
 
 

@@ -21,14 +21,17 @@ from typing import Callable
 import pytest
 import yaml
 
-from clusterkit import cli, local_scheduler, slurm_scheduler
-from clusterkit.jobstate import COMPLETED, job_status
-from clusterkit.loader import load_recipe
-from clusterkit.local_slurm import job_markers, processes_with
-from clusterkit.preflight import bus_bandwidth, format_report
-from clusterkit.render import render_job
-from clusterkit.runs import RunRecord, find_run, read_record
-from clusterkit.submission import dry_run, schedule
+from clusterkit.cli import main as cli
+from clusterkit.schedulers import local as local_scheduler
+from clusterkit.schedulers import slurm as slurm_scheduler
+from clusterkit.runs.status import COMPLETED, job_status
+from clusterkit.load.loader import load_recipe
+from clusterkit.schedulers.local_slurm import job_markers, processes_with
+from clusterkit.diagnose.preflight_report import format_report
+from clusterkit.runtime.preflight import bus_bandwidth
+from clusterkit.render.job import render_job
+from clusterkit.runs.record import RunRecord, find_run, read_record
+from clusterkit.schedulers.api import dry_run, schedule
 from conftest import REPO, run_cli
 
 HOLD = REPO / "tests" / "scripts" / "hold_node.py"

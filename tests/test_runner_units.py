@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from clusterkit import load_recipe
-from clusterkit.profile import ClusterProfile
-from clusterkit.recipe import DatasetSpec, ModelSpec
-from clusterkit.resolved import ResolvedRecipe
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import DatasetSpec, ModelSpec
+from clusterkit.spec.resolved import ResolvedRecipe
 from conftest import RECIPES
 
 torch = pytest.importorskip("torch")
-from clusterkit.runner.data import build_dataset  # noqa: E402
-from clusterkit.runner.model import build_model  # noqa: E402
-from clusterkit.runner.train import training_settings  # noqa: E402
+from clusterkit.runtime.data import build_dataset  # noqa: E402
+from clusterkit.runtime.model import build_model  # noqa: E402
+from clusterkit.runtime.train import training_settings  # noqa: E402
 
 
 def _job(recipe_path: Path, *overrides: str) -> tuple[ResolvedRecipe, ClusterProfile]:

@@ -124,7 +124,7 @@ def test_training_arguments_of_the_shipped_recipes_are_known() -> None:
 def test_training_arguments_unchecked_without_transformers(tmp_path: Path) -> None:
     recipe = _write(tmp_path, TRAINER + "    args: {learning_rte: 0.001}\n")
     # sys.modules[name] = None is how Python marks a module as not importable: find_spec returns None.
-    code = ("import sys; sys.modules['transformers'] = None; from clusterkit.cli import main; "
+    code = ("import sys; sys.modules['transformers'] = None; from clusterkit.cli.main import main; "
             f"sys.exit(main(['validate', {str(recipe)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -162,7 +162,7 @@ def test_paths_resolve_against_the_recipe_not_the_cwd(tmp_path: Path) -> None:
 
 def test_runner_reads_the_validated_dataset_from_its_own_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from clusterkit.runner.data import build_dataset
+    from clusterkit.runtime.data import build_dataset
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "train.txt").write_text("abcdefgh" * 64)

@@ -1,0 +1,376 @@
+"""Layout checks and derivations (seed 002's rules): world size, TP inside a node, batch arithmetic,
+ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see before a job is queued."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from clusterkit.load import job_checks
+from clusterkit.render.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
+from clusterkit.errors import Finding, RecipeError
+from clusterkit.render.network import DEBUG_ENV
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import Parallelism, Recipe
+from clusterkit.spec.resolved import (
+    ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
+)
+from clusterkit.runs.layout import DEEPSPEED_CONFIG
+from clusterkit.spec.timefmt import slurm_time_minutes
+from clusterkit.load.trainer_args import training_argument_names
+from clusterkit.load.yaml_source import KeyPath, SourceMap
+
+# TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
+RECIPE_OWNED_TRAINER_ARGS = {
+    "per_device_train_batch_size": "parallelism.micro_batch_size",
+    "gradient_accumulation_steps": "parallelism.gradient_accumulation_steps",
+    "deepspeed": f"parallelism.zero_stage (clusterkit renders {DEEPSPEED_CONFIG})",
+    "bf16": "precision",
+    "fp16": "precision",
+    "output_dir": "runs_dir (each run writes into its own run directory)",
+    "use_cpu": "the cluster profile's accelerator",
+    "local_rank": "the launcher (it sets LOCAL_RANK)",
+}
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
+# Model-config sizes the checks and the planner compute with: each a positive integer when given.
+_SIZE_KEYS = (*_HEAD_KEYS, *_LAYER_KEYS, *_HIDDEN_KEYS, *_POSITION_KEYS, "vocab_size", "intermediate_size",
+              "n_inner", "num_key_value_heads", "head_dim")
+
+
+def read_model_config(recipe: Recipe, source: SourceMap) -> dict[str, Any] | None:
+    """The model's config when it is known locally (an inline dict or a config.json path, made
+    absolute by :func:`clusterkit.load.paths.resolve_local_paths`); never a hub."""
+    trainer = recipe.task.trainer
+    if trainer is None:
+        return recipe.task.model_config
+    if trainer.model.config is None:
+        return None
+    config = trainer.model.config
+    if isinstance(config, dict):
+        return config
+    path = Path(config)
+    if path.is_dir():
+        path = path / "config.json"
+    key = ("task", "trainer", "model", "config")
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipeError(Finding(source.locate(key), key, f"model config not found: {path}")) from None
+    except (OSError, ValueError) as exc:
+        raise RecipeError(Finding(source.locate(key), key, f"cannot read model config {path}: {exc}")) from None
+    if not isinstance(loaded, dict):
+        raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
+    return loaded
+
+
+def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
+    """Replace a deepspeed.config file path (absolute by now) by its JSON content, so the resolved
+    recipe holds it."""
+    config = recipe.deepspeed.config
+    if not isinstance(config, str):
+        return recipe
+    key = ("deepspeed", "config")
+    path = Path(config)
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(Finding(source.locate(key), key, f"cannot read DeepSpeed config {path}: {exc}")) from None
+    if not isinstance(loaded, dict):
+        raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
+    return msgspec.structs.replace(recipe, deepspeed=msgspec.structs.replace(recipe.deepspeed, config=loaded))
+
+
+def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class _Findings:
+    def __init__(self, source: SourceMap, profile_source: SourceMap):
+        self.items: list[Finding] = []
+        self._source = source
+        self._profile_source = profile_source
+
+    def error(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._source.locate(key), key, message))
+
+    def warn(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._source.locate(key), key, message, "warning"))
+
+    def profile_error(self, key: KeyPath, message: str) -> None:
+        self.items.append(Finding(self._profile_source.locate(key), key, message))
+
+    def error_count(self) -> int:
+        return sum(f.severity == "error" for f in self.items)
+
+
+def resolve_and_check(
+    recipe: Recipe,
+    profile: ClusterProfile,
+    source: SourceMap,
+    profile_source: SourceMap,
+    model_config: dict[str, Any] | None,
+) -> tuple[ResolvedRecipe | None, list[Finding]]:
+    """Fill the profile's defaults, derive dp and the batch sizes, then run every layout check.
+    Returns the resolved recipe (none when the layout does not add up, an error then says why) and
+    all findings (errors and warnings), so one pass reports every problem at once."""
+    found = _Findings(source, profile_source)
+    _check_task(recipe, found)
+    resources = resolve_resources(recipe.resources, profile)
+    parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
+    # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory
+    # estimate) runs on the resolved recipe, so only when the layout adds up; the other checks
+    # read what the recipe wrote.
+    resolved = None if parallelism is None else resolve(recipe, profile, resources, parallelism)
+    _check_layout(recipe, resources, profile, found)
+    _check_zero(recipe, profile, found)
+    if resolved is not None:
+        _check_deepspeed(resolved, profile, found)
+    if model_config is not None and _check_model_values(recipe, model_config, found):
+        _check_model_shape(recipe, model_config, found)
+        if resolved is not None:
+            _check_memory_fit(resolved, profile, model_config, found)
+    _check_time(recipe, profile, found)
+    _check_env(recipe, found)
+    job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
+    job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
+    job_checks.check_extra_sbatch(recipe, found.error)
+    return resolved, found.items
+
+
+def _check_task(recipe: Recipe, found: _Findings) -> None:
+    task = recipe.task
+    if (task.trainer is None) == (task.script is None):
+        found.error(("task",), "give exactly one of task.trainer (built-in HF Trainer runner) and task.script")
+        return
+    if task.trainer is None:
+        if task.script is not None and task.module and not all(p.isidentifier() for p in task.script.split(".")):
+            found.error(("task", "script"), "with module: true, script must be a dotted module name")
+        return
+    if task.args:
+        found.error(("task", "args"), "task.args is for task.script; use task.trainer.args for TrainingArguments")
+    model = task.trainer.model
+    if (model.config is None) == (model.pretrained is None):
+        found.error(("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained")
+    dataset = task.trainer.dataset
+    if dataset.type != "synthetic" and dataset.path is None:
+        found.error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
+    for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
+        if key in task.trainer.args:
+            found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
+    _check_training_argument_names(task.trainer.args, found)
+    if recipe.parallelism.tp > 1:
+        found.error(
+            ("parallelism", "tp"),
+            "the built-in HF Trainer runner does data parallelism + ZeRO only and would ignore tp; use "
+            "task.script with a TP-capable framework (e.g. Megatron-DeepSpeed), or set tp: 1",
+        )
+    if recipe.parallelism.pp > 1:
+        found.error(
+            ("parallelism", "pp"),
+            "the built-in HF Trainer runner cannot do pipeline parallelism; use task.script with a "
+            "PP-capable framework (e.g. Megatron-DeepSpeed), or set pp: 1",
+        )
+
+
+def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> None:
+    """Every task.trainer.args key must be a TrainingArguments field (read without importing transformers)."""
+    if not args:
+        return
+    names = training_argument_names()
+    if isinstance(names, str):
+        found.warn(("task", "trainer", "args"), f"unchecked ({names})")
+        return
+    for key in sorted(set(args) - names - set(RECIPE_OWNED_TRAINER_ARGS)):
+        close = difflib.get_close_matches(key, sorted(names), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
+
+
+def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _Findings) -> ResolvedParallelism | None:
+    """dp and the batch sizes; none when they do not add up (the errors say why)."""
+    world = resources.nodes * resources.gpus_per_node
+    if p.dp == "auto":
+        if world % (p.tp * p.pp):
+            found.error(("parallelism", "tp"), f"tp*pp = {p.tp * p.pp} does not divide the {world} GPUs (nodes*gpus_per_node)")
+            return None
+        dp = world // (p.tp * p.pp)
+    else:
+        dp = p.dp
+        if dp * p.tp * p.pp != world:
+            found.error(
+                ("parallelism",),
+                f"dp*tp*pp = {dp}*{p.tp}*{p.pp} = {dp * p.tp * p.pp}, but nodes*gpus_per_node = "
+                f"{resources.nodes}*{resources.gpus_per_node} = {world}",
+            )
+    # The batch sizes are checked even when dp is wrong, so both mistakes show in one pass.
+    batch = _batch_sizes(p, dp, found)
+    if batch is None or dp * p.tp * p.pp != world:
+        return None
+    return resolved_parallelism(p, dp, *batch)
+
+
+def _batch_sizes(p: Parallelism, dp: int, found: _Findings) -> tuple[int, int, int] | None:
+    """(micro batch, accumulation steps, global batch), each derived from the others when open."""
+    micro, global_, accum = p.micro_batch_size, p.global_batch_size, p.gradient_accumulation_steps
+    key = ("parallelism", "global_batch_size")
+    if global_ is None:
+        micro, accum = micro or 1, accum or 1
+        return micro, accum, micro * accum * dp
+    if micro and accum:
+        if micro * accum * dp != global_:
+            found.error(key, f"global_batch_size {global_} != micro_batch_size*gradient_accumulation_steps*dp"
+                             f" = {micro}*{accum}*{dp} = {micro * accum * dp}")
+            return None
+        return micro, accum, global_
+    # Derive the missing one of micro / accumulation (micro defaults to 1 when both are open).
+    known_name, known = ("gradient_accumulation_steps", accum) if accum else ("micro_batch_size", micro or 1)
+    if global_ % (known * dp):
+        found.error(key, f"global_batch_size {global_} is not divisible by {known_name}*dp = {known}*{dp}")
+        return None
+    derived = global_ // (known * dp)
+    return (derived, known, global_) if accum else (known, derived, global_)
+
+
+def _check_layout(recipe: Recipe, resources: ResolvedResources, profile: ClusterProfile, found: _Findings) -> None:
+    gpus = resources.gpus_per_node
+    p = recipe.parallelism
+    if gpus > profile.gpus_per_node:
+        found.error(("resources", "gpus_per_node"), f"{gpus} asked, but nodes of cluster '{profile.name}' have {profile.gpus_per_node}")
+    if p.tp > gpus or gpus % p.tp:
+        found.error(("parallelism", "tp"), f"tensor parallelism must stay inside one node: tp={p.tp} must divide gpus_per_node={gpus}")
+    if profile.accelerator == "cpu" and recipe.precision == "fp16":
+        found.error(("precision",), f"fp16 needs a GPU; cluster '{profile.name}' is CPU-only (use fp32 or bf16)")
+
+
+def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    p = recipe.parallelism
+    if p.zero_stage >= 2 and p.pp > 1:
+        found.error(("parallelism", "zero_stage"), f"ZeRO stage {p.zero_stage} does not compose with pipeline parallelism (pp={p.pp}); only stage 1 does")
+    if p.offload_optimizer != "none" and p.zero_stage == 0:
+        found.error(("parallelism", "offload_optimizer"), "optimizer offload needs ZeRO (zero_stage 1, 2 or 3)")
+    if p.offload_params != "none" and p.zero_stage != 3:
+        found.error(("parallelism", "offload_params"), "parameter offload needs zero_stage: 3")
+    if "nvme" in (p.offload_optimizer, p.offload_params) and not profile.nvme_path:
+        found.profile_error(("nvme_path",), f"NVMe offload needs nvme_path in cluster profile '{profile.name}'")
+    if recipe.launcher == "deepspeed" and p.zero_stage == 0:
+        found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
+
+
+def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Findings) -> None:
+    settings = recipe.deepspeed
+    if settings.include and settings.exclude:
+        found.error(("deepspeed", "exclude"), "give deepspeed.include or deepspeed.exclude, not both")
+    if (settings.include or settings.exclude) and recipe.launcher != "deepspeed":
+        found.error(("deepspeed", "include" if settings.include else "exclude"), "include/exclude need launcher: deepspeed")
+    if settings.config is None:
+        return
+    if not recipe.uses_deepspeed:
+        found.error(("deepspeed", "config"), "a DeepSpeed config needs launcher: deepspeed or zero_stage >= 1")
+        return
+    merged = deepspeed_config(recipe, profile)
+    ours = base_config(recipe, profile)
+    for batch_key in BATCH_KEYS:
+        if merged.get(batch_key) not in (ours[batch_key], "auto"):
+            found.error(("deepspeed", "config", batch_key),
+                        f"{merged[batch_key]} contradicts the recipe's batch layout ({ours[batch_key]}); set it under parallelism")
+    for key in overridden_keys(recipe, profile):
+        if key not in BATCH_KEYS:
+            found.warn(("deepspeed", "config"), f"overrides ds_config key {key} = {json.dumps(_dig(merged, key))}")
+
+
+def _dig(config: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+def _model_config_key(recipe: Recipe) -> KeyPath:
+    return ("task", "trainer", "model", "config") if recipe.task.trainer else ("task", "model_config")
+
+
+def _check_model_values(recipe: Recipe, config: dict[str, Any], found: _Findings) -> bool:
+    """Sizes are positive integers, the hidden size splits into the heads, the sequence fits the
+    positions. False when a size is unusable (the shape checks and estimates then cannot run)."""
+    key = _model_config_key(recipe)
+    usable = True
+    for name in _SIZE_KEYS:
+        value = config.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            found.error(key + (name,), f"must be a positive whole number, got {json.dumps(value)}")
+            usable = False
+    if not isinstance(config.get("model_type", ""), str):
+        found.error(key + ("model_type",), f"must be a model type name such as gpt2 or llama, got {json.dumps(config['model_type'])}")
+        usable = False
+    if not usable:
+        return False
+    heads, hidden = _first_int(config, _HEAD_KEYS), _first_int(config, _HIDDEN_KEYS)
+    if heads and hidden and hidden % heads and config.get("head_dim") is None:
+        found.error(key, f"the hidden size {hidden} is not divisible by the {heads} attention heads")
+    positions = _first_int(config, _POSITION_KEYS)
+    trainer = recipe.task.trainer
+    if trainer is not None and positions is not None and trainer.dataset.seq_len > positions:
+        found.error(("task", "trainer", "dataset", "seq_len"),
+                    f"{trainer.dataset.seq_len} is longer than the model's {positions} positions")
+    return True
+
+
+def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:
+    p = recipe.parallelism
+    key = _model_config_key(recipe)
+    heads, layers = _first_int(config, _HEAD_KEYS), _first_int(config, _LAYER_KEYS)
+    if heads is not None and heads % p.tp:
+        found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
+    if layers is not None and layers % p.pp:
+        found.error(key, f"the model's {layers} layers are not divisible by pp={p.pp}")
+
+
+def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
+    """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
+    families only: the meta-device fallback would import torch on the validate path)."""
+    from clusterkit.plan.memory import GIB, Layout, estimate, optimizer_kind
+    from clusterkit.plan.modelsize import CLOSED_FORM_FAMILIES, model_shape
+
+    if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
+        return
+    trainer = recipe.task.trainer
+    args = trainer.args if trainer else {}
+    shape = model_shape(config, trainer.dataset.seq_len if trainer else None)
+    needed = estimate(shape, Layout.of_recipe(recipe), recipe.precision != "fp32", optimizer_kind(args.get("optim")),
+                      profile.accelerator, recipe.resources.gpus_per_node).total
+    available = profile.gpu.memory_gb * GIB
+    if needed > available:
+        found.warn(("parallelism",), f"estimated {needed / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
+                                     "GPUs of this cluster; `clusterkit plan` shows layouts that do")
+
+
+def _check_time(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
+    if recipe.preemption.signal == "USR1":
+        found.warn(("preemption", "signal"), "NCCL may claim SIGUSR1; USR2 is safer")
+    key = ("resources", "time")
+    if recipe.resources.time is None:
+        limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""
+        found.warn(key, f"no time limit set{limit}; set resources.time so the scheduler can backfill the job")
+        return
+    if profile.max_time is not None:
+        asked, allowed = slurm_time_minutes(str(recipe.resources.time)), slurm_time_minutes(str(profile.max_time))
+        if asked > allowed:
+            found.warn(key, f"{recipe.resources.time} is above cluster '{profile.name}' max_time {profile.max_time}; SLURM will reject or cap it")
+
+
+def _check_env(recipe: Recipe, found: _Findings) -> None:
+    key_base: KeyPath
+    for key_base, env in ((("network", "env"), recipe.network.env), (("env",), recipe.env)):
+        for name, value in sorted(env.items()):
+            if str(value).upper() in DEBUG_ENV.get(name, ()) and not recipe.network.debug:
+                found.warn(key_base + (name,), f"{name}={value} is a debugging setting that slows jobs or floods logs; use network.debug: true while debugging")

@@ -1,0 +1,113 @@
+"""What the job script owns: environment names clusterkit or the launchers set, the runs directory
+as SLURM and the shell will read it, and the #SBATCH options clusterkit derives from the recipe."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import Recipe
+from clusterkit.load.yaml_source import KeyPath
+
+Report = Callable[[KeyPath, str], None]
+
+_LAUNCHER = "the launcher (torchrun / DeepSpeed), per rank"
+# Environment names a recipe or profile may not set, and who sets them. LD_PRELOAD stays allowed:
+# preloading tcmalloc/jemalloc is a common, deliberate speed-up.
+OWNED_ENV = {
+    "RUN_DIR": "the job script (the run directory)",
+    "PATH": "the node's shell: replacing PATH hides srun and python; prepend in setup: export PATH=/opt/x/bin:$PATH",
+    "MASTER_ADDR": "the job script (the allocation's first node)",
+    "MASTER_PORT": "the job script (set master_port in the recipe)",
+    "RANK": _LAUNCHER,
+    "LOCAL_RANK": _LAUNCHER,
+    "WORLD_SIZE": _LAUNCHER,
+    "LOCAL_WORLD_SIZE": _LAUNCHER,
+    "NODE_RANK": _LAUNCHER,
+    "GROUP_RANK": _LAUNCHER,
+    "CUDA_VISIBLE_DEVICES": "SLURM (the GPUs it allocated to the job)",
+}
+OWNED_ENV_PREFIXES = {
+    "SLURM_": "SLURM (describes the allocation; sbatch options go in resources.extra_sbatch)",
+    "CLUSTERKIT_": "clusterkit (its own namespace)",
+}
+
+_RESOURCES = "resources."
+# #SBATCH options clusterkit writes (render.sbatch_options) → the recipe field that sets each.
+DERIVED_SBATCH = {
+    "job-name": "name",
+    "nodes": _RESOURCES + "nodes",
+    "ntasks": "resources.nodes (one launcher task per node; it starts the ranks)",
+    "ntasks-per-node": "resources.gpus_per_node (one launcher task per node; it starts the ranks)",
+    "cpus-per-task": _RESOURCES + "cpus_per_task",
+    "mem": _RESOURCES + "mem",
+    "time": _RESOURCES + "time",
+    "partition": _RESOURCES + "partition",
+    "account": _RESOURCES + "account",
+    "qos": _RESOURCES + "qos",
+    "constraint": _RESOURCES + "constraint",
+    "reservation": _RESOURCES + "reservation",
+    "exclusive": _RESOURCES + "exclusive",
+    "gres": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
+    "gpus": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
+    "gpus-per-node": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
+    "output": "runs_dir (logs go to the run directory)",
+    "error": "runs_dir (logs go to the run directory)",
+    "open-mode": "runs_dir (the job's logs are appended to by every node)",
+    "chdir": "runs_dir (the job runs where it is submitted from)",
+    "signal": "preemption.signal and preemption.grace_s",
+    "requeue": "preemption.max_requeues",
+    "no-requeue": "preemption.max_requeues",
+    "export": "env (every node gets the job's environment)",
+}
+# Options sbatch refuses beside the ones clusterkit writes, or that clusterkit cannot run yet.
+CONFLICTING_SBATCH = {
+    "cpus-per-gpu": "conflicts with the --cpus-per-task clusterkit writes; set resources.cpus_per_task",
+    "mem-per-cpu": "conflicts with the --mem clusterkit writes; set resources.mem",
+    "mem-per-gpu": "conflicts with the --mem clusterkit writes; set resources.mem",
+    "gpus-per-task": "conflicts with one launcher task per node; set resources.gpus_per_node",
+    "ntasks-per-gpu": "conflicts with one launcher task per node; set resources.gpus_per_node",
+    "array": "job arrays are not supported yet; submit one recipe per run",
+}
+
+
+def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
+                              (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
+        for name in sorted(env):
+            owner = OWNED_ENV.get(name) or next((o for p, o in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
+            if owner is not None:
+                report(base + (name,), f"{name} is set by {owner}; remove it here")
+
+
+def runs_dir_problem(runs_dir: str) -> str | None:
+    """Why SLURM and the job script would not agree on this runs directory, if they would not."""
+    hint = "give a relative path (to where you submit) or an absolute one"
+    if "~" in runs_dir:
+        return f"'~' is expanded by clusterkit but not in #SBATCH --output, so logs and run would split; {hint}"
+    if "%" in runs_dir:
+        return f"'%' is a pattern in #SBATCH --output (%j is the job id), so logs would go elsewhere; {hint}"
+    if runs_dir.startswith("-"):
+        return f"a path starting with '-' reads as an option to mkdir and sbatch; {hint}, e.g. ./{runs_dir}"
+    return None
+
+
+def check_runs_dirs(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    """Each runs_dir is reported where it is written: the recipe's (as written; unset means the
+    profile's applies) and the profile's."""
+    if profile.runs_dir and (problem := runs_dir_problem(profile.runs_dir)):
+        profile_error(("runs_dir",), problem)
+    if recipe.runs_dir and recipe.runs_dir != profile.runs_dir and (problem := runs_dir_problem(recipe.runs_dir)):
+        error(("runs_dir",), problem)
+
+
+def check_extra_sbatch(recipe: Recipe, error: Report) -> None:
+    for flag in sorted(recipe.resources.extra_sbatch):
+        key = ("resources", "extra_sbatch", flag)
+        if flag in DERIVED_SBATCH:
+            error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
+        elif flag in CONFLICTING_SBATCH:
+            error(key, f"--{flag} {CONFLICTING_SBATCH[flag]}")
+        elif owned := [name for name in (*DERIVED_SBATCH, *CONFLICTING_SBATCH) if name.startswith(flag)]:
+            # sbatch takes any unambiguous prefix of a long option: --out is --output.
+            error(key, f"--{flag} abbreviates --{owned[0]} (sbatch accepts prefixes); write the full option name")

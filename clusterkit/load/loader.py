@@ -1,0 +1,280 @@
+"""Load a recipe file into a validated :class:`~clusterkit.spec.resolved.ResolvedRecipe`.
+
+Order: read YAML (remembering lines) → merge ``extends`` bases → apply ``--set`` overrides →
+check the schema → make local paths absolute → fill defaults from the cluster profile and derive
+dp and batch sizes → layout checks. Any problem raises :class:`~clusterkit.errors.RecipeError` naming file, line and key path.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from clusterkit.load import checks
+from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
+from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
+from clusterkit.spec.profile import ClusterProfile, available_profiles, find_profile
+from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
+from clusterkit.spec.resolved import ResolvedRecipe
+from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
+
+_MAX_EXTENDS_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    """A validated recipe with every default and derived value filled in, plus where it came from."""
+
+    recipe: ResolvedRecipe
+    profile: ClusterProfile
+    path: Path
+    source: SourceMap
+    profile_path: Path
+    profile_source: SourceMap
+    warnings: list[Finding] = field(default_factory=list)
+    overrides: tuple[str, ...] = ()
+    # The model's architecture numbers when a local config is known (layers, heads, hidden...).
+    model_config: dict[str, Any] | None = None
+
+    def locate(self, key_path: KeyPath) -> Location:
+        return self.source.locate(key_path)
+
+
+def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> LoadedRecipe:
+    """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``key.path=value``."""
+    path = Path(path)
+    data, source = _load_with_bases(path, chain=())
+    if not isinstance(data, dict):
+        raise RecipeError(Finding(source.default, (), "a recipe must be a mapping of keys to values"))
+    for override in overrides:
+        _apply_override(data, source, override)
+    data.pop("extends", None)
+    recipe = _convert(data, Recipe, source)
+    profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
+    recipe, path_findings = resolve_local_paths(recipe, source)
+    model_config = checks.read_model_config(recipe, source)
+    recipe = checks.read_deepspeed_overrides(recipe, source)
+    resolved, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
+    findings = source.warnings + profile_source.warnings + path_findings + findings
+    errors = [f for f in findings if f.severity == "error"]
+    # No resolved recipe comes without an error saying why.
+    if errors or resolved is None:
+        raise RecipeErrors(errors) if len(errors) > 1 else RecipeError(errors[0])
+    return LoadedRecipe(
+        recipe=resolved,
+        profile=profile,
+        path=path,
+        source=source,
+        profile_path=profile_path,
+        profile_source=profile_source,
+        warnings=[f for f in findings if f.severity == "warning"],
+        model_config=model_config,
+        overrides=tuple(overrides),
+    )
+
+
+def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
+    """The files among ``files`` that another one extends and that are no recipe on their own (no
+    ``name`` or no ``task``): parts to build on, not jobs to validate alone."""
+    extended: set[Path] = set()
+    contents: dict[Path, Any] = {}
+    for path in files:
+        try:
+            contents[path], _ = load_yaml_file(path)
+        except RecipeError:
+            continue  # reported when the file itself is loaded
+        bases = contents[path].get("extends") if isinstance(contents[path], dict) else None
+        for base in [bases] if isinstance(bases, str) else bases if isinstance(bases, list) else []:
+            if isinstance(base, str):
+                extended.add((path.parent / base).resolve())
+    return {path for path, data in contents.items() if path.resolve() in extended
+            and not (isinstance(data, dict) and "name" in data and "task" in data)}
+
+
+def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMap]:
+    data, source = load_yaml_file(path)
+    if not isinstance(data, dict) or "extends" not in data:
+        return data, source
+    bases = data["extends"]
+    bases_location = source.locate(("extends",))
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise RecipeError(Finding(bases_location, ("extends",), "must be a path or a list of paths"))
+    if len(chain) >= _MAX_EXTENDS_DEPTH:
+        raise RecipeError(Finding(bases_location, ("extends",), f"more than {_MAX_EXTENDS_DEPTH} levels of extends"))
+    merged: dict[str, Any] = {}
+    merged_source = SourceMap(source.default)
+    merged_source.warnings.extend(source.warnings)
+    for base in bases:
+        base_path = (path.parent / base).resolve()
+        if base_path in chain or base_path == path.resolve():
+            raise RecipeError(Finding(bases_location, ("extends",), f"circular extends through {base}"))
+        if not base_path.is_file():
+            raise RecipeError(Finding(bases_location, ("extends",), f"base recipe not found: {base}"))
+        base_data, base_source = _load_with_bases(base_path, chain + (path.resolve(),))
+        if not isinstance(base_data, dict):
+            raise RecipeError(Finding(base_source.default, (), "a base recipe must be a mapping"))
+        base_data.pop("extends", None)
+        merged_source.warnings.extend(base_source.warnings)
+        _deep_merge(merged, base_data, merged_source, base_source, ())
+    data = dict(data)
+    _deep_merge(merged, data, merged_source, source, ())
+    return merged, merged_source
+
+
+def _deep_merge(into: dict, new: dict, into_source: SourceMap, new_source: SourceMap, path: KeyPath) -> None:
+    """Merge ``new`` over ``into`` (mappings recursively, anything else replaced whole)."""
+    for key, value in new.items():
+        key_path = path + (key,)
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            into_source.set(key_path, new_source.locate(key_path))
+            _deep_merge(into[key], value, into_source, new_source, key_path)
+            continue
+        into[key] = copy.deepcopy(value)
+        into_source.drop_below(key_path)
+        into_source.set(key_path, new_source.locate(key_path))
+        _copy_locations_below(new_source, into_source, key_path, value)
+
+
+def _copy_locations_below(src: SourceMap, dst: SourceMap, path: KeyPath, value: Any) -> None:
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        dst.set(path + (key,), src.locate(path + (key,)))
+        _copy_locations_below(src, dst, path + (key,), child)
+
+
+def parse_override(override: str) -> tuple[KeyPath, Any, SourceMap]:
+    """``"resources.nodes=4"`` → (("resources", "nodes"), 4, its source map). The value is read as
+    YAML, as the recipe file is (no base-60 numbers; an env value keeps its text)."""
+    display = f"{OVERRIDE_PREFIX}{override}"
+    key, sep, raw = override.partition("=")
+    parts = tuple(key.strip().split("."))
+    if not sep or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
+        raise RecipeError(Finding(Location(display), (), "expected key.path=value, e.g. resources.nodes=4"))
+    key_path = tuple(int(p) if p.isdigit() else p for p in parts)
+    if not raw.strip():
+        return key_path, "", SourceMap(Location(display))
+    value, value_source = parse_yaml_text(raw, display, root=key_path, line=None)
+    return key_path, value, value_source
+
+
+def _apply_override(data: dict, source: SourceMap, override: str) -> None:
+    key_path, value, value_source = parse_override(override)
+    source.warnings.extend(value_source.warnings)
+    location = Location(f"{OVERRIDE_PREFIX}{override}")
+    node: Any = data
+    for depth, part in enumerate(key_path[:-1]):
+        if isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise RecipeError(Finding(location, key_path[: depth + 1], "cannot set a key inside a non-mapping value"))
+        node = node.setdefault(part, {})
+    last = key_path[-1]
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise RecipeError(Finding(location, key_path, "cannot set a key inside a non-mapping value"))
+    source.drop_below(key_path)
+    source.set(key_path, location)
+
+
+_T = typing.TypeVar("_T")
+_ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
+_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+
+
+def _convert(data: Any, target: type[_T], source: SourceMap) -> _T:
+    try:
+        return msgspec.convert(data, target, strict=True)
+    except msgspec.ValidationError as exc:
+        raise RecipeError(_finding_from_validation(str(exc), target, source)) from None
+
+
+def _finding_from_validation(text: str, root: type, source: SourceMap) -> Finding:
+    match = _ERROR_AT.match(text)
+    assert match is not None  # the pattern matches any string
+    message, raw_path = match.group("message"), match.group("path") or ""
+    path: list[str | int] = []
+    for name, index in _PATH_PART.findall(raw_path):
+        if index == "...":
+            break
+        path.append(name if name else int(index))
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
+    missing = re.match(r"Object missing required field `(.*)`", message)
+    if unknown:
+        key = unknown.group(1)
+        choices = _struct_fields(root, path)
+        close = difflib.get_close_matches(key, choices, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        message = f"unknown key '{key}'; {hint}valid keys: {', '.join(choices)}"
+        path.append(key)
+    elif missing:
+        message = f"required key '{missing.group(1)}' is missing"
+        path.append(missing.group(1))
+    elif "matching regex" in message:
+        # msgspec quotes the pattern as Python's repr does
+        pattern = message.split("matching regex ", 1)[1].strip("'").replace("\\\\", "\\")
+        message = f"must be {PATTERN_HINTS.get(pattern, 'text matching ' + pattern)}"
+    return Finding(source.locate(tuple(path)), tuple(path), message)
+
+
+def _struct_fields(root: Any, path: list[str | int]) -> list[str]:
+    """Field names of the struct found by following ``path`` through ``root``'s type annotations."""
+    current: Any = root
+    for part in path:
+        current = _descend(current, part)
+        if current is None:
+            return []
+    struct = _find_struct(current)
+    return list(struct.__struct_fields__) if struct else []
+
+
+def _find_struct(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _find_struct(arg)
+        if found:
+            return found
+    return None
+
+
+def _descend(annotation: Any, part: str | int) -> Any:
+    struct = _find_struct(annotation)
+    if isinstance(part, str) and struct is not None:
+        return typing.get_type_hints(struct, include_extras=True).get(part)
+    for arg in typing.get_args(annotation):  # list[T] / dict[K, V]: the element type
+        if typing.get_origin(arg) in (list, dict):
+            return typing.get_args(arg)[-1]
+    if typing.get_origin(annotation) in (list, dict):
+        return typing.get_args(annotation)[-1]
+    return None
+
+
+def load_profile(reference: str, base_dir: Path, where: Location | None = None) -> tuple[ClusterProfile, Path, SourceMap]:
+    """A cluster profile by name or path (``cluster:`` in a recipe, ``--cluster`` on the command
+    line); ``where`` is what an unknown name is reported against."""
+    profile_path = find_profile(reference, base_dir)
+    if profile_path is None:
+        known = available_profiles(base_dir)
+        close = difflib.get_close_matches(reference, known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise RecipeError(
+            Finding(where or Location("--cluster"), ("cluster",),
+                    f"no cluster profile '{reference}'; {hint}known profiles: {', '.join(known)}")
+        )
+    data, profile_source = load_yaml_file(profile_path)
+    if not isinstance(data, dict):
+        raise RecipeError(Finding(profile_source.default, (), "a cluster profile must be a mapping"))
+    return _convert(data, ClusterProfile, profile_source), profile_path, profile_source

@@ -1,0 +1,69 @@
+"""How ``clusterkit plan`` shows its result, and ``--apply``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from clusterkit.load.loader import LoadedRecipe
+from clusterkit.plan.memory import GIB, Layout
+from clusterkit.plan.planner import Plan
+from clusterkit.load.yaml_source import load_yaml_file
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.1f}"
+
+
+def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = None) -> None:
+    console = console or Console()
+    shape, memory = result.shape, result.current_memory
+    console.print(f"[bold]{loaded.recipe.name}[/bold] on {loaded.profile.name}: {shape.params / 1e9:.3f} B parameters "
+                  f"({shape.family}, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, vocab {shape.vocab}, "
+                  f"sequence {shape.seq_len})")
+    table = Table(title=f"per-GPU memory, recipe layout {result.current.describe()}")
+    for column in ("weights", "gradients", "optimizer", "activations", "overhead", "total GiB", "GPU GiB", "fits"):
+        table.add_column(column, justify="right")
+    fits = memory.total <= result.gpu_memory
+    table.add_row(_gib(memory.weights), _gib(memory.gradients), _gib(memory.optimizer), _gib(memory.activations),
+                  _gib(memory.overhead), _gib(memory.total), _gib(result.gpu_memory),
+                  f"[green]yes, {_gib(result.gpu_memory - memory.total)} spare[/green]" if fits
+                  else f"[red]no, {_gib(memory.total - result.gpu_memory)} short[/red]")
+    console.print(table)
+    if memory.host_per_node:
+        console.print(f"host RAM per node for offloaded states: {_gib(memory.host_per_node)} GiB")
+    for advice in result.advice:
+        console.print(f"- {advice.text}")
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    ranked = Table(title="best layouts (estimated)")
+    for column in ("#", "layout", "memory/GPU GiB", "step s", "tokens/s", "why"):
+        ranked.add_column(column)
+    for index, row in enumerate(result.ranked, 1):
+        ranked.add_row(str(index), row.layout.describe(), _gib(row.memory.total), f"{row.step_s:.3f}",
+                       f"{row.tokens_per_s:,.0f}", row.why)
+    console.print(ranked if result.ranked else "[red]no layout fits on this cluster[/red]")
+
+
+def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> Path:
+    """A copy of the recipe file with the layout written in (comments are not kept). Read as
+    validate reads it, so `time: 12:00` and `env: {V: 3.10}` are copied as the text they are."""
+    data, _ = load_yaml_file(loaded.path)
+    parallelism = data.setdefault("parallelism", {})
+    parallelism.update(dp=layout.dp, tp=layout.tp, pp=layout.pp, zero_stage=layout.zero_stage,
+                       offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
+                       micro_batch_size=layout.micro_batch_size,
+                       gradient_accumulation_steps=layout.gradient_accumulation_steps)
+    parallelism.pop("global_batch_size", None)  # derived from the three above
+    trainer = data.get("task", {}).get("trainer")
+    if trainer is not None:
+        trainer.setdefault("args", {})["gradient_checkpointing"] = layout.gradient_checkpointing
+    if layout.zero_stage and data.get("launcher") != "deepspeed":
+        data["launcher"] = "deepspeed"
+    target = target or loaded.path.with_name(f"{loaded.path.stem}.planned.yaml")
+    target.write_text(f"# {loaded.path.name} with the layout chosen by `clusterkit plan`\n"
+                      + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return target

@@ -1,0 +1,204 @@
+"""Rendering: a pure function from a loaded recipe (plus templates) to the job's files.
+
+Nothing here runs a subprocess, reads the clock or writes files; :mod:`clusterkit.render.output_dir` is the
+separate, all-or-nothing write. ``clusterkit submit`` sends exactly what :func:`render_job` returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import msgspec
+import yaml
+
+import clusterkit.render.templates
+
+from clusterkit import __version__
+from clusterkit.runs import layout as run_layout
+from clusterkit.render.deepspeed_config import deepspeed_config
+from clusterkit.errors import TemplateNotFound
+from clusterkit.load.loader import LoadedRecipe
+from clusterkit.render.network import network_env
+from clusterkit.spec.resolved import JobFile
+from clusterkit.render.shell import Shell, comment, join_words, one_line, quote
+
+# Located through the package, not importlib.resources (10 ms of start-up on the render path).
+BUILTIN_TEMPLATES = Path(clusterkit.render.templates.__file__).parent
+JOB_TEMPLATE = "job.sbatch.j2"
+ENV_TEMPLATE = "env.sh.j2"
+@dataclass(frozen=True)
+class RenderedJob:
+    """Everything a submission consists of, as text. ``files`` maps file name → content."""
+
+    name: str
+    files: dict[str, str]
+    summary: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def script(self) -> str:
+        return self.files[run_layout.JOB_SCRIPT]
+
+
+def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Where templates are looked up, first match wins: ``extra_dirs`` (the CLI passes the
+    ``--template-dir`` directories, then those of $CLUSTERKIT_TEMPLATES), the recipe's directory, the
+    built-ins. Nothing here reads the environment: the same arguments give the same path."""
+    dirs = [*extra_dirs, str(loaded.path.parent), str(BUILTIN_TEMPLATES)]
+    return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(list(search_path)),
+        undefined=jinja2.StrictUndefined,  # a typo in a template fails loudly
+        finalize=quote,  # quote by default; Shell values pass as written
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["comment"] = comment
+    env.filters["one_line"] = one_line
+    env.filters["join_words"] = join_words
+    env.filters["raw_shell"] = Shell
+    env.filters["in_run_dir"] = in_run_dir
+    return env
+
+
+def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
+    """Every #SBATCH option as (flag, value); value None means a bare flag. Sorted by flag."""
+    recipe, profile = loaded.recipe, loaded.profile
+    r = recipe.resources
+    run_dir = f"{recipe.runs_dir}/{recipe.name}/%j"  # SLURM fills in %j, the job id
+    options: dict[str, Any] = {
+        "job-name": recipe.name,
+        # The warning signal goes to the batch shell (B:), which passes it on to every rank.
+        "signal": f"B:{recipe.preemption.signal}@{recipe.preemption.grace_s}",
+        "requeue": None,
+        "nodes": r.nodes,
+        "ntasks-per-node": 1,  # one launcher per node; it starts the ranks
+        "cpus-per-task": r.cpus_per_task,
+        "output": f"{run_dir}/{run_layout.batch_log('%j', 'out')}",
+        "error": f"{run_dir}/{run_layout.batch_log('%j', 'err')}",
+        "open-mode": "append",  # the batch shell and node 0's srun task share the log
+    }
+    if profile.accelerator == "gpu" and profile.gpu_request == "gres":
+        options["gres"] = f"gpu:{r.gpus_per_node}"
+    elif profile.accelerator == "gpu" and profile.gpu_request == "gpus-per-node":
+        options["gpus-per-node"] = r.gpus_per_node
+    for flag, value in (("mem", r.mem), ("time", r.time), ("partition", r.partition), ("account", r.account),
+                        ("qos", r.qos), ("constraint", r.constraint), ("reservation", r.reservation)):
+        if value is not None:
+            options[flag] = value
+    if r.exclusive:
+        options["exclusive"] = None
+    for flag, value in r.extra_sbatch.items():
+        if value is False:
+            options.pop(flag, None)
+        else:
+            options[flag] = None if value is True else value
+    return sorted(options.items())
+
+
+RUN_DIR_PLACEHOLDER = "{run_dir}"
+
+
+def script_argument(text: str) -> Shell:
+    """Quote one script argument; ``{run_dir}`` inside it becomes the job's run directory."""
+    if RUN_DIR_PLACEHOLDER not in text:
+        return Shell(quote(text))
+    return Shell('"$RUN_DIR"'.join(quote(part) if part else "" for part in text.split(RUN_DIR_PLACEHOLDER)))
+
+
+def in_run_dir(name: str) -> Shell:
+    """``"$RUN_DIR/<name>"`` for a name from :mod:`clusterkit.runs.layout` (the templates' ``in_run_dir``
+    filter): those are plain words, so inside double quotes only an expansion they hold on purpose
+    (``$SLURM_NODEID`` in ``layout.node_dir("$SLURM_NODEID")``) is shell."""
+    return Shell(f'"$RUN_DIR/{name}"')
+
+
+def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
+    task = loaded.recipe.task
+    if task.trainer is not None:
+        return {"entry": "clusterkit.runtime.runner", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]}
+    return {"entry": task.script, "module": task.module, "args": [script_argument(a) for a in task.args]}
+
+
+def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> RenderedJob:
+    """Render every file of the job. Deterministic: the same recipe gives byte-identical files."""
+    recipe, profile = loaded.recipe, loaded.profile
+    env = _environment(template_search_path(loaded, template_dirs))
+    resolved = msgspec.to_builtins(recipe)
+    files: dict[str, str] = {}
+    ds_config_text = None
+    if recipe.uses_deepspeed:
+        ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
+        files[run_layout.DEEPSPEED_CONFIG] = ds_config_text
+    job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
+    # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
+    setup = [f"module load {quote(m)}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
+    context = {
+        "version": __version__,
+        "name": recipe.name,
+        "recipe_file": str(loaded.path),
+        "profile": profile,
+        "recipe": recipe,
+        "sbatch": sbatch_options(loaded),
+        "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
+        "setup": [Shell(line) for line in setup],
+        "env": network_env(recipe, profile),
+        "network_profile": recipe.network.profile,
+        "ds_config_json": ds_config_text,
+        "job_json": job_json,
+        "launch": _launch_command(loaded),
+        "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
+        "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
+    }
+    files[run_layout.ENV_SCRIPT] = _render_template(env, ENV_TEMPLATE, context)
+    files[run_layout.JOB_SCRIPT] = _render_template(env, JOB_TEMPLATE, context)
+    files[run_layout.RESOLVED_RECIPE] = (
+        f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
+        f"on cluster profile {comment(loaded.profile_path)}\n"
+        + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=False, width=100)
+    )
+    return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summarize(loaded))
+
+
+def _render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    try:
+        return env.get_template(name).render(context)
+    except jinja2.TemplateNotFound as exc:  # an ops template includes one that no directory holds
+        searched = ", ".join(env.loader.searchpath)  # type: ignore[union-attr]
+        raise TemplateNotFound(f"template {exc.name} is in none of the template directories ({searched})") from None
+
+
+def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
+    recipe, profile = loaded.recipe, loaded.profile
+    r, p = recipe.resources, recipe.parallelism
+    unit = "GPUs" if profile.accelerator == "gpu" else "processes"
+    task = f"trainer ({_model_label(loaded)})" if recipe.task.trainer else f"script {recipe.task.script}"
+    return [
+        ("recipe", f"{recipe.name} ({loaded.path})"),
+        ("cluster", f"{profile.name} ({profile.accelerator}, {recipe.network.profile} network)"),
+        ("resources", f"{r.nodes} nodes x {r.gpus_per_node} {unit} = {recipe.world_size}"),
+        ("layout", f"dp={p.dp} tp={p.tp} pp={p.pp} zero={p.zero_stage}"
+                   + (f" offload(opt={p.offload_optimizer}, params={p.offload_params})" if p.zero_stage else "")),
+        ("batch", f"micro {p.micro_batch_size} x accum {p.gradient_accumulation_steps} x dp {p.dp} = global {p.global_batch_size}"),
+        ("launcher", f"{recipe.launcher}, {recipe.precision}"),
+        ("task", task),
+        ("time", str(r.time or profile.max_time or "partition default")),
+    ]
+
+
+def _model_label(loaded: LoadedRecipe) -> str:
+    model = loaded.recipe.task.trainer.model  # type: ignore[union-attr]
+    if model.pretrained:
+        return model.pretrained
+    config = loaded.model_config or {}
+    return str(config.get("model_type", "model from config"))

@@ -1,0 +1,110 @@
+"""Network/runtime environment per interconnect, each variable with the reason it is set.
+
+Values come from public launch scripts of large runs and the NCCL/PyTorch docs
+(shared/reference/network-env.md); the rendered env.sh carries each reason as a comment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.resolved import ResolvedRecipe
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    reason: str
+
+
+# Environment settings that belong to debugging sessions, not to production jobs.
+DEBUG_ENV = {
+    "NCCL_DEBUG": {"INFO", "TRACE"},
+    "TORCH_DISTRIBUTED_DEBUG": {"DETAIL", "INFO"},
+    "CUDA_LAUNCH_BLOCKING": {"1"},
+    "NCCL_P2P_DISABLE": {"1"},
+}
+# Names PyTorch renamed (around 2.2): the old one is ignored by new releases, or fights the new one.
+LEGACY_ENV = {
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+    "NCCL_AVOID_RECORD_STREAMS": "TORCH_NCCL_AVOID_RECORD_STREAMS",
+}
+
+_COMMON = (
+    EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "abort the process group on a collective error or hang instead of waiting for the time limit"),
+    EnvVar("NCCL_DEBUG", "WARN", "warnings only; INFO floods logs and belongs to debugging (network.debug: true)"),
+)
+_NOT_DOCKER = "^docker,lo,veth"
+PROFILES: dict[str, tuple[EnvVar, ...]] = {
+    "infiniband": (
+        EnvVar("NCCL_SOCKET_IFNAME", _NOT_DOCKER, "bootstrap over a real host interface, never docker/loopback/veth"),
+        EnvVar("NCCL_IB_TIMEOUT", "22", "longer IB verbs timeout (NCCL default 18) rides out fabric congestion on large jobs"),
+        EnvVar("NCCL_NET_GDR_LEVEL", "PHB", "GPUDirect RDMA when NIC and GPU share a PCIe host bridge"),
+    ),
+    "roce": (
+        EnvVar("NCCL_SOCKET_IFNAME", _NOT_DOCKER, "bootstrap over a real host interface, never docker/loopback/veth"),
+        EnvVar("NCCL_IB_GID_INDEX", "3", "RoCE v2 needs the IPv4-mapped GID"),
+        EnvVar("NCCL_IB_TIMEOUT", "22", "longer verbs timeout rides out congestion on converged Ethernet"),
+    ),
+    "efa": (
+        EnvVar("FI_PROVIDER", "efa", "libfabric's EFA provider (with the aws-ofi-nccl plugin)"),
+        EnvVar("FI_EFA_USE_DEVICE_RDMA", "1", "GPUDirect RDMA over EFA on p4d/p5"),
+        EnvVar("FI_EFA_FORK_SAFE", "1", "data-loader workers fork; keep libfabric fork-safe"),
+        EnvVar("FI_EFA_USE_HUGE_PAGE", "0", "avoids ENOMEM when processes fork"),
+        EnvVar("NCCL_SOCKET_IFNAME", _NOT_DOCKER, "bootstrap over a real host interface, never docker/loopback/veth"),
+    ),
+    "slingshot": (
+        EnvVar("FI_CXI_DEFAULT_CQ_SIZE", "131072", "large CXI completion queue avoids event-queue overflow"),
+        EnvVar("FI_CXI_DISABLE_CQ_HUGETLB", "1", "no hugetlb for the CXI completion queue"),
+        EnvVar("CXI_FORK_SAFE", "1", "data-loader workers fork; keep CXI fork-safe"),
+        EnvVar("CXI_FORK_SAFE_HP", "1", "fork safety for huge pages too"),
+        EnvVar("NCCL_SOCKET_IFNAME", "hsn", "Slingshot high-speed network interfaces"),
+    ),
+    "ethernet": (
+        EnvVar("NCCL_IB_DISABLE", "1", "no InfiniBand here; skip probing the verbs transport"),
+        EnvVar("NCCL_SOCKET_IFNAME", _NOT_DOCKER, "use a real host interface, never docker/loopback/veth"),
+    ),
+    "loopback": (
+        EnvVar("NCCL_IB_DISABLE", "1", "single machine: no InfiniBand"),
+        EnvVar("NCCL_SOCKET_IFNAME", "lo", "all 'nodes' share this machine's loopback interface"),
+        EnvVar("GLOO_SOCKET_IFNAME", "lo", "gloo (CPU) connects over loopback too"),
+    ),
+}
+_DEBUG = (
+    EnvVar("NCCL_DEBUG", "INFO", "network.debug: true — NCCL logs transport and topology choices"),
+    EnvVar("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,ENV", "network.debug: true — the subsystems that explain a slow or hung start"),
+    EnvVar("TORCH_DISTRIBUTED_DEBUG", "DETAIL", "network.debug: true — checks collectives match across ranks"),
+)
+
+
+def env_value(value: str | int | float | bool) -> str:
+    """How a YAML scalar becomes an environment string (booleans as 1/0, the shell convention)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
+    """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
+    then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
+    chosen: dict[str, EnvVar] = {}
+    layers: list[tuple[EnvVar, ...]] = [_COMMON, PROFILES[recipe.network.profile]]
+    if recipe.network.debug:
+        layers.append(_DEBUG)
+    ranks_per_node = recipe.ranks_per_node
+    threads = max(1, recipe.resources.cpus_per_task // ranks_per_node)
+    if profile.accelerator == "cpu":
+        layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
+    layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per node = {recipe.resources.cpus_per_task}/{ranks_per_node}: no oversubscribed cores"),))
+    layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' network_env") for k, v in sorted(profile.network_env.items())))
+    layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' env") for k, v in sorted(profile.env.items())))
+    layers.append(tuple(EnvVar(k, env_value(v), "recipe network.env") for k, v in sorted(recipe.network.env.items())))
+    layers.append(tuple(EnvVar(k, env_value(v), "recipe env") for k, v in sorted(recipe.env.items())))
+    for layer in layers:
+        for var in layer:
+            chosen[var.name] = var
+    return list(chosen.values())

@@ -1,0 +1,47 @@
+"""Quoting for rendered shell: every interpolated value is quoted unless it is explicitly ``Shell``."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Iterable
+
+from clusterkit.errors import UnsafeValue
+from clusterkit.spec.recipe import LINE_BREAKING
+
+
+class Shell(str):
+    """Text that is meant to be shell (setup lines, ``$SLURM_NODEID``): rendered as written."""
+
+
+_LINE_BREAKING = re.compile(f"[{LINE_BREAKING}]")
+_CONTROL = re.compile(f"[{LINE_BREAKING}]+")
+
+
+def quote(value: Any) -> str:
+    """Jinja ``finalize`` hook: ``{{ x }}`` is shell-quoted unless ``x`` is :class:`Shell`."""
+    if isinstance(value, Shell):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("refusing to render a bool into shell; convert it explicitly")
+    return shlex.quote(str(value))
+
+
+def join_words(words: Iterable[Any]) -> Shell:
+    """An argv list as shell words, each quoted on its own (``[python3, -u]`` → ``python3 -u``)."""
+    return Shell(" ".join(quote(word) for word in words))
+
+
+def one_line(value: Any) -> Any:
+    """Refuse a value that would break out of a one-line context such as ``#SBATCH --x=VALUE``.
+
+    The recipe's types already refuse these; this is the renderer's own guard, so a value that
+    reached it some other way (a custom template, a new field) still cannot start a shell line."""
+    if _LINE_BREAKING.search(str(value)):
+        raise UnsafeValue(f"refusing to render {str(value)!r} into a one-line context: it holds a line break or control character")
+    return value
+
+
+def comment(value: Any) -> Shell:
+    """Text safe inside a ``# comment``: control characters (a newline would end it) become spaces."""
+    return Shell(_CONTROL.sub(" ", str(value)))

@@ -1,1 +1,0 @@
-"""The built-in HF Trainer runner that every rank of a task.trainer job runs."""

@@ -1,0 +1,77 @@
+"""``--follow``: stream a run's progress (step, loss, samples/s from metrics.jsonl) until it ends."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from clusterkit.runs.status import COMPLETED, JobStatus, job_status
+from clusterkit.runs.logs import Readable
+from clusterkit.runs.layout import METRICS
+from clusterkit.runs.record import RunRecord, metric_records
+
+
+class MetricsTail:
+    """Reads the JSON lines appended to metrics.jsonl since the last call."""
+
+    def __init__(self, path: Readable):
+        self.path = path
+        self._offset = 0
+
+    def new_records(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next call
+        self._offset += len(complete)
+        return metric_records(complete.decode("utf-8", "replace"))
+
+
+def _describe(record: dict[str, Any]) -> str:
+    parts = [f"step {record['step']}"]
+    if record.get("loss") is not None:
+        parts.append(f"loss {record['loss']:.4f}")
+    if record.get("samples_per_s"):
+        parts.append(f"{record['samples_per_s']:.1f} samples/s")
+    parts.append(f"world {record.get('world_size')}")
+    return ", ".join(parts)
+
+
+def follow(record: RunRecord, console: Console | None = None, poll_s: float = 1.0,
+           status_of: Callable[[RunRecord], JobStatus] = job_status, metrics: Readable | None = None) -> JobStatus:
+    """Follow until the job ends; returns its final status. ``metrics`` is the run's metrics.jsonl
+    (default: in the local run directory)."""
+    console = console or Console()
+    tail = MetricsTail(metrics or record.path / METRICS)
+    columns = (TextColumn("[bold]{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(record.name, total=None, state="PENDING", info="")
+        while True:
+            status = status_of(record)
+            for metric in tail.new_records():
+                if metric.get("max_steps", 0) > 0:
+                    progress.update(bar, total=metric["max_steps"])
+                progress.update(bar, completed=metric.get("step", 0), info=_describe(metric))
+                if metric.get("event") == "log":
+                    progress.console.print(f"  {_describe(metric)}")
+            progress.update(bar, state=status.state)
+            if status.done:
+                break
+            time.sleep(poll_s)
+    # The job may have ended between the last read and the status check: report what it wrote.
+    for metric in tail.new_records():
+        if metric.get("event") == "log":
+            console.print(f"  {_describe(metric)}")
+    style = "green" if status.state == COMPLETED else "red"
+    console.print(f"[{style}]job {record.job_id} {status.state}[/{style}]"
+                  + (f" (exit code {status.exit_code})" if status.exit_code is not None else ""))
+    if status.failure:
+        console.print(f"[red]first failure: {status.failure}[/red]")
+    return status

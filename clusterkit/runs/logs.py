@@ -1,0 +1,55 @@
+"""A run's logs: each node's launcher output, or one rank's own output."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import IO, Callable, Protocol, Sequence
+
+from clusterkit.runs.status import job_status
+from clusterkit.runs.layout import STREAMS, deepspeed_rank_log, node_dir, node_log, torchrun_rank_logs
+from clusterkit.runs.record import RunRecord
+
+
+class Readable(Protocol):
+    def open(self, mode: str = "rb") -> IO[bytes]: ...
+
+
+def log_files(record: RunRecord, rank: int | None) -> list[Path]:
+    run_dir = record.path
+    if rank is None:
+        return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
+    node, local = divmod(rank, record.ranks_per_node)
+    rank_logs = run_dir / node_dir(node)
+    # torchrun --log-dir: <dir>/<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log (newest attempt last)
+    torchrun = sorted(rank_logs.glob(torchrun_rank_logs(local)), key=lambda p: p.stat().st_mtime)
+    # DeepSpeed --enable_each_rank_log: <dir>/<timestamp>_rank<global rank>.log
+    deepspeed = sorted(rank_logs.glob(deepspeed_rank_log(rank)))
+    return torchrun or deepspeed
+
+
+def stream_run(record: RunRecord, rank: int | None, follow: bool) -> int:
+    return stream(lambda: log_files(record, rank), lambda: job_status(record).done, follow, base=record.run_dir)
+
+
+def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], follow: bool, base: str,
+           poll_s: float = 1.0) -> int:
+    """Print what the files hold beyond what was printed, each under a header naming it (relative
+    to ``base``); with ``follow``, until ``done()``."""
+    offsets: dict[str, int] = {}
+    while True:
+        for path in files():
+            key = str(path)
+            with path.open("rb") as handle:
+                handle.seek(offsets.get(key, 0))
+                chunk = handle.read()
+            if chunk:
+                if key not in offsets:
+                    print(f"==> {key.removeprefix(base.rstrip('/') + '/')} <==", flush=True)
+                sys.stdout.write(chunk.decode("utf-8", "replace"))
+                sys.stdout.flush()
+            offsets[key] = offsets.get(key, 0) + len(chunk)
+        if not follow or done():
+            return 0
+        time.sleep(poll_s)

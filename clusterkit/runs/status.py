@@ -1,0 +1,217 @@
+"""The state of a run, from the scheduler when it still knows the job and from the run directory
+when it does not (no ``sacct`` needed), plus the first failing rank's error."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterkit.schedulers import proc
+from clusterkit.schedulers.local_slurm import carries, job_markers
+from clusterkit.runs.layout import (
+    CANCELLED_MARKER, EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
+    node_dir, node_exit, node_log, node_number,
+)
+from clusterkit.runs.record import RunRecord
+
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
+TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY})
+
+# Every SLURM job state mapped onto ours; anything else is UNKNOWN.
+_SLURM_STATES = {
+    "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING, "RESV_DEL_HOLD": PENDING,
+    "RUNNING": RUNNING, "COMPLETING": RUNNING, "RESIZING": RUNNING, "SIGNALING": RUNNING,
+    "STAGE_OUT": RUNNING, "SUSPENDED": RUNNING, "STOPPED": RUNNING,
+    "COMPLETED": COMPLETED, "FAILED": FAILED, "BOOT_FAIL": FAILED, "SPECIAL_EXIT": FAILED,
+    "CANCELLED": CANCELLED, "REVOKED": CANCELLED, "DEADLINE": TIMEOUT, "TIMEOUT": TIMEOUT,
+    "PREEMPTED": PREEMPTED, "NODE_FAIL": NODE_FAIL, "OUT_OF_MEMORY": OUT_OF_MEMORY,
+}
+
+
+def normalize_slurm_state(raw: str) -> str:
+    """``"CANCELLED by 0"`` → CANCELLED; unknown or empty → UNKNOWN."""
+    word = raw.strip().split(" ")[0].rstrip("+").upper() if raw.strip() else ""
+    return _SLURM_STATES.get(word, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: str
+    exit_code: int | None = None
+    reason: str | None = None
+    failure: str | None = None  # the first failing rank's error, when one failed
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL
+
+
+def _exit_code_from_run_dir(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / EXIT_CODE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def scontrol_show_job(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", "-o", job_id]
+
+
+def slurm_status(scontrol_returncode: int, scontrol_stdout: str, exit_code: int | None) -> JobStatus:
+    """The state from ``scontrol show job -o`` (while SLURM still knows the job) and the run
+    directory's exit code; used here and, over SSH, for a login node without clusterkit."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", scontrol_stdout)) if scontrol_returncode == 0 else {}
+    if "JobState" in fields:
+        state = normalize_slurm_state(fields["JobState"])
+        reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
+        if exit_code is None and fields.get("ExitCode", "").split(":")[0].isdigit():
+            exit_code = int(fields["ExitCode"].split(":")[0]) if state in TERMINAL else None
+        return JobStatus(state, exit_code, reason)
+    # SLURM has forgotten the job (MinJobAge passed) and there is no accounting: the run dir tells.
+    if exit_code is not None:
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
+    return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code")
+
+
+def _slurm_status(record: RunRecord) -> JobStatus:
+    done = proc.run(scontrol_show_job(record.job_id), check=False)
+    return slurm_status(done.returncode, done.stdout, _exit_code_from_run_dir(record.path))
+
+
+def _local_status(record: RunRecord) -> JobStatus:
+    if (record.path / CANCELLED_MARKER).exists():
+        return JobStatus(CANCELLED)
+    exit_code = _exit_code_from_run_dir(record.path)
+    if exit_code is not None:
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
+    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
+    if record.pid and carries(record.pid, job_markers(record.run_dir)):
+        return JobStatus(RUNNING)
+    return JobStatus(FAILED, reason="the local batch process ended without an exit code")
+
+
+def job_status(record: RunRecord) -> JobStatus:
+    status = _slurm_status(record) if record.scheduler == "slurm" else _local_status(record)
+    stopped = _preempted_record(record.path)
+    if stopped and status.state in (FAILED, COMPLETED):
+        return JobStatus(PREEMPTED, status.exit_code,
+                         f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
+                         f"continue with: clusterkit submit --resume {record.run_dir}")
+    if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
+        return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
+    return status
+
+
+def _preempted_record(run_dir: Path) -> dict | None:
+    try:
+        stopped = json.loads((run_dir / PREEMPTED_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return stopped if isinstance(stopped, dict) else None
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n(?P<block>(?:  .*\n?)+)")
+
+
+def _failing_node(run_dir: Path) -> int | None:
+    """The node whose launcher ended first with a non-zero code (each node records when it ended)."""
+    ended = []
+    for path in run_dir.glob(node_exit("*")):
+        try:
+            when, code = path.read_text().split()
+            if code != "0":
+                ended.append((float(when), node_number(path.stem)))
+        except (OSError, ValueError):
+            continue  # not a node's record (a damaged or stray file)
+    return min(ended)[1] if ended else None
+
+
+def _root_cause(record: RunRecord, node: int) -> str | None:
+    """torchrun's own summary of the node's failed ranks ("Root Cause (first observed failure)")."""
+    match = _ROOT_CAUSE.search(_tail(record.path / node_log(record.job_id, node, "err"), 65536))
+    if not match:
+        return None
+    block = match.group("block")
+    fields = dict(re.findall(r"^  (\w+)\s*: (.*)$", block, re.M))
+    rank = fields.get("rank", "?").split()[0]
+    # A traceback continues on indented lines; its last line is the exception itself.
+    traceback = block.split("traceback :", 1)[1] if "traceback :" in block else ""
+    lines = [line.strip() for line in traceback.splitlines() if line.strip()]
+    cause = lines[-1] if lines else ""
+    if cause.startswith(("To enable traceback", "<N/A>")) or not cause:
+        cause = f"exit code {fields.get('exitcode', '?').strip()}"
+    return f"rank {rank} (node {node}{_hostname(record, node)}): {cause}"
+
+
+def _hostname(record: RunRecord, node: int) -> str:
+    try:
+        hosts = [line.split()[0] for line in (record.path / HOSTFILE).read_text().splitlines() if line.strip()]
+        return f", {hosts[node]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def first_failure(record: RunRecord) -> str | None:
+    """The first failure: the node whose launcher failed first and torchrun's root cause there;
+    otherwise the earliest error a rank reported: torchelastic's error.json files (rank and message),
+    ordered by when they were written — the ranks that fail only because a peer died write theirs
+    later, and torchelastic's own timestamp has one-second resolution, too coarse to tell — then the
+    last line of the earliest rank log that holds a traceback."""
+    run_dir = record.path
+    refused = _slow_preflight(run_dir)
+    if refused:
+        return refused
+    node = _failing_node(run_dir)
+    if node is not None and record.launcher == "torchrun":
+        cause = _root_cause(record, node)
+        if cause:
+            return cause
+    reports = []
+    for error_file in run_dir.glob(f"{node_dir('*')}/{TORCHRUN_ERROR_FILES}"):
+        try:
+            message = json.loads(error_file.read_text())["message"]
+            node = node_number(error_file.parts[-5])  # ranks/node<N>/<run id>/attempt_<k>/<local rank>/error.json
+            rank = node * record.ranks_per_node + int(error_file.parts[-2])
+            written = error_file.stat().st_mtime_ns
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # damaged, or not torchelastic's
+        text = str(message.get("message", "")) if isinstance(message, dict) else str(message)
+        reports.append((written, rank, text.strip().splitlines()[-1] if text.strip() else "error"))
+    if reports:
+        _, rank, text = min(reports)
+        return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
+    logs = sorted(
+        (p for p in run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}") if "Traceback" in _tail(p)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if logs:
+        lines = [line for line in _tail(logs[0]).splitlines() if line.strip()]
+        return f"{logs[0].relative_to(run_dir)}: {lines[-1] if lines else 'traceback'}"
+    return None
+
+
+def _slow_preflight(run_dir: Path) -> str | None:
+    """Why a job stopped before training when its preflight found slow nodes (on_slow: fail)."""
+    try:
+        result = json.loads((run_dir / PREFLIGHT_RESULT).read_text())
+        if not result.get("slow_nodes") or result.get("on_slow") != "fail":
+            return None
+        slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
+        listed = ", ".join(f"node {n['node']} ({n['host']}, {n['busbw_gbps']:.3g} GB/s)" for n in slow)
+        return (f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
+                f"bandwidth; not trained (preflight.on_slow: fail)")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no preflight, or a damaged result
+
+
+def _tail(path: Path, size: int = 16384) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - size))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

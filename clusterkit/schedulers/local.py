@@ -1,0 +1,114 @@
+"""The local adapter: runs the same batch script on this machine, with ``srun`` and ``scontrol``
+stand-ins (:mod:`clusterkit.schedulers.local_slurm`) that start one process per node — the same env contract
+as SLURM, so a laptop can try a recipe."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from clusterkit.schedulers.local_slurm import JOB_MARKER, KILL_WAIT_S, job_markers, terminate
+from clusterkit.runs.layout import CANCELLED_MARKER, JOB_SCRIPT, LOCAL_JOB_IDS, SHIM_DIR, STAGING_PREFIX, batch_log
+from clusterkit.runs.record import RunRecord
+from clusterkit.schedulers.api import SubmitRequest, creating_run_dir, write_run_files
+
+SHIMS = ("srun", "scontrol")
+
+
+def allocate_job_id(ids_dir: Path, start: int) -> str:
+    """The first id from ``start`` up that no other submit under this runs_dir holds."""
+    ids_dir.mkdir(parents=True, exist_ok=True)
+    job_id = start
+    while True:
+        try:
+            os.close(os.open(ids_dir / str(job_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return str(job_id)
+        except FileExistsError:
+            job_id += 1
+
+
+def local_hosts(nodes: int) -> list[str]:
+    """Distinct loopback addresses stand in for node names (all reach this machine on Linux)."""
+    return [f"127.0.0.{index + 1}" for index in range(nodes)]
+
+
+def _write_shims(shim_dir: Path) -> None:
+    shim_dir.mkdir()
+    for shim in SHIMS:
+        path = shim_dir / shim
+        # A Python script, not /bin/sh: dash would drop the exported clusterkit_node function
+        # (BASH_FUNC_clusterkit_node%%) from the environment the nodes' commands need.
+        path.write_text(f"#!{sys.executable}\nimport sys\nfrom clusterkit.schedulers.local_slurm import main\nsys.exit(main({shim!r}, sys.argv[1:]))\n")
+        path.chmod(0o755)
+
+
+def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
+    """The run directory with all the job's files, complete or not at all: written in a staging
+    directory, then renamed to a job id (a numeric one: the script does arithmetic on it)."""
+    root = request.runs_root
+    with creating_run_dir(root):
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+        try:
+            staging.chmod(0o755)  # as a plain mkdir makes it (mkdtemp's is private)
+            write_run_files(request, staging)
+            _write_shims(staging / SHIM_DIR)
+            job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
+            while (root / job_id).exists():  # a run directory from before the ids were kept
+                job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, int(job_id) + 1)
+            staging.rename(root / job_id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return job_id, root / job_id
+
+
+def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Popen[bytes]:
+    hosts = local_hosts(request.nodes)
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{run_dir / SHIM_DIR}{os.pathsep}{env.get('PATH', '')}",
+        SLURM_JOB_ID=job_id,
+        SLURM_JOB_NAME=request.name,
+        SLURM_JOB_NODELIST=",".join(hosts),
+        SLURM_NNODES=str(request.nodes),
+        CLUSTERKIT_EXECUTOR="local",
+        **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
+    )
+    with open(run_dir / batch_log(job_id, "out"), "ab") as out, open(run_dir / batch_log(job_id, "err"), "ab") as err:
+        return subprocess.Popen(
+            ["bash", str(run_dir / JOB_SCRIPT)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
+        )
+
+
+def submit(request: SubmitRequest) -> RunRecord:
+    job_id, run_dir = _create_run_dir(request)
+    try:
+        process = _start(request, job_id, run_dir)
+        record = RunRecord(
+            job_id=job_id, name=request.name, scheduler="local", run_dir=str(run_dir), recipe=request.recipe,
+            submitted_at=time.time(), nodes=request.nodes, ranks_per_node=request.ranks_per_node,
+            launcher=request.launcher, pid=process.pid, overrides=request.overrides,
+        )
+        with creating_run_dir(run_dir):
+            record.write()
+    except BaseException:
+        # No record, no job: what started is stopped (found by its marker, even when an interrupt
+        # came before Popen returned its pid) and the run directory removed.
+        terminate(job_markers(run_dir))
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return record
+
+
+def cancel(record: RunRecord, grace_s: float = KILL_WAIT_S) -> None:
+    """Stop every process of the job (only those carrying its marker: a reused pid is left alone),
+    SIGTERM first, SIGKILL after ``grace_s``."""
+    (record.path / CANCELLED_MARKER).touch()
+    terminate(job_markers(record.run_dir), grace_s)

@@ -1,0 +1,126 @@
+"""Cluster profiles: what ops teams know about a cluster, kept in YAML beside the recipes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+from msgspec import Meta, field
+
+import clusterkit.recipes.clusters
+
+from clusterkit.spec.recipe import (
+    EnvMap,
+    Line,
+    Memory,
+    NetworkProfileName,
+    NonEmptyLine,
+    PositiveInt,
+    PythonCommand,
+    SlurmTime,
+    WORD_PATTERN,
+    _Struct,
+)
+
+BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
+
+
+class GPU(_Struct):
+    model: NonEmptyLine
+    memory_gb: Annotated[float, Meta(gt=0)]
+    # Dense bf16 peak per GPU; used by the planner's cost model.
+    peak_tflops: Optional[Annotated[float, Meta(gt=0)]] = None
+
+
+class Container(_Struct):
+    """Run every node's launcher inside a container through pyxis/enroot (srun --container-*)."""
+
+    image: NonEmptyLine
+    mounts: list[NonEmptyLine] = field(default_factory=list)
+    workdir: Optional[NonEmptyLine] = None
+
+
+class Login(_Struct):
+    """The login node that ``clusterkit submit`` reaches over SSH from a laptop. ``host`` may be an
+    alias from ~/.ssh/config, whose HostName, User, Port, IdentityFile and ProxyJump apply; a field
+    set here wins over the config, as a command-line option does for ssh."""
+
+    host: NonEmptyLine
+    port: Optional[Annotated[int, Meta(ge=1, le=65535)]] = None
+    user: Optional[NonEmptyLine] = None
+    identity_file: Optional[NonEmptyLine] = None
+    # [user@]host[:port], comma-separated for a chain of bastions, as ssh's -J.
+    proxy_jump: Optional[NonEmptyLine] = None
+    # Where uploaded runs live on the cluster: runs_dir and task scripts are relative to it.
+    remote_workdir: NonEmptyLine = "clusterkit"
+    # The interpreter that runs clusterkit on the login node (when installed there): one word.
+    python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
+
+
+class ClusterProfile(_Struct, kw_only=True):
+    name: NonEmptyLine
+    description: Optional[str] = None
+    # cpu: processes stand in for GPUs, the gloo backend is used and no GPU is requested.
+    accelerator: Literal["gpu", "cpu"] = "gpu"
+    gpu: Optional[GPU] = None
+    gpus_per_node: PositiveInt
+    # How this site's SLURM wants GPUs asked for.
+    gpu_request: Literal["gres", "gpus-per-node", "none"] = "gres"
+    cpus_per_node: PositiveInt
+    mem_per_node: Optional[Memory] = None
+    partition: Optional[NonEmptyLine] = None
+    account: Optional[NonEmptyLine] = None
+    qos: Optional[NonEmptyLine] = None
+    max_time: Optional[SlurmTime] = None
+    interconnect: NetworkProfileName
+    # Bandwidth in GB/s per GPU, for the planner's cost model.
+    intra_node_gbps: Optional[Annotated[float, Meta(gt=0)]] = None
+    inter_node_gbps: Optional[Annotated[float, Meta(gt=0)]] = None
+    network_env: EnvMap = field(default_factory=dict)
+    modules: list[NonEmptyLine] = field(default_factory=list)
+    setup: list[Line] = field(default_factory=list)
+    env: EnvMap = field(default_factory=dict)
+    container: Optional[Container] = None
+    runs_dir: Optional[NonEmptyLine] = None
+    python: PythonCommand = "python3"
+    nvme_path: Optional[NonEmptyLine] = None
+    login: Optional[Login] = None
+
+
+def expanded(text: str) -> Path:
+    """``~`` and ``~user`` expanded; a ``~user`` with no such user stays as written (and is then
+    simply not found) instead of raising from pathlib."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
+def profile_search_path(recipe_dir: Path) -> list[Path]:
+    """Where ``cluster: NAME`` is looked up, first match wins: $CLUSTERKIT_CLUSTERS (colon-separated
+    ops directories), ``clusters/`` beside the recipe, then the profiles shipped with clusterkit."""
+    extra = [Path(p) for p in os.environ.get("CLUSTERKIT_CLUSTERS", "").split(os.pathsep) if p]
+    return [*extra, recipe_dir / "clusters", BUILTIN_CLUSTERS_DIR]
+
+
+def find_profile(reference: str, recipe_dir: Path) -> Path | None:
+    """Resolve a ``cluster:`` value: a path (relative to the recipe) or a profile name."""
+    if "/" in reference or reference.endswith((".yaml", ".yml")):
+        path = expanded(reference)
+        path = path if path.is_absolute() else recipe_dir / path
+        return path if path.is_file() else None
+    for directory in profile_search_path(recipe_dir):
+        for suffix in (".yaml", ".yml"):
+            candidate = directory / f"{reference}{suffix}"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def available_profiles(recipe_dir: Path) -> list[str]:
+    names = set()
+    for directory in profile_search_path(recipe_dir):
+        if directory.is_dir():
+            names.update(p.stem for p in directory.glob("*.y*ml"))
+    return sorted(names)

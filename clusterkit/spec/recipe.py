@@ -1,0 +1,214 @@
+"""The recipe: what to train and how to lay it out. Plain typed structs (msgspec) — the one source
+of truth that every rendered file is a pure function of.
+
+Field names are public interface: ``--set resources.nodes=4`` and the docs use them.
+This is the recipe as written: a field left ``None`` (or ``auto``) is filled from the cluster profile
+or derived when the loader builds a :class:`clusterkit.spec.resolved.ResolvedRecipe`, which has every value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+import msgspec
+from msgspec import Meta, field
+
+# Every pattern ends in END ("no character follows") rather than `$`: `$` also matches before a final
+# "\n", and msgspec checks patterns with re.search, so "p\n" would pass as one line. Python and
+# ECMAScript (editors reading the JSON Schema) read END the same way.
+END = r"(?![\s\S])"
+# What no one-line field may hold: C0 controls but tab, DEL, C1 controls (NEL among them) and the
+# Unicode line and paragraph separators. A line break in an #SBATCH value would start a new script line.
+LINE_BREAKING = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
+LINE_PATTERN = f"^[^{LINE_BREAKING}]*{END}"
+NON_EMPTY_LINE_PATTERN = f"^[^{LINE_BREAKING}]+{END}"
+NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}{END}"
+ENV_NAME_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"
+MEMORY_PATTERN = rf"^\d+[KMGT]?{END}"
+SBATCH_FLAG_PATTERN = f"^[a-z][a-z0-9-]*{END}"
+WORD_PATTERN = rf"^[^\s{LINE_BREAKING}]+{END}"
+NO_NUL_PATTERN = rf"^[^\x00]*{END}"
+# What a value failing each pattern must be; the loader words its error with these.
+PATTERN_HINTS = {
+    LINE_PATTERN: "a single line of text without control characters or line breaks",
+    NON_EMPTY_LINE_PATTERN: "a non-empty single line of text without control characters or line breaks",
+    NAME_PATTERN: "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
+    ENV_NAME_PATTERN: "a valid environment variable name",
+    MEMORY_PATTERN: "a SLURM memory size such as 480G, or 0 for all",
+    SBATCH_FLAG_PATTERN: "a long sbatch option name without dashes, e.g. mail-type",
+    WORD_PATTERN: "one word without spaces (give a list for a command with arguments, e.g. [python3, -u])",
+    NO_NUL_PATTERN: "text without NUL characters",
+}
+
+Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
+NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=NON_EMPTY_LINE_PATTERN)]
+Name = Annotated[
+    str,
+    Meta(
+        pattern=NAME_PATTERN,
+        description="Job and run-directory name: letters, digits, '.', '_' and '-', at most 64.",
+    ),
+]
+EnvName = Annotated[str, Meta(pattern=ENV_NAME_PATTERN)]
+# Environment values reach the shell quoted, line breaks included; only NUL cannot be carried at all.
+EnvValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
+EnvMap = dict[EnvName, EnvValue]
+PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
+# SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+SLURM_TIME_PATTERN = rf"^(\d+-\d{{1,2}}(:\d{{1,2}}){{0,2}}|\d+(:\d{{1,2}}){{0,2}}){END}"
+PATTERN_HINTS[SLURM_TIME_PATTERN] = "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+SlurmTime = Union[
+    Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)],
+    Annotated[int, Meta(ge=1)],
+]
+# An interpreter: one word, or an argv list such as [python3, -u] (each item one word of the command).
+PythonCommand = Union[Annotated[str, Meta(pattern=WORD_PATTERN)], list[NonEmptyLine]]
+Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, e.g. 480G; 0 = all")]
+Offload = Literal["none", "cpu", "nvme"]
+NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Launcher = Literal["torchrun", "deepspeed"]
+SbatchValue = Union[Line, int, bool]
+SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
+
+
+class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):
+    """Base: unknown keys are errors, every field is a keyword."""
+
+
+class Resources(_Struct):
+    nodes: PositiveInt = 1
+    gpus_per_node: Optional[Annotated[int, Meta(ge=1, le=64)]] = None
+    cpus_per_task: Optional[PositiveInt] = None
+    mem: Optional[Memory] = None
+    time: Optional[SlurmTime] = None
+    partition: Optional[NonEmptyLine] = None
+    account: Optional[NonEmptyLine] = None
+    qos: Optional[NonEmptyLine] = None
+    constraint: Optional[NonEmptyLine] = None
+    reservation: Optional[NonEmptyLine] = None
+    exclusive: bool = False
+    extra_sbatch: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
+
+
+class Parallelism(_Struct):
+    dp: Union[Annotated[int, Meta(ge=1)], Literal["auto"]] = "auto"
+    tp: Annotated[int, Meta(ge=1, le=64)] = 1
+    pp: Annotated[int, Meta(ge=1, le=1024)] = 1
+    zero_stage: Annotated[int, Meta(ge=0, le=3)] = 0
+    offload_optimizer: Offload = "none"
+    offload_params: Offload = "none"
+    micro_batch_size: Optional[PositiveInt] = None
+    global_batch_size: Optional[Annotated[int, Meta(ge=1, le=100_000_000)]] = None
+    gradient_accumulation_steps: Optional[PositiveInt] = None
+
+
+class ModelSpec(_Struct):
+    """Exactly one of ``config`` (a dict, or a path to a local config.json) and ``pretrained``."""
+
+    config: Union[dict[str, Any], NonEmptyLine, None] = None
+    pretrained: Optional[NonEmptyLine] = None
+    tokenizer: Optional[NonEmptyLine] = None
+
+
+class DatasetSpec(_Struct):
+    type: Literal["synthetic", "text", "jsonl", "disk"] = "synthetic"
+    path: Optional[NonEmptyLine] = None
+    field: NonEmptyLine = "text"
+    seq_len: Annotated[int, Meta(ge=2, le=1_048_576)] = 128
+    num_samples: Annotated[int, Meta(ge=1, le=100_000_000)] = 1024
+
+
+class TrainerTask(_Struct):
+    model: ModelSpec
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    # Passed to transformers.TrainingArguments; keys the recipe owns elsewhere are rejected.
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(_Struct):
+    """Exactly one of ``trainer`` (the built-in HF Trainer runner) and ``script``."""
+
+    trainer: Optional[TrainerTask] = None
+    script: Optional[NonEmptyLine] = None
+    module: bool = False
+    args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
+    # For a script task: its parameter count, and/or its model's config (layers, heads, ...) so the
+    # layout checks and `clusterkit plan` can use them.
+    model_size: Optional[Annotated[int, Meta(ge=1)]] = None
+    model_config: Optional[dict[str, Any]] = None
+
+
+class DeepSpeedSettings(_Struct):
+    # A whole or partial DeepSpeed config (a dict, or a JSON file path relative to the recipe),
+    # deep-merged over the one clusterkit renders; the keys it changes are reported.
+    config: Union[dict[str, Any], NonEmptyLine, None] = None
+    # DeepSpeed's -i/-e syntax, e.g. "node1:0,1@node2"; the batch sizes then follow the ranks that remain.
+    include: Optional[NonEmptyLine] = None
+    exclude: Optional[NonEmptyLine] = None
+
+
+class Preemption(_Struct):
+    # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
+    # which NCCL may claim (submitit moved to USR2 for that reason).
+    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] = "USR2"
+    grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
+    max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
+    # Requeue automatically after a failure (a rank or node died) while SLURM_RESTART_COUNT is below
+    # this; the requeued job resumes from the newest complete checkpoint. 0 = never.
+    max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
+
+
+class Preflight(_Struct):
+    """A collective benchmark every rank joins before training, in the same allocation
+    (``preflight: true`` is short for ``{enabled: true}``)."""
+
+    enabled: bool = True
+    # A node whose intra-node all-reduce bus bandwidth is below this share of the median node's is slow.
+    slow_fraction: Annotated[float, Meta(gt=0, lt=1)] = 0.8
+    on_slow: Literal["warn", "fail"] = "warn"
+    # Run the benchmark and stop (what `clusterkit preflight RECIPE` submits).
+    only: bool = False
+
+
+class Network(_Struct):
+    profile: Optional[NetworkProfileName] = None
+    env: EnvMap = field(default_factory=dict)
+    debug: bool = False
+
+
+class Recipe(_Struct, kw_only=True):
+    name: Name
+    cluster: NonEmptyLine = "dev"
+    description: Optional[str] = None
+    resources: Resources = field(default_factory=Resources)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    launcher: Launcher = "torchrun"
+    precision: Optional[Precision] = None
+    task: Task
+    network: Network = field(default_factory=Network)
+    deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
+    preemption: Preemption = field(default_factory=Preemption)
+    # Resolved always to a Preflight (false → enabled: false).
+    preflight: Union[bool, Preflight] = False
+    env: EnvMap = field(default_factory=dict)
+    setup: list[Line] = field(default_factory=list)
+    runs_dir: Optional[NonEmptyLine] = None
+    master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
+    python: Optional[PythonCommand] = None
+    # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
+    resume_from: Optional[NonEmptyLine] = None
+
+
+def recipe_json_schema() -> dict[str, Any]:
+    """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
+    schema = msgspec.json.schema(Recipe)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "clusterkit recipe"
+    # `extends` is resolved (and removed) before the struct is built, so it is not a Recipe field.
+    recipe_def = schema["$defs"]["Recipe"]
+    recipe_def["properties"]["extends"] = {
+        "description": "base recipe path(s), relative to this file; deep-merged, later wins, this file wins",
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+    }
+    return schema

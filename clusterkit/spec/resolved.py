@@ -1,0 +1,179 @@
+"""The resolved recipe: every value the profile fills or the layout derives is set, so nothing that
+runs a job needs a fallback. The loader builds one from a :class:`~clusterkit.spec.recipe.Recipe` as
+written; the job reads it back from ``job.json`` as a :class:`JobFile`.
+
+Field names and order are those of the recipe as written: ``recipe.resolved.yaml`` lists them in
+this order and ``job.json`` holds them under the same keys.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import msgspec
+from msgspec import Meta
+
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import (
+    SLURM_TIME_PATTERN,
+    DeepSpeedSettings,
+    EnvMap,
+    Launcher,
+    Line,
+    Memory,
+    Name,
+    NetworkProfileName,
+    NonEmptyLine,
+    Offload,
+    Parallelism,
+    Precision,
+    Preemption,
+    Preflight,
+    PythonCommand,
+    Recipe,
+    Resources,
+    SbatchFlag,
+    SbatchValue,
+    Task,
+    _Struct,
+)
+
+DEFAULT_RUNS_DIR = "./runs"
+
+
+class ResolvedResources(_Struct):
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem: Optional[Memory]
+    # Always text: a number of minutes written as 60 becomes "60", as SLURM reads it.
+    time: Optional[Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)]]
+    partition: Optional[NonEmptyLine]
+    account: Optional[NonEmptyLine]
+    qos: Optional[NonEmptyLine]
+    constraint: Optional[NonEmptyLine]
+    reservation: Optional[NonEmptyLine]
+    exclusive: bool
+    extra_sbatch: dict[SbatchFlag, SbatchValue]
+
+
+class ResolvedParallelism(_Struct):
+    dp: int
+    tp: int
+    pp: int
+    zero_stage: int
+    offload_optimizer: Offload
+    offload_params: Offload
+    micro_batch_size: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+
+
+class ResolvedNetwork(_Struct):
+    profile: NetworkProfileName
+    env: EnvMap
+    debug: bool
+
+
+class ResolvedRecipe(_Struct, kw_only=True):
+    name: Name
+    cluster: NonEmptyLine
+    description: Optional[str]
+    resources: ResolvedResources
+    parallelism: ResolvedParallelism
+    launcher: Launcher
+    precision: Precision
+    task: Task
+    network: ResolvedNetwork
+    deepspeed: DeepSpeedSettings
+    preemption: Preemption
+    preflight: Preflight
+    env: EnvMap
+    setup: list[Line]
+    runs_dir: NonEmptyLine
+    master_port: Optional[int]
+    python: list[NonEmptyLine]
+    resume_from: Optional[NonEmptyLine]
+
+    @property
+    def ranks_per_node(self) -> int:
+        """One rank per GPU (on a CPU cluster, per process standing in for one)."""
+        return self.resources.gpus_per_node
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.nodes * self.resources.gpus_per_node
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        return self.launcher == "deepspeed" or self.parallelism.zero_stage > 0
+
+
+class JobFile(_Struct):
+    """``job.json``: what every rank of a job reads."""
+
+    recipe: ResolvedRecipe
+    profile: ClusterProfile
+
+
+def python_argv(command: PythonCommand) -> list[str]:
+    """The interpreter as an argv list: `python3` → [python3]; a list is already one."""
+    return [command] if isinstance(command, str) else list(command)
+
+
+def resolve_resources(r: Resources, profile: ClusterProfile) -> ResolvedResources:
+    """The resources with every field the recipe left open filled from the profile (the recipe wins)."""
+    return ResolvedResources(
+        nodes=r.nodes,
+        gpus_per_node=r.gpus_per_node or profile.gpus_per_node,
+        cpus_per_task=r.cpus_per_task or profile.cpus_per_node,
+        mem=r.mem if r.mem is not None else profile.mem_per_node,
+        time=str(r.time) if r.time is not None else None,
+        partition=r.partition or profile.partition,
+        account=r.account or profile.account,
+        qos=r.qos or profile.qos,
+        constraint=r.constraint,
+        reservation=r.reservation,
+        exclusive=r.exclusive,
+        extra_sbatch=r.extra_sbatch,
+    )
+
+
+def resolved_parallelism(p: Parallelism, dp: int, micro: int, accumulation: int, global_batch: int) -> ResolvedParallelism:
+    return ResolvedParallelism(
+        dp=dp, tp=p.tp, pp=p.pp, zero_stage=p.zero_stage, offload_optimizer=p.offload_optimizer,
+        offload_params=p.offload_params, micro_batch_size=micro, global_batch_size=global_batch,
+        gradient_accumulation_steps=accumulation,
+    )
+
+
+def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResources,
+            parallelism: ResolvedParallelism) -> ResolvedRecipe:
+    """The recipe with the profile's defaults and the derived layout filled in (the recipe always wins)."""
+    preflight = recipe.preflight if isinstance(recipe.preflight, Preflight) else Preflight(enabled=recipe.preflight)
+    network = recipe.network
+    return ResolvedRecipe(
+        name=recipe.name,
+        cluster=recipe.cluster,
+        description=recipe.description,
+        resources=resources,
+        parallelism=parallelism,
+        launcher=recipe.launcher,
+        precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
+        task=recipe.task,
+        network=ResolvedNetwork(profile=network.profile or profile.interconnect, env=network.env, debug=network.debug),
+        deepspeed=recipe.deepspeed,
+        preemption=recipe.preemption,
+        preflight=preflight,
+        env=recipe.env,
+        setup=recipe.setup,
+        runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
+        master_port=recipe.master_port,
+        python=python_argv(recipe.python or profile.python),
+        resume_from=recipe.resume_from,
+    )
+
+
+def decode_job_file(text: bytes | str) -> JobFile:
+    """``job.json`` as the typed structs it was written from."""
+    return msgspec.json.decode(text, type=JobFile)
