@@ -18,6 +18,7 @@ import pytest
 
 import clusterkit
 from clusterkit.cli import main as cli
+from clusterkit.cli import recipes as cli_recipes
 from clusterkit.errors import (ClusterkitError, ExternalError, Finding, LocatedError, Location, RecipeError, RecipeErrors,
                                UserError)
 from conftest import REPO, run_cli
@@ -69,7 +70,7 @@ def _concrete_errors() -> list[type[ClusterkitError]]:
 @pytest.mark.parametrize("error_class", _concrete_errors(), ids=lambda c: c.__name__)
 def test_main_maps_each_error_to_its_code_and_one_escaped_line(
         error_class: type[ClusterkitError], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "cmd_schema", _raise(error_class(f"{HOSTILE}")))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(error_class(f"{HOSTILE}")))
     code = cli.main(["schema"])
     assert code == (2 if issubclass(error_class, UserError) else 1)
     assert capsys.readouterr().err == f"clusterkit: {HOSTILE_SHOWN}\n"
@@ -79,13 +80,13 @@ def test_errors_located_in_a_file_print_their_own_file_line_key_lines(monkeypatc
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     findings = [Finding(Location("r.yaml", 3), ("resources", "nodes"), HOSTILE),
                 Finding(Location("r.yaml", 9), ("name",), "too long")]
-    monkeypatch.setattr(cli, "cmd_schema", _raise(RecipeErrors(findings)))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(RecipeErrors(findings)))
     assert cli.main(["schema"]) == 2
     assert capsys.readouterr().err == f"r.yaml:3: resources.nodes: {HOSTILE_SHOWN}\nr.yaml:9: name: too long\n"
-    monkeypatch.setattr(cli, "cmd_schema", _raise(RecipeError(findings[1])))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(RecipeError(findings[1])))
     assert cli.main(["schema"]) == 2
     assert capsys.readouterr().err == "r.yaml:9: name: too long\n"
-    monkeypatch.setattr(cli, "cmd_schema", _raise(LocatedError(f"r.yaml: {HOSTILE}")))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(LocatedError(f"r.yaml: {HOSTILE}")))
     assert cli.main(["schema"]) == 2
     assert capsys.readouterr().err == f"r.yaml: {HOSTILE_SHOWN}\n"
 
@@ -99,13 +100,13 @@ def test_errors_located_in_a_file_print_their_own_file_line_key_lines(monkeypatc
 ])
 def test_a_stray_os_error_is_the_users_path_or_the_machines(
         error: OSError, code: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "cmd_schema", _raise(error))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(error))
     assert cli.main(["schema"]) == code
     assert capsys.readouterr().err == f"clusterkit: {line}\n"
 
 
 def test_ctrl_c_exits_130_quietly(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "cmd_schema", _raise(KeyboardInterrupt()))
+    monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(KeyboardInterrupt()))
     assert cli.main(["schema"]) == 130 and capsys.readouterr().err == ""
 
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from clusterkit import load_recipe
-from clusterkit.plan.memory import Layout, model_state_bytes
-from clusterkit.plan.modelsize import model_shape
+from clusterkit.estimate.memory import Layout, model_state_bytes
+from clusterkit.estimate.modelsize import model_shape
 from clusterkit.plan.planner import plan
 from conftest import RECIPES, run_cli
 
@@ -37,7 +37,7 @@ def test_parameter_counts_match_known_totals(config: dict, known: int) -> None:
 ], ids=["gpt2", "llama7b", "qwen2-tied", "llama-gqa-bias"])
 def test_closed_form_equals_meta_device_count(config: dict) -> None:
     pytest.importorskip("transformers")
-    from clusterkit.plan.modelsize import meta_device_count
+    from clusterkit.estimate.modelsize import meta_device_count
 
     assert model_shape(config).params == meta_device_count(config)
 

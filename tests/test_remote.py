@@ -112,8 +112,8 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     # The login node's clusterkit submitted exactly the script the local dry run prints.
     dry = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--dry-run")
     assert dry.returncode == 0 and (run_dir / "job.sbatch").read_text() == dry.stdout
-    assert "-m clusterkit submit --bundle" in dry.stderr
-    assert not list(run_dir.parent.glob(".upload-*")), "the upload bundle is removed once submitted"
+    assert dry.stderr.startswith("# would run: sbatch --parsable --hold runs/tiny-gpt2/.staging-")
+    assert not list(run_dir.parent.glob(".staging-*")), "the staging directory became the run directory"
     record = json.loads((remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login" / "run.json").read_text())
     assert record["scheduler"] == "ssh" and record["run_dir"] == str(run_dir)
 

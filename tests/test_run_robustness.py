@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import socket
+import shlex
 import subprocess
 import threading
 import time
@@ -23,15 +24,15 @@ import yaml
 
 from clusterkit.cli import main as cli
 from clusterkit.schedulers import local as local_scheduler
-from clusterkit.schedulers import slurm as slurm_scheduler
-from clusterkit.runs.status import COMPLETED, job_status
+from clusterkit.schedulers.host import LocalHost
+from clusterkit.runs.status import COMPLETED
 from clusterkit.load.loader import load_recipe
 from clusterkit.schedulers.local_slurm import job_markers, processes_with
-from clusterkit.diagnose.preflight_report import format_report
+from clusterkit.runs.preflight_report import format_report
 from clusterkit.runtime.preflight import bus_bandwidth
 from clusterkit.render.job import render_job
 from clusterkit.runs.record import RunRecord, find_run, read_record
-from clusterkit.schedulers.api import dry_run, schedule
+from clusterkit.schedulers.api import dry_run, schedule, status_of as job_status
 from conftest import REPO, run_cli
 
 HOLD = REPO / "tests" / "scripts" / "hold_node.py"
@@ -143,7 +144,7 @@ def test_cancel_stops_every_process_then_leaves_the_ended_run_alone(tmp_path: Pa
 def test_cancel_kills_ranks_that_ignore_sigterm_after_the_grace_period(tmp_path: Path) -> None:
     record = _started_holding(tmp_path, "--ignore-term", nodes=1)
     started = time.monotonic()
-    local_scheduler.cancel(record, grace_s=1.0)
+    local_scheduler.LocalScheduler().cancel(record, grace_s=1.0)
     assert time.monotonic() - started >= 1.0  # the rank ignored SIGTERM: SIGKILL came after the grace
     assert processes_with(job_markers(record.run_dir)) == []
 
@@ -164,7 +165,7 @@ def test_cancel_and_status_ignore_a_process_that_took_the_recorded_pid(tmp_path:
         record = RunRecord("7", "old", "local", str(run_dir), "r.yaml", time.time(), 1, 1, "torchrun", pid=stranger.pid)
         record.write()
         assert job_status(record).state == "FAILED"  # its batch shell is gone; the pid is now someone else's
-        local_scheduler.cancel(record, grace_s=0.5)
+        local_scheduler.LocalScheduler().cancel(record, grace_s=0.5)
         assert stranger.poll() is None, "cancel killed a process that is not the job's"
     finally:
         stranger.kill()
@@ -233,12 +234,15 @@ def test_a_refused_sbatch_leaves_no_run_dir_and_no_submission_file(tmp_path: Pat
 def test_disk_full_after_sbatch_cancels_the_held_job(dev_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     queued: list[str] = []
+    write_file = LocalHost.write_file
 
-    def full(request, run_dir: Path) -> None:
-        queued.append(run_dir.name)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def full_at_the_record(self: LocalHost, path: str, text: str, mode: int = 0o644) -> None:
+        if path.endswith("/run.json"):  # written once sbatch has queued the job
+            queued.append(Path(path).parent.name)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write_file(self, path, text, mode)
 
-    monkeypatch.setattr(slurm_scheduler, "write_run_files", full)
+    monkeypatch.setattr(LocalHost, "write_file", full_at_the_record)
     assert cli.main(["submit", str(_recipe(tmp_path, "full", REPORT_PORT)), "--executor", "slurm"]) == 1
     root = tmp_path / "runs" / "full"
     assert capsys.readouterr().err == f"clusterkit: cannot create run directory {root / queued[0]}: No space left on device\n"
@@ -317,31 +321,19 @@ def test_a_run_is_found_by_job_id_among_many(tmp_path: Path) -> None:
         find_run("*", tmp_path)  # a pattern is not a job id
 
 
-# --- 6. bundles -----------------------------------------------------------------------------------
+# --- 6. what sbatch answers -----------------------------------------------------------------------
 
-GOOD_BUNDLE = {"format": 1, "name": "b", "recipe": "/r.yaml", "runs_dir": "runs", "nodes": 1, "ranks_per_node": 1,
-               "launcher": "torchrun", "overrides": [], "files": ["job.sbatch"]}
-BAD_BUNDLES = {
-    "no bundle.json": None,
-    "truncated JSON": '{"format": 1, "na',
-    "a list": "[]",
-    "a missing key": json.dumps({k: v for k, v in GOOD_BUNDLE.items() if k != "nodes"}),
-    "a path as file name": json.dumps({**GOOD_BUNDLE, "files": ["job.sbatch", "../../etc/passwd"]}),
-    "a listed file missing": json.dumps({**GOOD_BUNDLE, "files": ["job.sbatch", "env.sh"]}),
-}
-
-
-@pytest.mark.parametrize("damage", sorted(BAD_BUNDLES))
-def test_a_bad_bundle_is_one_line(tmp_path: Path, damage: str) -> None:
-    bundle = tmp_path / ".upload-x"
-    bundle.mkdir()
-    (bundle / "job.sbatch").write_text("#!/bin/bash\n")
-    if BAD_BUNDLES[damage] is not None:
-        (bundle / "bundle.json").write_text(BAD_BUNDLES[damage])
-    done = run_cli("submit", "--bundle", str(bundle), cwd=tmp_path)
-    assert done.returncode == 2
-    assert _one_error_line(done).startswith(f"clusterkit: {bundle}")
-    assert not (tmp_path / "runs").exists()
+@pytest.mark.parametrize("answer", ["Submitted batch job 12", "", "12;cluster;extra\n13", "../12"])
+def test_an_sbatch_answer_that_is_not_a_job_id_is_one_line_and_leaves_nothing(tmp_path: Path, answer: str) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(answer)}\n")
+    (fake / "sbatch").chmod(0o755)
+    done = run_cli("submit", str(_recipe(tmp_path, "odd", REPORT_PORT)), "--executor", "slurm",
+                   env=dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}"))
+    assert done.returncode == 1
+    assert _one_error_line(done).startswith("clusterkit: sbatch answered ")
+    assert list((tmp_path / "runs" / "odd").iterdir()) == []
 
 
 # --- 7. checked arguments ---------------------------------------------------------------------------

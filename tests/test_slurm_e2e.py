@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -102,7 +103,9 @@ def test_dry_run_equals_what_sbatch_received(dev_cluster: str, tmp_path: Path) -
     assert real.returncode == 0, real.stderr
     job_id = real.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
-    submitted = (run_dir / f"{job_id}_submission.sh").read_text()  # what submitit handed to sbatch
+    # What slurmctld holds as the job's batch script, byte for byte.
+    submitted = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"], capture_output=True,
+                               text=True, check=True).stdout
     expected = run_cli("submit", TINY, "--dry-run", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
     assert submitted == expected.stdout
     assert (run_dir / "job.sbatch").read_text() == submitted

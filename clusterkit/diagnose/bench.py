@@ -17,6 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from clusterkit.errors import UsageError
+from clusterkit.launch.prepare import SubmitOptions, prepare
+from clusterkit.load.loader import Override
+from clusterkit.schedulers.api import schedule, status_of
 from clusterkit.spec.resolved import decode_job_file
 from clusterkit.runs.layout import JOB_JSON, METRICS
 from clusterkit.runs.record import RunRecord, metric_records
@@ -31,13 +35,16 @@ class Scale:
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def overrides(self, steps: int, micro_batch: int, accumulation: int) -> list[str]:
+    def overrides(self, steps: int, micro_batch: int, accumulation: int) -> list[Override]:
         """This scale, with the base recipe's per-GPU work (weak scaling)."""
-        return [f"resources.nodes={self.nodes}", f"resources.gpus_per_node={self.gpus_per_node}",
-                "parallelism.dp=auto", "parallelism.global_batch_size=null",
-                f"parallelism.micro_batch_size={micro_batch}", f"parallelism.gradient_accumulation_steps={accumulation}",
-                f"task.trainer.args.max_steps={steps}", "task.trainer.args.logging_steps=1",
-                f"task.trainer.args.save_steps={steps * 10}"]  # no checkpoint inside the timed steps
+        return [Override(("resources", "nodes"), self.nodes), Override(("resources", "gpus_per_node"), self.gpus_per_node),
+                Override(("parallelism", "dp"), "auto"), Override(("parallelism", "global_batch_size"), None),
+                Override(("parallelism", "micro_batch_size"), micro_batch),
+                Override(("parallelism", "gradient_accumulation_steps"), accumulation),
+                Override(("task", "trainer", "args", "max_steps"), steps),
+                Override(("task", "trainer", "args", "logging_steps"), 1),
+                # No checkpoint inside the timed steps.
+                Override(("task", "trainer", "args", "save_steps"), steps * 10)]
 
 
 @dataclass(frozen=True)
@@ -157,3 +164,41 @@ def write_outputs(results: list[ScaleResult], out_dir: Path, meta: dict[str, Any
     figure.savefig(png_path, dpi=100)
     plt.close(figure)
     return [*written, png_path]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    scales: list[Scale]
+    records: list[RunRecord]
+    states: dict[str, str]  # job id -> final state
+    how: str  # how the scales were submitted, for the report
+    recipe_path: Path  # the recipe as given
+
+
+def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int] | None, steps: int,
+               report: Callable[[str], None] = print) -> Submitted:
+    """Submit the recipe once per scale (smallest first), wait for every job and return them."""
+    base = prepare(options).loaded
+    if base.recipe.task.trainer is None:
+        raise UsageError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
+    p = base.recipe.parallelism
+    scales = sorted((Scale(n, g) for g in (gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in nodes),
+                    key=lambda scale: scale.gpus)
+    records: list[RunRecord] = []
+    states: dict[str, str] = {}
+    for scale in scales:
+        extra = scale.overrides(steps, p.micro_batch_size, p.gradient_accumulation_steps)
+        if records and records[-1].scheduler == "slurm":
+            extra.append(Override(("resources", "extra_sbatch", "dependency"), f"afterany:{records[-1].job_id}"))
+        request = prepare(options, extra).request
+        if request.scheduler == "ssh":
+            raise UsageError("clusterkit bench runs where sbatch is (or locally), not over SSH")
+        records.append(schedule(request))
+        if request.scheduler == "local":  # no queue to order them: one after another
+            states.update(wait_all(records[-1:], status_of, report=report))
+    how = ("as dependent jobs (each after the previous ends: afterany), not a job array, whose tasks would "
+           "share one node count" if records[0].scheduler == "slurm" else "one after another (local executor)")
+    report(f"submitted {len(scales)} scales {how}: jobs {', '.join(r.job_id for r in records)}")
+    states.update(wait_all([r for r in records if r.job_id not in states], status_of, report=report))
+    return Submitted(scales, records, states, how, base.path)
+

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clusterkit.render.network import DEBUG_ENV, LEGACY_ENV
+from clusterkit.spec.network import DEBUG_ENV, LEGACY_ENV
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 GIB = 1024**3

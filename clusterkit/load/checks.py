@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 
 from clusterkit.load import job_checks
-from clusterkit.render.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
+from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.render.network import DEBUG_ENV
+from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Parallelism, Recipe
 from clusterkit.spec.resolved import (
@@ -338,8 +338,8 @@ def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings)
 def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
     """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
     families only: the meta-device fallback would import torch on the validate path)."""
-    from clusterkit.plan.memory import GIB, Layout, estimate, optimizer_kind
-    from clusterkit.plan.modelsize import CLOSED_FORM_FAMILIES, model_shape
+    from clusterkit.estimate.memory import GIB, Layout, estimate, optimizer_kind
+    from clusterkit.estimate.modelsize import CLOSED_FORM_FAMILIES, model_shape
 
     if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
         return

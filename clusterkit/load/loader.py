@@ -8,6 +8,7 @@ dp and batch sizes → layout checks. Any problem raises :class:`~clusterkit.err
 from __future__ import annotations
 
 import copy
+import json
 import difflib
 import re
 import typing
@@ -39,7 +40,7 @@ class LoadedRecipe:
     profile_path: Path
     profile_source: SourceMap
     warnings: list[Finding] = field(default_factory=list)
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # every override as key.path=value text (the run record keeps them)
     # The model's architecture numbers when a local config is known (layers, heads, hidden...).
     model_config: dict[str, Any] | None = None
 
@@ -47,8 +48,22 @@ class LoadedRecipe:
         return self.source.locate(key_path)
 
 
-def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> LoadedRecipe:
-    """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``key.path=value``."""
+@dataclass(frozen=True)
+class Override:
+    """One recipe value set from outside the file: ``--set key.path=value`` parsed, or set by
+    clusterkit itself (--resume, --cluster, bench's scales) as a typed value, never as text to parse."""
+
+    key_path: KeyPath
+    value: Any
+
+    def __str__(self) -> str:
+        """``key.path=value``, with the value as JSON (which YAML reads back as the same value)."""
+        return ".".join(map(str, self.key_path)) + "=" + json.dumps(self.value)
+
+
+def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
+    """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``--set``
+    texts (``key.path=value``) or typed :class:`Override` values, applied in order."""
     path = Path(path)
     data, source = _load_with_bases(path, chain=())
     if not isinstance(data, dict):
@@ -76,7 +91,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Loade
         profile_source=profile_source,
         warnings=[f for f in findings if f.severity == "warning"],
         model_config=model_config,
-        overrides=tuple(overrides),
+        overrides=tuple(map(str, overrides)),
     )
 
 
@@ -166,9 +181,12 @@ def parse_override(override: str) -> tuple[KeyPath, Any, SourceMap]:
     return key_path, value, value_source
 
 
-def _apply_override(data: dict, source: SourceMap, override: str) -> None:
-    key_path, value, value_source = parse_override(override)
-    source.warnings.extend(value_source.warnings)
+def _apply_override(data: dict, source: SourceMap, override: str | Override) -> None:
+    if isinstance(override, Override):
+        key_path, value = override.key_path, override.value
+    else:
+        key_path, value, value_source = parse_override(override)
+        source.warnings.extend(value_source.warnings)
     location = Location(f"{OVERRIDE_PREFIX}{override}")
     node: Any = data
     for depth, part in enumerate(key_path[:-1]):

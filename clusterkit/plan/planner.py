@@ -14,8 +14,8 @@ from typing import Any
 
 from clusterkit.errors import UserError
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.plan.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
-from clusterkit.plan.modelsize import ModelShape, UnknownArchitecture, model_shape
+from clusterkit.estimate.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
+from clusterkit.estimate.modelsize import ModelShape, UnknownArchitecture, model_shape
 
 ASSUMED_MFU = 0.40  # fraction of peak FLOP/s a well-tuned transformer step reaches
 SLOW_INTER_NODE_GBPS = 12.5  # per GPU; below ~100 Gb/s, keep DP/TP traffic inside nodes

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.plan.memory import GIB, Layout
+from clusterkit.estimate.memory import GIB, Layout
 from clusterkit.plan.planner import Plan
 from clusterkit.load.yaml_source import load_yaml_file
 

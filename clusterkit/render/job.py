@@ -20,10 +20,10 @@ import clusterkit.render.templates
 
 from clusterkit import __version__
 from clusterkit.runs import layout as run_layout
-from clusterkit.render.deepspeed_config import deepspeed_config
+from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.render.network import network_env
+from clusterkit.spec.network import network_env
 from clusterkit.spec.resolved import JobFile
 from clusterkit.render.shell import Shell, comment, join_words, one_line, quote
 

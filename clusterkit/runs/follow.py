@@ -8,9 +8,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from clusterkit.runs.status import COMPLETED, JobStatus, job_status
+from clusterkit.runs.status import COMPLETED, JobStatus
 from clusterkit.runs.logs import Readable
-from clusterkit.runs.layout import METRICS
 from clusterkit.runs.record import RunRecord, metric_records
 
 
@@ -43,12 +42,12 @@ def _describe(record: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def follow(record: RunRecord, console: Console | None = None, poll_s: float = 1.0,
-           status_of: Callable[[RunRecord], JobStatus] = job_status, metrics: Readable | None = None) -> JobStatus:
-    """Follow until the job ends; returns its final status. ``metrics`` is the run's metrics.jsonl
-    (default: in the local run directory)."""
+def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metrics: Readable,
+           console: Console | None = None, poll_s: float = 1.0) -> JobStatus:
+    """Follow until the job ends; returns its final status. ``status_of`` is the run's scheduler's,
+    ``metrics`` the run's metrics.jsonl wherever it lives."""
     console = console or Console()
-    tail = MetricsTail(metrics or record.path / METRICS)
+    tail = MetricsTail(metrics)
     columns = (TextColumn("[bold]{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:

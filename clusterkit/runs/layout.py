@@ -53,11 +53,9 @@ CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; re
 EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
 
 # --- Beside the run directories ---
-STAGING_PREFIX = ".staging-"  # the local executor builds a run directory under this name in <runs_dir>/<name>/
-# The SSH adapter uploads a bundle to <runs_dir>/<name>/.upload-<id>/ on the login node; it becomes the run directory.
-UPLOAD_PREFIX = ".upload-"
-# The SSH adapter, in the bundle; read by `submit --bundle` on the login node, removed before the job starts.
-BUNDLE_FILE = "bundle.json"
+# Every scheduler writes a run's files into <runs_dir>/<name>/.staging-<token>/ (the token is chosen by
+# the dry run), submits the script there, and renames it to <job id>/ once the job has one.
+STAGING_PREFIX = ".staging-"
 # The local executor, in <runs_dir>: one empty file per job id ever given there, created exclusively,
 # so ids stay unique across run names and across submits at the same moment.
 LOCAL_JOB_IDS = ".local-job-ids"
@@ -95,17 +93,6 @@ def node_log(job_id: str, node: int | str, stream: Stream) -> str:
 def batch_log(job_id: str, stream: Stream) -> str:
     """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
     return node_log(job_id, 0, stream)
-
-
-def submission_file(job_id: str) -> str:
-    """``<job id>_submission.sh``: submitit's copy of the script sbatch received, in the run directory."""
-    return f"{job_id}_submission.sh"
-
-
-def pending_submission_file(uid: str) -> str:
-    """submitit's name for the script in <runs_dir>/<name>/ before sbatch gave the job an id; the
-    SLURM adapter removes it (submitit leaves a link) or, after a failed submit, the file itself."""
-    return f".submission_file_{uid}.sh"
 
 
 def checkpoint_name(step: int) -> str:

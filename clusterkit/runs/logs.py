@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Protocol, Sequence
 
-from clusterkit.runs.status import job_status
 from clusterkit.runs.layout import STREAMS, deepspeed_rank_log, node_dir, node_log, torchrun_rank_logs
 from clusterkit.runs.record import RunRecord
 
@@ -29,8 +28,9 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     return torchrun or deepspeed
 
 
-def stream_run(record: RunRecord, rank: int | None, follow: bool) -> int:
-    return stream(lambda: log_files(record, rank), lambda: job_status(record).done, follow, base=record.run_dir)
+def stream_run(record: RunRecord, rank: int | None, follow: bool, done: Callable[[], bool]) -> int:
+    """A run directory on this machine: its logs, until ``done()`` with ``follow``."""
+    return stream(lambda: log_files(record, rank), done, follow, base=record.run_dir)
 
 
 def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], follow: bool, base: str,

@@ -8,10 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterkit.schedulers import proc
-from clusterkit.schedulers.local_slurm import carries, job_markers
 from clusterkit.runs.layout import (
-    CANCELLED_MARKER, EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
+    EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
     node_dir, node_exit, node_log, node_number,
 )
 from clusterkit.runs.record import RunRecord
@@ -50,15 +48,12 @@ class JobStatus:
         return self.state in TERMINAL
 
 
-def _exit_code_from_run_dir(run_dir: Path) -> int | None:
+def exit_code_from_run_dir(run_dir: Path) -> int | None:
+    """The batch script's exit code, once it has written one."""
     try:
         return int((run_dir / EXIT_CODE).read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def scontrol_show_job(job_id: str) -> list[str]:
-    return ["scontrol", "show", "job", "-o", job_id]
 
 
 def slurm_status(scontrol_returncode: int, scontrol_stdout: str, exit_code: int | None) -> JobStatus:
@@ -77,25 +72,9 @@ def slurm_status(scontrol_returncode: int, scontrol_stdout: str, exit_code: int 
     return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code")
 
 
-def _slurm_status(record: RunRecord) -> JobStatus:
-    done = proc.run(scontrol_show_job(record.job_id), check=False)
-    return slurm_status(done.returncode, done.stdout, _exit_code_from_run_dir(record.path))
-
-
-def _local_status(record: RunRecord) -> JobStatus:
-    if (record.path / CANCELLED_MARKER).exists():
-        return JobStatus(CANCELLED)
-    exit_code = _exit_code_from_run_dir(record.path)
-    if exit_code is not None:
-        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
-    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
-    if record.pid and carries(record.pid, job_markers(record.run_dir)):
-        return JobStatus(RUNNING)
-    return JobStatus(FAILED, reason="the local batch process ended without an exit code")
-
-
-def job_status(record: RunRecord) -> JobStatus:
-    status = _slurm_status(record) if record.scheduler == "slurm" else _local_status(record)
+def explained(record: RunRecord, status: JobStatus) -> JobStatus:
+    """The scheduler's state with what the run directory adds: a preemption the runner recorded
+    (the job ended on purpose, to be resumed) and, for a failure, the first failing rank."""
     stopped = _preempted_record(record.path)
     if stopped and status.state in (FAILED, COMPLETED):
         return JobStatus(PREEMPTED, status.exit_code,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.spec.resolved import decode_job_file
-from clusterkit.diagnose.preflight_report import format_report
+from clusterkit.runs.preflight_report import format_report
 from clusterkit.runs.layout import JOB_JSON, PREFLIGHT_RESULT
 
 GPU_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30)

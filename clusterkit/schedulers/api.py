@@ -1,57 +1,105 @@
-"""Submission as ``schedule(dry_run(...))`` (torchx's shape): :func:`dry_run` builds the exact,
-immutable request; a scheduler adapter only sends it. ``clusterkit submit --dry-run`` prints the
-request's script, which is byte-identical to what reaches ``sbatch``."""
+"""The scheduler interface, its registry and submission as ``schedule(dry_run(...))`` (torchx's shape).
+
+:func:`dry_run` builds the exact, immutable request: the files, where they are written, and the
+argv that submits them. A scheduler adapter only carries it out: ``clusterkit submit --dry-run``
+prints the request's script and argv, and those are what reach ``sbatch``. Adapters are looked up
+by the name a run record carries, so ``status``, ``logs`` and ``cancel`` find the adapter that
+submitted the run without the caller choosing one.
+"""
 
 from __future__ import annotations
 
+import importlib
+import secrets
 import shutil
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from pathlib import Path, PurePath, PurePosixPath
-from typing import Iterator
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+from typing import Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.render.job import RenderedJob
-from clusterkit.runs.layout import JOB_SCRIPT, UPLOAD_PREFIX, submission_file
+from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX
+from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord
+from clusterkit.runs.status import JobStatus
+from clusterkit.spec.profile import ClusterProfile, Login
 
-SCHEDULERS = ("slurm", "local", "ssh")
 LOCAL_MAX_NODES = 254  # the local executor's nodes are the loopback addresses 127.0.0.1-254
+JOB_ID_FIELD = "{job_id}"  # in the local executor's argv: the id it claims when it submits
 
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    scheduler: str
+    scheduler: str  # the registry name of the adapter that sends it
     name: str
     recipe: str
-    # <runs_dir>/<name>: the run directory is <job id> below it (known only once submitted). For
-    # ssh, relative to the login node's remote_workdir, where sbatch runs.
-    runs_root: PurePath
-    script: str
-    files: dict[str, str]
+    # <runs_dir>/<name>: the run directory is <job id> below it. For ssh, relative to the login
+    # node's remote_workdir (where sbatch runs) unless runs_dir is absolute.
+    runs_root: str
+    # <runs_root>/.staging-<token>: the files are written here and submitted from here, then the
+    # directory is renamed to the job id.
+    staging: str
+    argv: tuple[str, ...]  # the command that submits (or, locally, runs) the script, word for word
+    files: Mapping[str, str]  # file name -> text, the job script among them
     nodes: int
     ranks_per_node: int
     launcher: str
     overrides: tuple[str, ...] = ()
-    runs_dir: str = "./runs"  # as the recipe says it (the login node resolves it for ssh)
-    login: Login | None = None
+    runs_dir: str = "./runs"  # as the recipe says it
+    login: Login | None = None  # ssh: the login node
     # Local task scripts the login node needs, relative paths kept (the job runs in remote_workdir).
     uploads: tuple[str, ...] = ()
 
     @property
-    def argv(self) -> list[str]:
-        """The command that will run the script (the script's own path is chosen at submit time)."""
-        if self.scheduler == "ssh":
-            assert self.login is not None
-            bundle = f"{self.runs_root}/{UPLOAD_PREFIX}<id>"
-            return ["ssh", self.login.host, f"cd {self.login.remote_workdir} && {self.login.python} -m clusterkit "
-                    f"submit --bundle {bundle}  (or, without clusterkit there: sbatch --hold {bundle}/{JOB_SCRIPT})"]
-        if self.scheduler == "slurm":
-            # Held until clusterkit has written the run directory: SLURM does not create log folders.
-            return ["sbatch", "--hold", f"{self.runs_root}/<job id>/{submission_file('<job id>')}"]
-        return ["bash", f"{self.runs_root}/<job id>/{JOB_SCRIPT}"]
+    def script(self) -> str:
+        return self.files[JOB_SCRIPT]
+
+    def record(self, job_id: str, run_dir: str, submitted_at: float, pid: int | None = None) -> RunRecord:
+        """The run record of this request once submitted as ``job_id``."""
+        return RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
+                         run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
+                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides)
+
+
+class Scheduler(Protocol):
+    """An adapter: sends a request and answers for the runs it submitted."""
+
+    def submit(self, request: SubmitRequest) -> RunRecord: ...
+
+    def status(self, record: RunRecord) -> JobStatus: ...
+
+    def cancel(self, record: RunRecord) -> None: ...
+
+    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
+        """Print the run's logs (one rank's, with ``rank``), as they grow with ``follow``; the exit code."""
+
+    def run_file(self, record: RunRecord, name: str) -> Readable:
+        """A file of the run directory, wherever the run lives."""
+
+
+# name -> the module whose ``open_scheduler(login, accept_new_host_key)`` context gives the adapter;
+# imported on first use, so a local run never imports paramiko.
+REGISTRY = {
+    "slurm": "clusterkit.schedulers.slurm",
+    "local": "clusterkit.schedulers.local",
+    "ssh": "clusterkit.schedulers.ssh",
+}
+
+
+def open_scheduler(name: str, login: Login | None = None,
+                   accept_new_host_key: bool = False) -> AbstractContextManager[Scheduler]:
+    """The adapter registered as ``name``, for as long as the ``with`` block (an SSH connection is
+    opened once and closed at its end)."""
+    return importlib.import_module(REGISTRY[name]).open_scheduler(login, accept_new_host_key)
+
+
+def login_of(record: RunRecord) -> Login | None:
+    import msgspec
+
+    return msgspec.convert(record.login, Login) if record.login is not None else None
 
 
 def default_scheduler(profile: ClusterProfile) -> str:
@@ -75,44 +123,63 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         if profile.login is None:
             raise SchedulerUnavailable(f"{loaded.profile_path}: cluster profile {profile.name!r} names no login "
                                        f"node (login: {{host: ...}}), so it cannot be reached over SSH")
-        runs_root: PurePath = PurePosixPath(runs_dir) / recipe.name
+        runs_root = str(PurePosixPath(runs_dir) / recipe.name)  # the login node expands it, in remote_workdir
         script = recipe.task.script
-        if script and not recipe.task.module and not PurePath(script).is_absolute() and Path(script).is_file():
+        if script and not recipe.task.module and not PurePosixPath(script).is_absolute() and Path(script).is_file():
             uploads = (script,)
     else:
-        runs_root = Path(runs_dir).expanduser().absolute() / recipe.name
+        runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
     if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
         raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
+    staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
+    if scheduler == "local":
+        argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{JOB_SCRIPT}")
+    else:
+        # Held until the run directory is in place: SLURM creates no folders for --output.
+        argv = ("sbatch", "--parsable", "--hold", f"{staging}/{JOB_SCRIPT}")
     return SubmitRequest(
-        scheduler=scheduler,
-        name=recipe.name,
-        recipe=str(loaded.path.absolute()),
-        runs_root=runs_root,
-        script=job.script,
-        files=dict(job.files),
-        nodes=recipe.resources.nodes,
-        ranks_per_node=recipe.ranks_per_node,
-        launcher=recipe.launcher,
-        overrides=loaded.overrides,
-        runs_dir=runs_dir,
-        login=profile.login if scheduler == "ssh" else None,
-        uploads=uploads,
+        scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,
+        staging=staging, argv=argv, files=MappingProxyType(dict(job.files)), nodes=recipe.resources.nodes,
+        ranks_per_node=recipe.ranks_per_node, launcher=recipe.launcher, overrides=loaded.overrides,
+        runs_dir=runs_dir, login=profile.login if scheduler == "ssh" else None, uploads=uploads,
     )
 
 
-def schedule(request: SubmitRequest) -> RunRecord:
-    if request.scheduler == "slurm":
-        from clusterkit.schedulers.slurm import submit
-    elif request.scheduler == "ssh":
-        from clusterkit.schedulers.ssh import submit
-    else:
-        from clusterkit.schedulers.local import submit
-    return submit(request)
+def schedule(request: SubmitRequest, accept_new_host_key: bool = False) -> RunRecord:
+    with open_scheduler(request.scheduler, request.login, accept_new_host_key) as scheduler:
+        return scheduler.submit(request)
+
+
+def statuses(records: list[RunRecord], accept_new_host_key: bool = False,
+             unreachable_ok: bool = False) -> list[JobStatus]:
+    """Each record's status, asking each adapter (and each login node) once. With
+    ``unreachable_ok`` (listings), runs on a login node that cannot be reached are UNKNOWN, with
+    the reason, instead of failing the whole listing."""
+    from clusterkit.errors import SSHError
+    from clusterkit.runs.status import UNKNOWN
+
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((record.scheduler, repr(sorted((record.login or {}).items()))), []).append(record)
+    found: dict[int, JobStatus] = {}
+    for group in groups.values():
+        try:
+            with open_scheduler(group[0].scheduler, login_of(group[0]), accept_new_host_key) as scheduler:
+                found.update({id(record): scheduler.status(record) for record in group})
+        except SSHError as exc:
+            if not unreachable_ok:
+                raise
+            found.update({id(record): JobStatus(UNKNOWN, reason=str(exc)) for record in group})
+    return [found[id(record)] for record in records]
+
+
+def status_of(record: RunRecord) -> JobStatus:
+    return statuses([record])[0]
 
 
 @contextmanager
-def creating_run_dir(path: PurePath) -> Iterator[None]:
+def creating_run_dir(path: object) -> Iterator[None]:
     """File-system errors while creating a run directory as one line naming it, never a traceback:
     the user's path (a file in the way, no permission) exit 2, the machine's (a full disk) exit 1."""
     try:
@@ -120,9 +187,3 @@ def creating_run_dir(path: PurePath) -> Iterator[None]:
     except OSError as exc:
         error = PathError if is_users_path_error(exc) else FileSystemError
         raise error(f"cannot create run directory {path}: {exc.strerror or exc}") from None
-
-
-def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
-    for file_name, text in request.files.items():
-        (run_dir / file_name).write_text(text, encoding="utf-8")
-    (run_dir / JOB_SCRIPT).chmod(0o755)

@@ -4,18 +4,22 @@ as SLURM, so a laptop can try a recipe."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
-from clusterkit.schedulers.local_slurm import JOB_MARKER, KILL_WAIT_S, job_markers, terminate
-from clusterkit.runs.layout import CANCELLED_MARKER, JOB_SCRIPT, LOCAL_JOB_IDS, SHIM_DIR, STAGING_PREFIX, batch_log
+from clusterkit.runs.layout import CANCELLED_MARKER, JOB_SCRIPT, LOCAL_JOB_IDS, SHIM_DIR, batch_log
+from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.schedulers.api import SubmitRequest, creating_run_dir, write_run_files
+from clusterkit.runs.status import CANCELLED, COMPLETED, FAILED, RUNNING, JobStatus, exit_code_from_run_dir, explained
+from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
+from clusterkit.schedulers.local_slurm import JOB_MARKER, KILL_WAIT_S, carries, job_markers, terminate
+from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
 
@@ -47,15 +51,20 @@ def _write_shims(shim_dir: Path) -> None:
         path.chmod(0o755)
 
 
+def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
+    for file_name, text in request.files.items():
+        (run_dir / file_name).write_text(text, encoding="utf-8")
+    (run_dir / JOB_SCRIPT).chmod(0o755)
+
+
 def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
-    """The run directory with all the job's files, complete or not at all: written in a staging
+    """The run directory with all the job's files, complete or not at all: written in the staging
     directory, then renamed to a job id (a numeric one: the script does arithmetic on it)."""
-    root = request.runs_root
+    root, staging = Path(request.runs_root), Path(request.staging)
     with creating_run_dir(root):
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+        staging.mkdir()
         try:
-            staging.chmod(0o755)  # as a plain mkdir makes it (mkdtemp's is private)
             write_run_files(request, staging)
             _write_shims(staging / SHIM_DIR)
             job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
@@ -82,33 +91,57 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
     )
     with open(run_dir / batch_log(job_id, "out"), "ab") as out, open(run_dir / batch_log(job_id, "err"), "ab") as err:
         return subprocess.Popen(
-            ["bash", str(run_dir / JOB_SCRIPT)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            [word.replace(JOB_ID_FIELD, job_id) for word in request.argv], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
         )
 
 
-def submit(request: SubmitRequest) -> RunRecord:
-    job_id, run_dir = _create_run_dir(request)
-    try:
-        process = _start(request, job_id, run_dir)
-        record = RunRecord(
-            job_id=job_id, name=request.name, scheduler="local", run_dir=str(run_dir), recipe=request.recipe,
-            submitted_at=time.time(), nodes=request.nodes, ranks_per_node=request.ranks_per_node,
-            launcher=request.launcher, pid=process.pid, overrides=request.overrides,
-        )
-        with creating_run_dir(run_dir):
-            record.write()
-    except BaseException:
-        # No record, no job: what started is stopped (found by its marker, even when an interrupt
-        # came before Popen returned its pid) and the run directory removed.
-        terminate(job_markers(run_dir))
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    return record
+class LocalScheduler:
+    """Runs the batch script on this machine; its state is its batch process and run directory."""
+
+    def submit(self, request: SubmitRequest) -> RunRecord:
+        job_id, run_dir = _create_run_dir(request)
+        try:
+            process = _start(request, job_id, run_dir)
+            record = request.record(job_id, str(run_dir), time.time(), pid=process.pid)
+            with creating_run_dir(run_dir):
+                record.write()
+        except BaseException:
+            # No record, no job: what started is stopped (found by its marker, even when an interrupt
+            # came before Popen returned its pid) and the run directory removed.
+            terminate(job_markers(run_dir))
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return record
+
+    def status(self, record: RunRecord) -> JobStatus:
+        return explained(record, _batch_status(record))
+
+    def cancel(self, record: RunRecord, grace_s: float = KILL_WAIT_S) -> None:
+        """Stop every process of the job (only those carrying its marker: a reused pid is left
+        alone), SIGTERM first, SIGKILL after ``grace_s``."""
+        (record.path / CANCELLED_MARKER).touch()
+        terminate(job_markers(record.run_dir), grace_s)
+
+    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
+        return stream_run(record, rank, follow, done=lambda: self.status(record).done)
+
+    def run_file(self, record: RunRecord, name: str) -> Readable:
+        return record.path / name
 
 
-def cancel(record: RunRecord, grace_s: float = KILL_WAIT_S) -> None:
-    """Stop every process of the job (only those carrying its marker: a reused pid is left alone),
-    SIGTERM first, SIGKILL after ``grace_s``."""
-    (record.path / CANCELLED_MARKER).touch()
-    terminate(job_markers(record.run_dir), grace_s)
+def _batch_status(record: RunRecord) -> JobStatus:
+    if (record.path / CANCELLED_MARKER).exists():
+        return JobStatus(CANCELLED)
+    exit_code = exit_code_from_run_dir(record.path)
+    if exit_code is not None:
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
+    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
+    if record.pid and carries(record.pid, job_markers(record.run_dir)):
+        return JobStatus(RUNNING)
+    return JobStatus(FAILED, reason="the local batch process ended without an exit code")
+
+
+@contextlib.contextmanager
+def open_scheduler(login: Login | None = None, accept_new_host_key: bool = False) -> Iterator[LocalScheduler]:
+    yield LocalScheduler()

@@ -1,90 +1,111 @@
-"""The SLURM adapter: submitit submits and tracks our rendered script verbatim."""
+"""The SLURM adapter, on this machine or on a login node: one code path over a :class:`Host`.
+
+Submitting: the request's files go into its staging directory, the request's argv
+(``sbatch --parsable --hold <staging>/job.sbatch``) queues the script held, the staging directory
+becomes ``<job id>/`` with the run record in it, and ``scontrol release`` lets the job start. SLURM
+creates no folders for ``--output``, hence the hold; a failure at any step cancels the held job and
+removes what was written.
+
+Plain ``sbatch --parsable``, not submitit: submitit's public API submits Python functions, and the
+only way to hand it a ready-made script is its private ``_submit_command`` (whose own docstring says
+not to call it). ``--parsable`` is SLURM's stable, documented answer for tools, and the same argv
+runs unchanged over SSH.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import io
-import shutil
+import re
 import time
-from pathlib import Path
+from typing import Iterator
 
-import submitit
-from submitit.core.utils import FailedJobError
-
-from clusterkit.schedulers import proc
-from clusterkit.errors import SubmitError
-from clusterkit.runs.layout import pending_submission_file
+from clusterkit.errors import ExternalError, SchedulerError, SubmitError
+from clusterkit.runs.layout import EXIT_CODE, JOB_SCRIPT, RUN_RECORD
+from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.schedulers.api import SubmitRequest, creating_run_dir, write_run_files
+from clusterkit.runs.status import JobStatus, explained, slurm_status
+from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
+from clusterkit.schedulers.host import Host, LocalHost, checked
+from clusterkit.spec.profile import Login
+
+SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
 
 
-class RenderedScriptExecutor(submitit.SlurmExecutor):
-    """submitit's SlurmExecutor whose submission file is clusterkit's rendered script, byte for
-    byte, submitted held (``--hold``) so the run directory exists before the job can start. It
-    remembers the submission file's uid and the job id sbatch gave, to undo a failed submit."""
-
-    def __init__(self, folder: Path, script: str):
-        super().__init__(folder=folder)
-        self._script = script
-        self.submission_uid: str | None = None
-        self.queued_job_id: str | None = None
-
-    def _make_submission_file_text(self, command: str, uid: str) -> str:
-        self.submission_uid = uid
-        return self._script
-
-    def _make_submission_command(self, submission_file_path: Path) -> list[str]:
-        return ["sbatch", "--hold", str(submission_file_path)]
-
-    def _get_job_id_from_submission_command(self, string: bytes | str) -> str:  # type: ignore[override]
-        self.queued_job_id = submitit.SlurmExecutor._get_job_id_from_submission_command(string)
-        return self.queued_job_id
+def parse_job_id(output: str) -> str:
+    """The job id from ``sbatch --parsable``: ``<id>`` or ``<id>;<cluster>``."""
+    answer = re.fullmatch(r"([0-9]+)(;[\w.-]+)?", output.strip())
+    if answer is None:
+        raise SubmitError(f"sbatch answered {output.strip()!r}, not a job id")
+    return answer.group(1)
 
 
-def _sbatch(executor: RenderedScriptExecutor, runs_root: Path) -> submitit.Job:
-    if not shutil.which("sbatch"):
-        raise SubmitError("sbatch: command not found")
-    try:
-        with creating_run_dir(runs_root), contextlib.redirect_stderr(io.StringIO()):  # submitit prints
-            return executor._submit_command("")  # sbatch's error too; the exception below says it once
-    except FailedJobError as exc:
-        said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise SubmitError(f"sbatch refused the job: {said}") from None
+class SlurmScheduler:
+    def __init__(self, host: Host | None = None):
+        self.host = host or LocalHost()
+
+    def submit(self, request: SubmitRequest) -> RunRecord:
+        host = self.host
+        job_id: str | None = None
+        try:
+            with creating_run_dir(request.runs_root):
+                host.make_dirs(request.staging)
+                for name, text in request.files.items():
+                    host.write_file(f"{request.staging}/{name}", text, 0o755 if name == JOB_SCRIPT else 0o644)
+            for script in request.uploads:
+                host.upload(script, script)
+            done = host.run(request.argv, timeout=SUBMIT_TIMEOUT_S)
+            if done.returncode != 0:
+                said = "; ".join(line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip())
+                raise SubmitError(f"sbatch refused the job: {said or f'exit code {done.returncode}'}")
+            job_id = parse_job_id(done.stdout)
+            run_dir = host.absolute(f"{request.runs_root}/{job_id}")
+            with creating_run_dir(run_dir):
+                host.rename(request.staging, run_dir)
+                record = request.record(job_id, run_dir, time.time())
+                host.write_file(f"{run_dir}/{RUN_RECORD}", record.to_json())
+            checked(host, ["scontrol", "release", job_id])
+        except BaseException:
+            self._undo(request, job_id)
+            raise
+        return record
+
+    def _undo(self, request: SubmitRequest, job_id: str | None) -> None:
+        """After a failed submit: no held job in the queue and nothing written, as far as the host
+        still answers (when it does not, the error that brought us here is the one to report)."""
+        try:
+            if job_id is not None:
+                self.host.run(["scancel", job_id])
+                self.host.remove_tree(self.host.absolute(f"{request.runs_root}/{job_id}"))
+            self.host.remove_tree(request.staging)
+        except ExternalError:
+            pass
+
+    def status(self, record: RunRecord) -> JobStatus:
+        return explained(record, self.scheduler_status(record))
+
+    def scheduler_status(self, record: RunRecord) -> JobStatus:
+        """What SLURM says (``scontrol show job``, while it still knows the job) and the run's exit code."""
+        done = self.host.run(["scontrol", "show", "job", "-o", record.job_id])
+        try:
+            with self.host.open(f"{record.run_dir}/{EXIT_CODE}") as handle:
+                exit_code: int | None = int(handle.read().decode().strip())
+        except (OSError, ValueError):
+            exit_code = None
+        return slurm_status(done.returncode, done.stdout, exit_code)
+
+    def cancel(self, record: RunRecord) -> None:
+        try:
+            checked(self.host, ["scancel", record.job_id])
+        except SchedulerError as exc:
+            raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
+
+    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
+        return stream_run(record, rank, follow, done=lambda: self.status(record).done)
+
+    def run_file(self, record: RunRecord, name: str) -> Readable:
+        return record.path / name
 
 
-def _undo(executor: RenderedScriptExecutor, runs_root: Path) -> None:
-    """After a failed submit: no held job in the queue, no submission file, no run directory."""
-    if executor.queued_job_id:
-        proc.run(["scancel", executor.queued_job_id], check=False)
-        shutil.rmtree(runs_root / executor.queued_job_id, ignore_errors=True)
-    if executor.submission_uid:
-        (runs_root / pending_submission_file(executor.submission_uid)).unlink(missing_ok=True)
-
-
-def submit(request: SubmitRequest) -> RunRecord:
-    runs_root = Path(request.runs_root)
-    with creating_run_dir(runs_root):
-        runs_root.mkdir(parents=True, exist_ok=True)
-    executor = RenderedScriptExecutor(runs_root / "%j", request.script)
-    try:
-        job = _sbatch(executor, runs_root)
-        run_dir = job.paths.folder
-        with creating_run_dir(run_dir):
-            # submitit leaves a symlink to the moved submission file.
-            (runs_root / pending_submission_file(executor.submission_uid)).unlink(missing_ok=True)
-            write_run_files(request, run_dir)
-            record = RunRecord(
-                job_id=job.job_id, name=request.name, scheduler="slurm", run_dir=str(run_dir),
-                recipe=request.recipe, submitted_at=time.time(), nodes=request.nodes,
-                ranks_per_node=request.ranks_per_node, launcher=request.launcher, overrides=request.overrides,
-            )
-            record.write()
-        proc.run(["scontrol", "release", job.job_id])
-    except BaseException:
-        _undo(executor, runs_root)  # never a half-prepared job in the queue or a partial run directory
-        raise
-    return record
-
-
-def cancel(record: RunRecord) -> None:
-    submitit.SlurmJob(folder=record.path.parent / "%j", job_id=record.job_id).cancel(check=True)
+@contextlib.contextmanager
+def open_scheduler(login: Login | None = None, accept_new_host_key: bool = False) -> Iterator[SlurmScheduler]:
+    yield SlurmScheduler()

@@ -19,11 +19,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence, TypeVar
+from typing import BinaryIO, Callable, Sequence
 
 import paramiko
 
 from clusterkit.errors import SSHError
+from clusterkit.schedulers.host import Completed
 from clusterkit.spec.profile import Login, expanded
 
 CONNECT_TIMEOUT_S = 10.0
@@ -33,9 +34,6 @@ PASSPHRASE_ENV = "CLUSTERKIT_SSH_PASSPHRASE"
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 READ_ONLY_ATTEMPTS = 3
-
-T = TypeVar("T")
-
 
 class Unreachable(SSHError):
     """The host did not answer, refused the connection or dropped it: worth a retry for reads."""
@@ -251,13 +249,6 @@ def _start_transport(sock: socket.socket | paramiko.Channel, endpoint: Endpoint,
     return transport
 
 
-@dataclass(frozen=True)
-class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 class SSHSession:
     """One authenticated connection to the login node (through its jump hosts)."""
 
@@ -353,20 +344,6 @@ def connect(login: Login, accept_new_host_key: bool = False) -> SSHSession:
             transport.close()
         raise
     return SSHSession(endpoints[-1], transports)
-
-
-def read_only(login: Login, action: Callable[[SSHSession], T], accept_new_host_key: bool = False,
-              attempts: int = READ_ONLY_ATTEMPTS) -> T:
-    """Run a read-only ``action`` on a fresh session, retrying on a dropped or refused connection.
-    Submission never goes through here: a retried submit could queue the job twice."""
-    for attempt in range(1, attempts):
-        try:
-            with connect(login, accept_new_host_key) as session:
-                return action(session)
-        except Unreachable:
-            time.sleep(attempt)
-    with connect(login, accept_new_host_key) as session:
-        return action(session)
 
 
 def command_line(argv: Sequence[str], cwd: str | None = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterkit.plan.modelsize import ModelShape
+from clusterkit.estimate.modelsize import ModelShape
 from clusterkit.spec.resolved import ResolvedRecipe
 
 GIB = 2**30

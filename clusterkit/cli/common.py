@@ -1,0 +1,83 @@
+"""What several command groups share: option groups, argument types, the submit options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Callable
+
+EXIT_USAGE = 2  # a user error: the input, an argument or a chosen path is wrong
+EXIT_FAILURE = 1  # an external failure: the scheduler, the login node or this machine
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+TEMPLATES_ENV = "CLUSTERKIT_TEMPLATES"  # colon-separated ops template directories
+DEFAULT_RUNS_DIR = "./runs"
+
+
+def template_dirs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The template directories before the recipe's own and the built-ins, first match wins:
+    ``--template-dir`` (repeatable), then $CLUSTERKIT_TEMPLATES. Read here: rendering is pure."""
+    from_env = [d for d in os.environ.get(TEMPLATES_ENV, "").split(os.pathsep) if d]
+    return (*(args.template_dir or ()), *from_env)
+
+
+def submit_options(args: argparse.Namespace):
+    """The flags of a submitting command as the typed options the launch layer takes."""
+    from clusterkit.launch.prepare import SubmitOptions
+
+    return SubmitOptions(recipe=args.recipe, overrides=tuple(args.set or ()), cluster=args.cluster,
+                         executor=args.executor, template_dirs=template_dirs(args),
+                         resume=getattr(args, "resume", None), from_scratch=getattr(args, "from_scratch", False))
+
+
+def print_table(rows: list[tuple[str, str]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive numbers, e.g. 1,2,4")
+    return values
+
+
+def whole_number(limit: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``limit``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number from 1 to {limit:,}")
+        return value
+    return parse
+
+
+def with_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                   help="override a recipe value (YAML syntax), e.g. --set resources.nodes=4; repeatable")
+
+
+def with_host_keys(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="SSH: trust a login node (or jump host) not yet in known_hosts and add it there; "
+                        "check its fingerprint first. A changed key is always refused")
+
+
+def with_local_target(p: argparse.ArgumentParser) -> None:
+    """Where jobs that clusterkit then waits on run: SLURM here, or the local executor."""
+    p.add_argument("--executor", choices=("slurm", "local"), help="default: slurm if sbatch is on PATH, else local")
+    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on, instead of the recipe's")
+    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    with_overrides(p)
+
+
+def with_job(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("job", nargs=None if required else "?", metavar="JOB", help="job id or run directory")
+    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+    with_host_keys(p)

@@ -1,0 +1,139 @@
+"""Commands that submit: submit, preflight, bench. The orchestration is the launch layer's
+(:mod:`clusterkit.launch.prepare`); the adapters are the schedulers'; this module parses and prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from clusterkit.cli.common import EXIT_USAGE, int_list, submit_options, whole_number, with_host_keys, with_local_target, with_overrides
+from clusterkit.errors import UsageError
+from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
+
+
+def _prepare(args: argparse.Namespace, extra=()):
+    from clusterkit.launch.prepare import prepare
+
+    prepared = prepare(submit_options(args), extra)
+    for line in [*prepared.notes, *map(str, prepared.loaded.warnings)]:
+        print(line, file=sys.stderr)
+    return prepared
+
+
+def _print_submitted(record) -> None:
+    where = f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
+    print(f"submitted job {record.job_id} ({record.scheduler} executor)")
+    print(f"run dir: {where}")
+    print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from clusterkit.schedulers.api import open_scheduler
+
+    request = _prepare(args).request
+    if args.dry_run:
+        where = f" (in {request.login.remote_workdir} on {request.login.host})" if request.login else ""
+        print(f"# would run: {' '.join(request.argv)}{where}", file=sys.stderr)
+        sys.stdout.write(request.script)
+        return 0
+    # One adapter (one SSH connection) for submitting and following.
+    with open_scheduler(request.scheduler, request.login, args.accept_new_host_key) as scheduler:
+        record = scheduler.submit(request)
+        _print_submitted(record)
+        if not args.follow:
+            return 0
+        from clusterkit.runs.follow import follow
+        from clusterkit.runs.status import COMPLETED
+
+        final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
+        return 0 if final.state == COMPLETED else 1
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """Submit only the preflight benchmark of a recipe's layout, wait for it and print its results."""
+    from clusterkit.load.loader import Override
+    from clusterkit.runs.follow import follow
+    from clusterkit.runs.preflight_report import format_report
+    from clusterkit.runs.status import COMPLETED
+    from clusterkit.schedulers.api import open_scheduler
+
+    request = _prepare(args, (Override(("preflight", "enabled"), True), Override(("preflight", "only"), True))).request
+    if request.scheduler == "ssh":
+        raise UsageError("clusterkit preflight runs where sbatch is (or locally); over SSH, submit the recipe "
+                         "with preflight: {enabled: true, only: true}")
+    with open_scheduler(request.scheduler) as scheduler:
+        record = scheduler.submit(request)
+        _print_submitted(record)
+        final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
+    result_file = record.path / PREFLIGHT_RESULT
+    if result_file.is_file():
+        print(format_report(json.loads(result_file.read_text())))
+        print(f"results: {result_file}")
+    return 0 if final.state == COMPLETED else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import datetime
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from clusterkit.diagnose.bench import read_result, run_scales, table_rows, with_scaling, write_outputs
+
+    warmup = args.warmup if args.warmup is not None else min(max(1, args.steps // 5), args.steps - 1)
+    if not 0 <= warmup < args.steps:
+        print(f"clusterkit bench: --warmup {warmup}: give 0 to {args.steps - 1} (fewer than --steps {args.steps})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    submitted = run_scales(submit_options(args), args.nodes, args.gpus_per_node, args.steps)
+    base = submitted.records[0]
+    results = with_scaling([read_result(scale, record, submitted.states[record.job_id], warmup)
+                            for scale, record in zip(submitted.scales, submitted.records)])
+    table = Table("GPUs", "nodes x GPUs", "samples/s", "speedup", "efficiency", "comm share", "state",
+                  title=f"{base.name}: {args.steps} steps per scale, first {warmup} excluded")
+    for row in table_rows(results):
+        table.add_row(*row)
+    Console().print(table)
+    print("comm share: n/a: DDP overlaps its all-reduces with the backward pass, so the runner cannot time them apart")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.output) if args.output else Path(base.run_dir).parent / f"bench-{stamp}"
+    meta = {"name": base.name, "recipe": str(submitted.recipe_path), "steps": args.steps, "warmup_steps": warmup,
+            "submitted_as": submitted.how}
+    for path in write_outputs(results, out_dir, meta):
+        print(f"wrote {path}")
+    return 0 if all(state == "COMPLETED" for state in submitted.states.values()) else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("submit", help="validate, render and submit (SLURM where sbatch exists, else local)")
+    p.add_argument("recipe", metavar="RECIPE", nargs="?")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an earlier run from its newest checkpoint (its recipe, unless RECIPE is given)")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)")
+    p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
+    p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
+    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
+                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
+    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
+    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    with_overrides(p)
+    with_host_keys(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("preflight", help="run only the all-reduce preflight on a recipe's layout; print bus bandwidth per size and node")
+    p.add_argument("recipe", metavar="RECIPE")
+    with_local_target(p)
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("bench", help="run a recipe at several scales; samples/s, speedup and scaling efficiency (table, JSON, PNG)")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--nodes", type=int_list, required=True, metavar="N,N,...", help="node counts, e.g. 1,2,4")
+    p.add_argument("--gpus-per-node", type=int_list, metavar="G,G,...", help="GPUs per node to try (default the recipe's)")
+    p.add_argument("--steps", type=whole_number(1_000_000_000), default=20, help="training steps per scale (default 20)")
+    p.add_argument("--warmup", type=int, metavar="STEPS", help="steps left out of the measurement (default steps/5)")
+    p.add_argument("-o", "--output", metavar="DIR", help="where bench.json and bench.png go (default beside the runs)")
+    with_local_target(p)
+    p.set_defaults(func=cmd_bench)

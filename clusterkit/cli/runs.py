@@ -1,0 +1,163 @@
+"""Commands on runs already submitted: status, ls, logs, cancel, export. Each run is answered by
+the adapter its record names (:func:`clusterkit.schedulers.api.open_scheduler`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from clusterkit.cli.common import DEFAULT_RUNS_DIR, whole_number, with_host_keys, with_job
+from clusterkit.errors import UsageError
+from clusterkit.runs.layout import EXPORT_DIR
+
+
+def _find(args: argparse.Namespace):
+    from clusterkit.runs.record import find_run
+
+    return find_run(args.job, Path(args.runs_dir))
+
+
+def _where(record) -> str:
+    return f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
+
+
+def _adapter(record, args: argparse.Namespace):
+    from clusterkit.schedulers.api import login_of, open_scheduler
+
+    return open_scheduler(record.scheduler, login_of(record), args.accept_new_host_key)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from clusterkit.runs.record import list_runs
+    from clusterkit.schedulers.api import statuses
+
+    records = [_find(args)] if args.job else list_runs(Path(args.runs_dir))[: args.limit]
+    found = statuses(records, args.accept_new_host_key, unreachable_ok=not args.job)
+    if args.json:
+        as_json = [dataclasses.asdict(status) for status in found]
+        print(json.dumps(as_json[0] if args.job else [
+            {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **s} for r, s in zip(records, as_json)]))
+        return 0
+    if not records:
+        print(f"no runs under {args.runs_dir}")
+        return 0
+    for record, status in zip(records, found):
+        line = f"{record.job_id}  {record.name}  {status.state}"
+        if status.exit_code is not None:
+            line += f"  exit {status.exit_code}"
+        if status.reason:
+            line += f"  ({status.reason})"
+        print(line)
+        if args.job:
+            print(f"  run dir: {_where(record)}")
+            print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
+        if status.failure:
+            print(f"  first failure: {status.failure}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import datetime
+
+    from clusterkit.runs.record import list_runs
+    from clusterkit.schedulers.api import statuses
+
+    if args.cluster:
+        return _ls_on_login_node(args)
+    records = list_runs(Path(args.runs_dir))[: args.limit]
+    if not records:
+        print(f"no runs under {args.runs_dir}")
+        return 0
+    rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
+    for record, status in zip(records, statuses(records, args.accept_new_host_key, unreachable_ok=True)):
+        when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
+        rows.append((record.job_id, record.name, status.state, when,
+                     f"{record.nodes}x{record.ranks_per_node} {record.launcher}", _where(record)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _ls_on_login_node(args: argparse.Namespace) -> int:
+    """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""
+    from clusterkit.load.loader import load_profile
+    from clusterkit.schedulers.api import open_scheduler
+
+    profile, profile_path, _ = load_profile(args.cluster, Path.cwd())
+    if profile.login is None:
+        raise UsageError(f"{profile_path}: cluster profile {profile.name!r} names no login node (login: {{host: ...}})")
+    runs_dir = args.runs_dir if args.runs_dir != DEFAULT_RUNS_DIR else (profile.runs_dir or DEFAULT_RUNS_DIR)
+    with open_scheduler("ssh", profile.login, args.accept_new_host_key) as scheduler:
+        return scheduler.list_runs(runs_dir, args.limit)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from clusterkit.runs.logs import log_files
+
+    record = _find(args)
+    world = record.nodes * record.ranks_per_node
+    if args.rank is not None and not 0 <= args.rank < world:
+        raise UsageError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
+    if record.scheduler != "ssh" and not log_files(record, args.rank) and not args.follow:
+        print(f"no logs yet in {record.run_dir}", file=sys.stderr)
+        return 1
+    with _adapter(record, args) as scheduler:
+        return scheduler.logs(record, args.rank, args.follow)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a job that has not ended; one that has is left as it is, and said so."""
+    record = _find(args)
+    with _adapter(record, args) as scheduler:
+        status = scheduler.status(record)
+        if not status.done:
+            scheduler.cancel(record)
+    print(f"job {record.job_id} already ended ({status.state}): nothing cancelled" if status.done
+          else f"cancelled job {record.job_id}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from clusterkit.runs.export import export_model
+
+    run_dir = Path(args.run_dir)
+    out_dir = Path(args.output) if args.output else run_dir / EXPORT_DIR
+    checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
+    print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="state of one job, or of the recent runs")
+    with_job(p, required=False)
+    p.add_argument("--limit", type=whole_number(1_000_000), default=10, help="how many recent runs (default 10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("ls", help="recent runs with their state")
+    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+    p.add_argument("--limit", type=whole_number(1_000_000), default=20, help="how many recent runs (default 20)")
+    p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
+    with_host_keys(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("logs", help="a job's logs (all nodes, or one rank)")
+    with_job(p)
+    p.add_argument("--rank", type=int, help="global rank whose own output to show")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel a job")
+    with_job(p)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
+    p.add_argument("-o", "--output", metavar="DIR", help=f"default RUN_DIR/{EXPORT_DIR}")
+    p.set_defaults(func=cmd_export)

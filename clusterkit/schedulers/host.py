@@ -1,0 +1,103 @@
+"""Where scheduler commands run and run files live: this machine, or a login node over SSH.
+
+The SLURM adapter is written against :class:`Host` only, so submitting on this machine and on a
+login node is one code path; :class:`LocalHost` is this machine, ``ssh.SSHHost`` the login node.
+Paths are POSIX strings; a relative one is taken from the host's working directory (the login
+node's ``remote_workdir``; here, the current directory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol, Sequence
+
+from clusterkit.errors import SchedulerError
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Host(Protocol):
+    name: str  # for messages: "this machine" or the login node's host name
+
+    def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
+        """Run one command (no shell); a missing program or no answer in time is a SchedulerError."""
+
+    def absolute(self, path: str) -> str: ...
+
+    def make_dirs(self, path: str) -> None: ...
+
+    def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
+        """Create ``path`` with ``text`` (UTF-8), replacing it whole if it exists."""
+
+    def rename(self, source: str, target: str) -> None: ...
+
+    def remove_tree(self, path: str) -> None:
+        """Remove a directory and what is in it; nothing if it is not there. Never raises."""
+
+    def upload(self, local_path: str, path: str) -> None:
+        """Copy a file of this machine to ``path`` (nothing to do where both are this machine)."""
+
+    def open(self, path: str) -> IO[bytes]: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+
+class LocalHost:
+    name = "this machine"
+
+    def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
+        try:
+            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        except FileNotFoundError:
+            raise SchedulerError(f"{argv[0]}: command not found") from None
+        except subprocess.TimeoutExpired:
+            raise SchedulerError(f"{' '.join(argv)}: no answer within {timeout:.0f} s") from None
+        return Completed(done.returncode, done.stdout, done.stderr)
+
+    def absolute(self, path: str) -> str:
+        return str(Path(path).absolute())
+
+    def make_dirs(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+
+    def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
+        # A staging name then a rename: a reader (or a crash) never sees half a file.
+        staging = Path(f"{path}.tmp")
+        staging.write_text(text, encoding="utf-8")
+        staging.chmod(mode)
+        os.replace(staging, path)
+
+    def rename(self, source: str, target: str) -> None:
+        os.rename(source, target)
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def upload(self, local_path: str, path: str) -> None:
+        if Path(local_path).absolute() != Path(path).absolute():
+            shutil.copyfile(local_path, path)
+
+    def open(self, path: str) -> IO[bytes]:
+        return open(path, "rb")
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+
+def checked(host: Host, argv: Sequence[str], timeout: float = 30.0) -> str:
+    """``host.run`` that turns a failing command into one SchedulerError naming it and its error."""
+    done = host.run(argv, timeout)
+    if done.returncode != 0:
+        detail = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        where = "" if isinstance(host, LocalHost) else f"on {host.name}: "
+        raise SchedulerError(f"{where}{' '.join(argv)} failed ({done.returncode}): {detail[-1] if detail else 'no output'}")
+    return done.stdout

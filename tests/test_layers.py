@@ -1,0 +1,135 @@
+"""The package layout is the architecture (ARCHITECTURE.md): each layer imports only the layers
+below it, nothing imports in a circle, only the in-job runtime imports torch at module level, and
+no module grows past ~400 lines. Read from the source (every import statement, at module level or
+inside a function), so a lazy import cannot slip past."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "clusterkit"
+MAX_LINES = 400
+
+# Layer -> the layers it may import. Everything may import clusterkit.errors and the package root
+# (its lazy public names and __version__); the CLI is on top and nothing imports it.
+ALLOWED = {
+    "spec": {"recipes"},  # the shipped cluster profiles are data
+    "runs": {"spec"},
+    "estimate": {"spec"},
+    "load": {"spec", "estimate", "runs"},
+    "render": {"spec", "load", "runs"},
+    "schedulers": {"spec", "load", "render", "runs"},
+    "launch": {"spec", "load", "render", "runs", "schedulers"},
+    "plan": {"spec", "estimate", "load"},
+    "diagnose": {"spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan"},
+    "runtime": {"spec", "runs"},
+    "cli": {"spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose"},
+}
+EVERYWHERE = {"errors", ""}
+HEAVY = ("torch", "transformers", "deepspeed", "accelerate", "safetensors")
+# Outside the runtime, heavy imports only inside a function, only here, and why:
+HEAVY_INSIDE_FUNCTIONS = {
+    "clusterkit.diagnose.doctor",  # inspects this node's torch/CUDA/NCCL
+    "clusterkit.estimate.modelsize",  # counts an unknown architecture's parameters on the meta device
+    "clusterkit.runs.export",  # loads a checkpoint to save a from_pretrained model
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported module, at module level) for every import in the file; ``from clusterkit.x
+    import y`` counts as importing ``clusterkit.x.y`` when that is a module."""
+    tree = ast.parse(path.read_text())
+    top_level = {id(node) for node in tree.body}
+    for node in tree.body:  # an import under `if` or `try` at module level still runs on import
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            continue  # for annotations only: never runs
+        if isinstance(node, (ast.If, ast.Try)):
+            top_level |= {id(child) for child in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, id(node) in top_level))
+            found += [(f"{node.module}.{alias.name}", id(node) in top_level) for alias in node.names
+                      if f"{node.module}.{alias.name}" in MODULES]
+    return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_lower_layers(module: str) -> None:
+    layer = _layer(module)
+    if layer in ("", "errors", "__main__"):
+        return  # the root and the error taxonomy: imported by every layer
+    allowed = {layer} | ALLOWED[layer] | EVERYWHERE
+    wrong = sorted({name for name, _ in _imports(MODULES[module])
+                    if name.startswith("clusterkit.") and _layer(name) not in allowed})
+    assert not wrong, f"{module} ({layer}) imports {wrong}; {layer} may import {sorted(ALLOWED[layer])}"
+
+
+def test_every_layer_has_its_rules() -> None:
+    layers = {_layer(module) for module in MODULES} - {"", "errors", "__main__"}
+    assert layers == set(ALLOWED), layers ^ set(ALLOWED)
+
+
+def test_no_import_cycles() -> None:
+    graph = {module: sorted({name for name, top in _imports(path) if top and name in MODULES and name != module})
+             for module, path in MODULES.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in graph[module]:
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_runtime_imports_torch(module: str) -> None:
+    heavy = [(name, top) for name, top in _imports(MODULES[module]) if name.split(".")[0] in HEAVY]
+    if _layer(module) == "runtime" or not heavy:
+        return
+    assert module in HEAVY_INSIDE_FUNCTIONS, f"{module} imports {sorted({n for n, _ in heavy})}"
+    assert not [name for name, top in heavy if top], f"{module} imports torch & co. at module level"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_long(module: str) -> None:
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module}: {lines} lines (split it by what its parts are about)"
+
+
+def test_the_walk_sees_what_it_should() -> None:
+    """The checks above would pass vacuously if the walk found nothing."""
+    assert {"clusterkit.cli.main", "clusterkit.schedulers.api", "clusterkit.runtime.train"} <= set(MODULES)
+    imports = dict(_imports(MODULES["clusterkit.runtime.train"]))
+    assert imports.get("torch") is True and "clusterkit.spec.resolved" in imports
+    lazy = dict(_imports(MODULES["clusterkit.cli.recipes"]))
+    assert lazy.get("clusterkit.load.loader") is False  # inside cmd_validate
