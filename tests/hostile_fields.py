@@ -34,7 +34,7 @@ from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Recipe
 
 KEY = "<key>"  # in a field path: the hostile string is a mapping key there (env names, extra_sbatch flags)
-SHELL_ON_PURPOSE = {("setup",)}
+SHELL_ON_PURPOSE = {("setup",), ("hooks",)}  # shell written on purpose, run as written
 ONE_LINE_ERROR = re.compile(r"^[^\n]+: \S.*$")
 JOB_ID = "4242"
 

@@ -77,6 +77,18 @@ def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> Non
     assert list((run_dir / "ranks" / "node1").glob("*_rank3.log")), "DeepSpeed's per-rank logs"
 
 
+def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    """launcher: python: srun starts the 4 ranks itself (no torchrun), each mapping SLURM's ids to
+    RANK/LOCAL_RANK/WORLD_SIZE; the Trainer must still train one model data-parallel over both nodes."""
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=python", "--set", "task.trainer.args.max_steps=10",
+                                  "--set", "task.trainer.args.save_steps=10")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    job_id = run_dir.name
+    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [f"{job_id}_{rank}_log.out" for rank in range(4)]
+    assert not list((run_dir / "ranks").glob("node*/*/attempt_*")), "no torchrun ran"
+
+
 def test_single_node_ddp(dev_cluster: str, tmp_path: Path) -> None:
     rc, run_dir, output = _submit(tmp_path, TINY, "--set", "resources.nodes=1", "--set", "task.trainer.args.max_steps=10")
     assert rc == 0, output

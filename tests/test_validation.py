@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import RecipeError, load_recipe
-from conftest import RECIPES, run_cli
+from conftest import SHIPPED_RECIPES, RECIPES, run_cli
 
 BASE = """\
 name: t
@@ -167,7 +167,8 @@ def test_validate_a_whole_folder(tmp_path: Path) -> None:
 def test_shipped_recipes_all_validate() -> None:
     done = run_cli("validate", str(RECIPES))
     assert done.returncode == 0, done.stderr
-    assert "5 of 5 recipes valid" in done.stdout
+    count = len(SHIPPED_RECIPES)
+    assert count >= 6 and f"{count} of {count} recipes valid" in done.stdout
 
 
 def test_missing_recipe_file(tmp_path: Path) -> None:
@@ -175,9 +176,9 @@ def test_missing_recipe_file(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.strip() == f"{tmp_path / 'nope.yaml'}: <top level>: file not found"
 
 
-def test_model_layers_against_pp_reported_with_the_runner_limit(tmp_path: Path) -> None:
+def test_pp_reported_with_the_runner_limit_and_uneven_stages_are_no_error(tmp_path: Path) -> None:
     recipe = _write(tmp_path, TRAINER + "parallelism: {pp: 2}\n")  # the model has 3 layers
     done = run_cli("validate", str(recipe))
     assert done.returncode == 2
     assert "parallelism.pp: the built-in HF Trainer runner cannot do pipeline parallelism" in done.stderr
-    assert "task.trainer.model.config: the model's 3 layers are not divisible by pp=2" in done.stderr
+    assert "layers" not in done.stderr  # uneven stages are only a warning (tests/test_launch_options.py)

@@ -15,7 +15,7 @@ from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import Parallelism, Recipe
+from clusterkit.spec.recipe import PROCESS_MODEL, Parallelism, Recipe
 from clusterkit.spec.resolved import (
     ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
 )
@@ -126,7 +126,7 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
-    resources = resolve_resources(recipe.resources, profile)
+    resources = resolve_resources(recipe.resources, profile, recipe.process_model or PROCESS_MODEL[recipe.launcher])
     parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
     # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory
     # estimate) runs on the resolved recipe, so only when the layout adds up; the other checks
@@ -144,7 +144,9 @@ def resolve_and_check(
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
-    job_checks.check_extra_sbatch(recipe, found.error)
+    job_checks.check_extra_sbatch(recipe, found.error, found.warn)
+    job_checks.check_srun(recipe, found.error, found.warn)
+    job_checks.check_process_model(recipe, found.error)
     return resolved, found.items
 
 
@@ -332,7 +334,9 @@ def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings)
     if heads is not None and heads % p.tp:
         found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
     if layers is not None and layers % p.pp:
-        found.error(key, f"the model's {layers} layers are not divisible by pp={p.pp}")
+        # Uneven first and last stages are common and legitimate (embeddings and head weigh too).
+        found.warn(key, f"the model's {layers} layers do not divide evenly into pp={p.pp} stages: "
+                        f"the stages get {layers // p.pp} or {layers // p.pp + 1} layers")
 
 
 def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Callable
 
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import Recipe
+from clusterkit.spec.recipe import PROCESS_MODEL, Recipe
+from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
 Report = Callable[[KeyPath, str], None]
@@ -37,8 +38,8 @@ _RESOURCES = "resources."
 DERIVED_SBATCH = {
     "job-name": "name",
     "nodes": _RESOURCES + "nodes",
-    "ntasks": "resources.nodes (one launcher task per node; it starts the ranks)",
-    "ntasks-per-node": "resources.gpus_per_node (one launcher task per node; it starts the ranks)",
+    "ntasks": "resources.nodes and process_model (a launcher task per node, or a task per rank)",
+    "ntasks-per-node": "process_model and resources.gpus_per_node (a launcher task per node, or a task per rank)",
     "cpus-per-task": _RESOURCES + "cpus_per_task",
     "mem": _RESOURCES + "mem",
     "time": _RESOURCES + "time",
@@ -101,13 +102,40 @@ def check_runs_dirs(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         error(("runs_dir",), problem)
 
 
-def check_extra_sbatch(recipe: Recipe, error: Report) -> None:
+def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
     for flag in sorted(recipe.resources.extra_sbatch):
         key = ("resources", "extra_sbatch", flag)
-        if flag in DERIVED_SBATCH:
+        if flag in SRUN_ONLY_OPTIONS or flag in STEP_OWNED and flag not in SBATCH_OPTIONS:
+            error(key, f"--{flag} is an srun option, not an sbatch one; set it for the launch step under "
+                       f"{STEP_OWNED.get(flag, 'srun.extra').split(' ')[0]}")
+        elif flag in DERIVED_SBATCH:
             error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
         elif flag in CONFLICTING_SBATCH:
             error(key, f"--{flag} {CONFLICTING_SBATCH[flag]}")
         elif owned := [name for name in (*DERIVED_SBATCH, *CONFLICTING_SBATCH) if name.startswith(flag)]:
             # sbatch takes any unambiguous prefix of a long option: --out is --output.
             error(key, f"--{flag} abbreviates --{owned[0]} (sbatch accepts prefixes); write the full option name")
+        elif flag not in SBATCH_OPTIONS:
+            warn(key, f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
+                      "site plugin adds it")
+
+
+def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
+    """``srun.extra``: options the launch step's srun is given by clusterkit are refused with the
+    field that sets them; an option srun does not document is a warning (a site plugin's)."""
+    for flag in sorted(recipe.srun.extra):
+        key = ("srun", "extra", flag)
+        owned = STEP_OWNED.get(flag) or next((STEP_OWNED[name] for name in STEP_OWNED if name.startswith(flag)), None)
+        if owned:
+            error(key, f"--{flag} is given to the launch step by clusterkit; set {owned} instead")
+        elif flag not in SBATCH_OPTIONS and flag not in SRUN_ONLY_OPTIONS:
+            warn(key, f"--{flag} is not an srun option SLURM documents; srun will fail unless a site plugin adds it")
+
+
+def check_process_model(recipe: Recipe, error: Report) -> None:
+    """The launcher decides how ranks start; a process model that says otherwise is refused."""
+    expected = PROCESS_MODEL[recipe.launcher]
+    if recipe.process_model is not None and recipe.process_model != expected:
+        fitting = sorted(name for name, model in PROCESS_MODEL.items() if model == recipe.process_model)
+        error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
+                                  f"({expected}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")

@@ -216,20 +216,26 @@ def _convert(data: Any, target: type[_T], source: SourceMap) -> _T:
     try:
         return msgspec.convert(data, target, strict=True)
     except msgspec.ValidationError as exc:
-        raise RecipeError(_finding_from_validation(str(exc), target, source)) from None
+        raise RecipeError(_finding_from_validation(str(exc), target, source, data)) from None
 
 
-def _finding_from_validation(text: str, root: type, source: SourceMap) -> Finding:
+def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any = None) -> Finding:
     match = _ERROR_AT.match(text)
     assert match is not None  # the pattern matches any string
     message, raw_path = match.group("message"), match.group("path") or ""
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
+    missing = re.match(r"Object missing required field `(.*)`", message)
     path: list[str | int] = []
     for name, index in _PATH_PART.findall(raw_path):
         if index == "...":
-            break
+            # msgspec does not say which entry of a mapping failed; for a bad key in an entry's own
+            # mapping (env: {X: {prefix: ...}}) the data does.
+            entry = _entry_with_key(data, path, (unknown or missing).group(1)) if unknown or missing else None
+            if entry is None:
+                break
+            path.append(entry)
+            continue
         path.append(name if name else int(index))
-    unknown = re.match(r"Object contains unknown field `(.*)`", message)
-    missing = re.match(r"Object missing required field `(.*)`", message)
     if unknown:
         key = unknown.group(1)
         choices = _struct_fields(root, path)
@@ -245,6 +251,21 @@ def _finding_from_validation(text: str, root: type, source: SourceMap) -> Findin
         pattern = message.split("matching regex ", 1)[1].strip("'").replace("\\\\", "\\")
         message = f"must be {PATTERN_HINTS.get(pattern, 'text matching ' + pattern)}"
     return Finding(source.locate(tuple(path)), tuple(path), message)
+
+
+def _entry_with_key(data: Any, path: list[str | int], key: str) -> str | None:
+    """The first entry of the mapping at ``path`` in ``data`` whose value is a mapping holding (for
+    an unknown key) or lacking (for a missing one) ``key``; None when no single entry says so."""
+    node = data
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    if not isinstance(node, dict):
+        return None
+    found = [name for name, value in node.items() if isinstance(value, dict) and key in value]
+    return found[0] if len(found) == 1 else None
 
 
 def _struct_fields(root: Any, path: list[str | int]) -> list[str]:

@@ -163,10 +163,13 @@ class _Builder:
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
             raise RecipeError(Finding(location, path, f"invalid value: {exc}")) from None
         plain = not node.style  # libyaml says '' for a plain scalar, PyYAML None
-        if path[:-1] in _ENV_MAPPINGS:  # the script gets the text written: 3.10, not 3.1; yes, not True
+        # The script gets the text written: 3.10, not 3.1; yes, not True (also in an edit's prepend/append).
+        if path[:-1] in _ENV_MAPPINGS or path[:-2] in _ENV_MAPPINGS and path[-1] in ("prepend", "append"):
+            if value is None and node.value in ("null", "Null", "NULL", "~") and path[:-1] in _ENV_MAPPINGS:
+                return None  # unset the variable (one a cluster profile sets, too)
             if value is None:
-                raise RecipeError(Finding(location, path, "an environment value cannot be null (~ or nothing); "
-                                                          "write '' for an empty value"))
+                raise RecipeError(Finding(location, path, "an environment value cannot be empty; write '' for an "
+                                                          "empty value, or null to unset the variable"))
             # true/false stay booleans (exported as 1/0); yes/no/on/off are YAML 1.1 only: text.
             return value if not plain or isinstance(value, bool) and node.value.lower() in _BOOLEANS else node.value
         if plain and isinstance(value, str) and SEXAGESIMAL.match(value):

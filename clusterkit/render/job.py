@@ -24,8 +24,8 @@ from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.spec.network import network_env
-from clusterkit.spec.resolved import JobFile
-from clusterkit.render.shell import Shell, comment, join_words, one_line, quote
+from clusterkit.spec.resolved import JobFile, ResolvedRecipe
+from clusterkit.render.shell import Shell, comment, extended_value, join_words, one_line, quote
 
 # Located through the package, not importlib.resources (10 ms of start-up on the render path).
 BUILTIN_TEMPLATES = Path(clusterkit.render.templates.__file__).parent
@@ -68,6 +68,7 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     env.filters["join_words"] = join_words
     env.filters["raw_shell"] = Shell
     env.filters["in_run_dir"] = in_run_dir
+    env.filters["extended_value"] = extended_value
     return env
 
 
@@ -82,7 +83,7 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         "signal": f"B:{recipe.preemption.signal}@{recipe.preemption.grace_s}",
         "requeue": None,
         "nodes": r.nodes,
-        "ntasks-per-node": 1,  # one launcher per node; it starts the ranks
+        "ntasks-per-node": recipe.tasks_per_node,  # a launcher per node, or a task per rank
         "cpus-per-task": r.cpus_per_task,
         "output": f"{run_dir}/{run_layout.batch_log('%j', 'out')}",
         "error": f"{run_dir}/{run_layout.batch_log('%j', 'err')}",
@@ -104,6 +105,22 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         else:
             options[flag] = None if value is True else value
     return sorted(options.items())
+
+
+def srun_options(recipe: ResolvedRecipe) -> list[tuple[str, Any]]:
+    """The launch step's srun options beyond its layout and logs, as (flag, value); None: a bare flag.
+    --cpus-per-task is passed on explicitly: since SLURM 22.05 srun no longer inherits it from the
+    allocation, and a node's launcher, ranks and data loaders would share one core."""
+    s = recipe.srun
+    options: list[tuple[str, Any]] = [("kill-on-bad-exit", 1 if s.kill_on_bad_exit else 0),
+                                      ("cpus-per-task", recipe.resources.cpus_per_task)]
+    for flag, value in (("wait", s.wait), ("mpi", s.mpi), ("distribution", s.distribution), ("cpu-bind", s.cpu_bind)):
+        if value is not None:
+            options.append((flag, value))
+    if s.label:
+        options.append(("label", None))
+    options += [(flag, None if value is True else value) for flag, value in sorted(s.extra.items()) if value is not False]
+    return options
 
 
 RUN_DIR_PLACEHOLDER = "{run_dir}"
@@ -152,6 +169,10 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "sbatch": sbatch_options(loaded),
         "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
         "setup": [Shell(line) for line in setup],
+        "srun": srun_options(recipe),
+        # Hook lines, like setup lines, are shell written on purpose.
+        "pre_launch": [Shell(line) for line in recipe.hooks.pre_launch],
+        "post_run": [Shell(line) for line in recipe.hooks.post_run],
         "env": network_env(recipe, profile),
         "network_profile": recipe.network.profile,
         "ds_config_json": ds_config_text,

@@ -45,3 +45,18 @@ def one_line(value: Any) -> Any:
 def comment(value: Any) -> Shell:
     """Text safe inside a ``# comment``: control characters (a newline would end it) become spaces."""
     return Shell(_CONTROL.sub(" ", str(value)))
+
+
+def extended_value(var: Any) -> Shell:
+    """The value of an env edit: ``prepend`` and ``append`` quoted around what the variable holds
+    when the line runs, with ``:`` only where both sides are non-empty (the name is a validated
+    variable name, so it is safe inside the double quotes)."""
+    name = var.name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise UnsafeValue(f"refusing to render {name!r} as a variable name")
+    if var.prepend is not None and var.append is not None:
+        middle = f'"${{{name}:+:${name}}}"'
+        return Shell(f"{quote(var.prepend)}{middle}{quote(':' + var.append)}")
+    if var.prepend is not None:
+        return Shell(f'{quote(var.prepend)}"${{{name}:+:${name}}}"')
+    return Shell(f'"${{{name}:+${name}:}}"{quote(var.append)}')

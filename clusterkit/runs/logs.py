@@ -19,6 +19,8 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     run_dir = record.path
     if rank is None:
         return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
+    if record.launcher == "python":  # a task per rank: srun's per-task log is the rank's own
+        return [path for stream in STREAMS if (path := run_dir / node_log(record.job_id, rank, stream)).exists()]
     node, local = divmod(rank, record.ranks_per_node)
     rank_logs = run_dir / node_dir(node)
     # torchrun --log-dir: <dir>/<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log (newest attempt last)

@@ -15,8 +15,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 JOB_MARKER = "CLUSTERKIT_LOCAL_JOB"
 STEP_MARKER = "CLUSTERKIT_LOCAL_STEP"
@@ -48,6 +50,12 @@ def srun(argv: list[str]) -> int:
     parser.add_argument("--open-mode", default="truncate")
     parser.add_argument("--output")
     parser.add_argument("--error")
+    parser.add_argument("--cpus-per-task", type=int)
+    parser.add_argument("--label", action="store_true")
+    parser.add_argument("--wait", type=int, default=0)
+    # Placement and MPI wiring: one process per node on one machine has nothing to place or bind.
+    for no_effect_here in ("--mpi", "--distribution", "--cpu-bind"):
+        parser.add_argument(no_effect_here)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -59,12 +67,24 @@ def srun(argv: list[str]) -> int:
     batch_shell, step = os.getppid(), str(os.getpid())
     markers = (*job_markers(os.environ.get(JOB_MARKER, "")), f"{STEP_MARKER}={step}")
     children: list[subprocess.Popen[bytes]] = []
-    for task, host in enumerate(hosts[: args.ntasks or len(hosts)]):
-        env = dict(os.environ, SLURM_NODEID=str(task), SLURM_PROCID=str(task), SLURM_LOCALID="0",
-                   SLURMD_NODENAME=host, SLURM_STEP_NUM_TASKS=str(len(hosts)), **{STEP_MARKER: step})
+    copies: list[threading.Thread] = []
+    per_node = args.ntasks_per_node
+    tasks = [(node * per_node + local, node, local, host) for node, host in enumerate(hosts) for local in range(per_node)]
+    for task, node, local, host in tasks[: args.ntasks or len(tasks)]:
+        env = dict(os.environ, SLURM_NODEID=str(node), SLURM_PROCID=str(task), SLURM_LOCALID=str(local),
+                   SLURMD_NODENAME=host, SLURM_STEP_NUM_TASKS=str(len(tasks)), SLURM_NTASKS=str(len(tasks)),
+                   SLURM_NTASKS_PER_NODE=str(per_node), **{STEP_MARKER: step})
+        if args.cpus_per_task:
+            env["SLURM_CPUS_PER_TASK"] = str(args.cpus_per_task)
         out = open(_expand(args.output, job_id, task, host), mode) if args.output else None
         err = open(_expand(args.error, job_id, task, host), mode) if args.error else None
-        children.append(subprocess.Popen(args.command, env=env, stdout=out, stderr=err))
+        pipe = subprocess.PIPE if args.label else None
+        child = subprocess.Popen(args.command, env=env, stdout=pipe or out, stderr=pipe or err)
+        if args.label:  # as srun --label: each line prefixed with its task number
+            for source, sink in ((child.stdout, out or sys.stdout.buffer), (child.stderr, err or sys.stderr.buffer)):
+                copies.append(threading.Thread(target=_copy_labelled, args=(source, sink, task), daemon=True))
+                copies[-1].start()
+        children.append(child)
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -74,10 +94,15 @@ def srun(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)
     first_failure = 0
+    first_exit: float | None = None
     while True:
         codes = [child.poll() for child in children]  # every child polled: one failing is noticed
         if None not in codes:
             break
+        if first_exit is None and any(code is not None for code in codes):
+            first_exit = time.monotonic()
+        if args.wait and first_exit is not None and time.monotonic() - first_exit > args.wait:
+            terminate(markers)  # --wait: the rest of the step is ended this long after the first task
         failed = [code for code in codes if code not in (None, 0)]
         if failed and not first_failure:
             first_failure = failed[0]
@@ -87,8 +112,16 @@ def srun(argv: list[str]) -> int:
             terminate(markers)
             return 128 + signal.SIGKILL
         time.sleep(0.2)
+    for copy in copies:  # the tasks' last lines, before the step reports its end
+        copy.join(timeout=10)
     code = first_failure or next((code for code in codes if code != 0), 0)
     return code if code >= 0 else 128 - code  # killed by signal N → 128+N, as a shell reports it
+
+
+def _copy_labelled(source: IO[bytes], sink: IO[bytes], task: int) -> None:
+    for line in iter(source.readline, b""):
+        sink.write(f"{task}: ".encode() + line)
+        sink.flush()
 
 
 def job_markers(run_dir: Path | str) -> tuple[str, ...]:

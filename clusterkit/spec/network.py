@@ -9,14 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import EnvEdit, EnvValue
 from clusterkit.spec.resolved import ResolvedRecipe
 
 
 @dataclass(frozen=True)
 class EnvVar:
+    """One line of env.sh: ``export NAME=value``; with ``value`` None, ``unset NAME``, or (with
+    ``prepend``/``append``) an export that extends the value NAME has at that point."""
+
     name: str
-    value: str
+    value: str | None
     reason: str
+    prepend: str | None = None
+    append: str | None = None
+
+    @property
+    def is_edit(self) -> bool:
+        return self.prepend is not None or self.append is not None
 
 
 # Environment settings that belong to debugging sessions, not to production jobs.
@@ -88,23 +98,31 @@ def env_value(value: str | int | float | bool) -> str:
     return str(value)
 
 
+def env_var(name: str, value: EnvValue, reason: str) -> EnvVar:
+    if isinstance(value, EnvEdit):
+        return EnvVar(name, None, reason, value.prepend, value.append)
+    return EnvVar(name, None if value is None else env_value(value), reason)
+
+
 def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
     then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
-    chosen: dict[str, EnvVar] = {}
     layers: list[tuple[EnvVar, ...]] = [_COMMON, PROFILES[recipe.network.profile]]
     if recipe.network.debug:
         layers.append(_DEBUG)
-    ranks_per_node = recipe.ranks_per_node
-    threads = max(1, recipe.resources.cpus_per_task // ranks_per_node)
+    ranks_per_task = recipe.ranks_per_node // recipe.tasks_per_node  # a node's launcher task runs them all
+    threads = max(1, recipe.resources.cpus_per_task // ranks_per_task)
     if profile.accelerator == "cpu":
         layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
-    layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per node = {recipe.resources.cpus_per_task}/{ranks_per_node}: no oversubscribed cores"),))
-    layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' network_env") for k, v in sorted(profile.network_env.items())))
-    layers.append(tuple(EnvVar(k, env_value(v), f"cluster profile '{profile.name}' env") for k, v in sorted(profile.env.items())))
-    layers.append(tuple(EnvVar(k, env_value(v), "recipe network.env") for k, v in sorted(recipe.network.env.items())))
-    layers.append(tuple(EnvVar(k, env_value(v), "recipe env") for k, v in sorted(recipe.env.items())))
+    layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per {'task' if recipe.tasks_per_node > 1 else 'node'} = {recipe.resources.cpus_per_task}/{ranks_per_task}: no oversubscribed cores"),))
+    for source, env in ((f"cluster profile '{profile.name}' network_env", profile.network_env),
+                        (f"cluster profile '{profile.name}' env", profile.env),
+                        ("recipe network.env", recipe.network.env), ("recipe env", recipe.env)):
+        layers.append(tuple(env_var(k, v, source) for k, v in sorted(env.items())))
+    # A value or an unset replaces what earlier layers said of the name; an edit extends it, so a
+    # profile's LD_LIBRARY_PATH prepend and a recipe's both apply, on top of the inherited value.
+    chosen: dict[str, list[EnvVar]] = {}
     for layer in layers:
         for var in layer:
-            chosen[var.name] = var
-    return list(chosen.values())
+            chosen[var.name] = [*chosen.get(var.name, []), var] if var.is_edit else [var]
+    return [var for lines in chosen.values() for var in lines]

@@ -51,7 +51,19 @@ Name = Annotated[
 ]
 EnvName = Annotated[str, Meta(pattern=ENV_NAME_PATTERN)]
 # Environment values reach the shell quoted, line breaks included; only NUL cannot be carried at all.
-EnvValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
+EnvText = Annotated[str, Meta(pattern=NO_NUL_PATTERN)]
+
+
+class EnvEdit(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Extend a path-like variable instead of replacing it: ``{prepend: /opt/x/lib}`` gives
+    ``/opt/x/lib:$VAR`` (``/opt/x/lib`` alone when VAR is unset or empty); ``append`` likewise at the end."""
+
+    prepend: Optional[EnvText] = None
+    append: Optional[EnvText] = None
+
+
+# A value sets the variable; an edit extends it; null unsets it (also one a cluster profile set).
+EnvValue = Union[EnvText, int, float, bool, EnvEdit, None]
 EnvMap = dict[EnvName, EnvValue]
 PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
 # SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
@@ -67,7 +79,12 @@ Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, 
 Offload = Literal["none", "cpu", "nvme"]
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
 Precision = Literal["bf16", "fp16", "fp32"]
-Launcher = Literal["torchrun", "deepspeed"]
+Launcher = Literal["torchrun", "deepspeed", "python"]
+# How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
+# srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
+ProcessModel = Literal["launcher_per_node", "task_per_gpu"]
+# The process model each launcher runs under.
+PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "python": "task_per_gpu"}
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 
@@ -89,6 +106,30 @@ class Resources(_Struct):
     reservation: Optional[NonEmptyLine] = None
     exclusive: bool = False
     extra_sbatch: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
+
+
+class Srun(_Struct):
+    """Options of the ``srun`` step that starts the launchers (one task per node)."""
+
+    kill_on_bad_exit: bool = True  # end every node's launcher when one fails
+    # --wait=S: end the step S seconds after the first task exits (0, SLURM's default: wait for all).
+    wait: Optional[Annotated[int, Meta(ge=0, le=86_400)]] = None
+    mpi: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. pmix, pmi2, none
+    distribution: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. block:cyclic
+    cpu_bind: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. none, cores, verbose,none
+    label: bool = False  # prefix each output line with its task number
+    # Any other srun option, e.g. a site plugin's (container-image, auto-resume): flag -> value, or
+    # true for a bare flag. Options the step owns are refused with the field that sets them.
+    extra: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
+
+
+class Hooks(_Struct):
+    """Shell lines written on purpose, run in the batch shell as written (not under ``set -u``)."""
+
+    pre_launch: list[Line] = field(default_factory=list)  # after setup and env, before the launchers
+    # After the launchers end, also after a failure; $CLUSTERKIT_EXIT_CODE holds their exit code,
+    # which stays the job's whatever these lines do.
+    post_run: list[Line] = field(default_factory=list)
 
 
 class Parallelism(_Struct):
@@ -184,6 +225,8 @@ class Recipe(_Struct, kw_only=True):
     resources: Resources = field(default_factory=Resources)
     parallelism: Parallelism = field(default_factory=Parallelism)
     launcher: Launcher = "torchrun"
+    # Default: the launcher's (PROCESS_MODEL); a value that does not match it is an error.
+    process_model: Optional[ProcessModel] = None
     precision: Optional[Precision] = None
     task: Task
     network: Network = field(default_factory=Network)
@@ -193,6 +236,8 @@ class Recipe(_Struct, kw_only=True):
     preflight: Union[bool, Preflight] = False
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
+    srun: Srun = field(default_factory=Srun)
+    hooks: Hooks = field(default_factory=Hooks)
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[PythonCommand] = None

@@ -18,6 +18,8 @@ from clusterkit.spec.recipe import (
     SLURM_TIME_PATTERN,
     DeepSpeedSettings,
     EnvMap,
+    Hooks,
+    PROCESS_MODEL,
     Launcher,
     Line,
     Memory,
@@ -28,6 +30,8 @@ from clusterkit.spec.recipe import (
     Parallelism,
     Precision,
     Preemption,
+    ProcessModel,
+    Srun,
     Preflight,
     PythonCommand,
     Recipe,
@@ -82,6 +86,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     resources: ResolvedResources
     parallelism: ResolvedParallelism
     launcher: Launcher
+    process_model: ProcessModel
     precision: Precision
     task: Task
     network: ResolvedNetwork
@@ -90,6 +95,8 @@ class ResolvedRecipe(_Struct, kw_only=True):
     preflight: Preflight
     env: EnvMap
     setup: list[Line]
+    srun: Srun
+    hooks: Hooks
     runs_dir: NonEmptyLine
     master_port: Optional[int]
     python: list[NonEmptyLine]
@@ -99,6 +106,11 @@ class ResolvedRecipe(_Struct, kw_only=True):
     def ranks_per_node(self) -> int:
         """One rank per GPU (on a CPU cluster, per process standing in for one)."""
         return self.resources.gpus_per_node
+
+    @property
+    def tasks_per_node(self) -> int:
+        """srun tasks per node: the node's launcher, or one task per rank."""
+        return self.ranks_per_node if self.process_model == "task_per_gpu" else 1
 
     @property
     def world_size(self) -> int:
@@ -121,12 +133,15 @@ def python_argv(command: PythonCommand) -> list[str]:
     return [command] if isinstance(command, str) else list(command)
 
 
-def resolve_resources(r: Resources, profile: ClusterProfile) -> ResolvedResources:
-    """The resources with every field the recipe left open filled from the profile (the recipe wins)."""
+def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str = "launcher_per_node") -> ResolvedResources:
+    """The resources with every field the recipe left open filled from the profile (the recipe wins).
+    cpus_per_task is per srun task: a node's launcher gets the node's CPUs, a task per GPU its share."""
+    gpus_per_node = r.gpus_per_node or profile.gpus_per_node
+    tasks_per_node = gpus_per_node if process_model == "task_per_gpu" else 1
     return ResolvedResources(
         nodes=r.nodes,
-        gpus_per_node=r.gpus_per_node or profile.gpus_per_node,
-        cpus_per_task=r.cpus_per_task or profile.cpus_per_node,
+        gpus_per_node=gpus_per_node,
+        cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks_per_node),
         mem=r.mem if r.mem is not None else profile.mem_per_node,
         time=str(r.time) if r.time is not None else None,
         partition=r.partition or profile.partition,
@@ -159,6 +174,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         resources=resources,
         parallelism=parallelism,
         launcher=recipe.launcher,
+        process_model=recipe.process_model or PROCESS_MODEL[recipe.launcher],
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
         task=recipe.task,
         network=ResolvedNetwork(profile=network.profile or profile.interconnect, env=network.env, debug=network.debug),
@@ -167,6 +183,8 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         preflight=preflight,
         env=recipe.env,
         setup=recipe.setup,
+        srun=recipe.srun,
+        hooks=recipe.hooks,
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
         master_port=recipe.master_port,
         python=python_argv(recipe.python or profile.python),

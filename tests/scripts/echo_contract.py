@@ -31,3 +31,6 @@ out.mkdir(exist_ok=True)
     "node": os.environ.get("SLURMD_NODENAME"),
     "node_id": os.environ.get("SLURM_NODEID"),
 }))
+print(f"echo_contract: rank {rank} of {world}", flush=True)
+if os.environ.get("ENV_CONTRACT_FAIL_RANK") == str(rank):
+    sys.exit(3)  # after its record: a failing rank whose job the hooks tests follow to the end

@@ -1,0 +1,18 @@
+# Network and runtime environment for script-hooks (infiniband interconnect).
+# Each value says why it is set. Override per recipe with network.env or env.
+# abort the process group on a collective error or hang instead of waiting for the time limit
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+# warnings only; INFO floods logs and belongs to debugging (network.debug: true)
+export NCCL_DEBUG=WARN
+# bootstrap over a real host interface, never docker/loopback/veth
+export NCCL_SOCKET_IFNAME='^docker,lo,veth'
+# recipe env
+unset NCCL_IB_TIMEOUT
+# GPUDirect RDMA when NIC and GPU share a PCIe host bridge
+export NCCL_NET_GDR_LEVEL=PHB
+# cpus_per_task / ranks per node = 96/8: no oversubscribed cores
+export OMP_NUM_THREADS=12
+# recipe env
+export LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# recipe env
+export PYTHONUNBUFFERED=1

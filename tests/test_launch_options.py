@@ -1,0 +1,202 @@
+"""What real launch scripts say, said in a recipe (issue 13, first part): env edits and unsets, setup
+after the environment and outside `set -u`, pre-launch and post-run hooks, options of the launch
+step's srun, and extra_sbatch checked against sbatch's own options. Rendered and linted here, run in
+bash where that decides it, and end to end on the dev cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterkit import load_recipe, render_job
+from clusterkit.errors import RecipeError
+from clusterkit.render.job import sbatch_options
+from conftest import REPO, run_cli
+
+SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
+
+
+def _recipe(tmp_path: Path, **fields) -> Path:
+    body = {"name": "opts", "cluster": "dev", "resources": {"nodes": 2, "gpus_per_node": 2, "time": "5"},
+            "task": {"script": SCRIPT}, **fields}
+    path = tmp_path / "opts.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def _env_after(env_sh: str, inherited: dict[str, str], *names: str) -> dict[str, str | None]:
+    """Source the rendered env.sh in bash with ``inherited`` and read ``names`` back (None: unset)."""
+    probe = "".join(f'if [ -n "${{{n}+x}}" ]; then printf "%s=%s\\0" {n} "${n}"; fi; ' for n in names)
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; source /dev/stdin <<'EOF_ENV'\n{env_sh}EOF_ENV\n{probe}"],
+                          env={"PATH": os.environ["PATH"], **inherited}, capture_output=True, text=True, check=True)
+    seen = dict(item.split("=", 1) for item in done.stdout.split("\0") if item)
+    return {name: seen.get(name) for name in names}
+
+
+@pytest.mark.parametrize("inherited, expected", [
+    ({"LD_LIBRARY_PATH": "/inherited/lib"}, "/opt/a b/lib:/inherited/lib:/tail"),
+    ({"LD_LIBRARY_PATH": ""}, "/opt/a b/lib:/tail"),
+    ({}, "/opt/a b/lib:/tail"),
+])
+def test_an_env_edit_extends_the_inherited_value(tmp_path: Path, inherited: dict[str, str], expected: str) -> None:
+    loaded = load_recipe(_recipe(tmp_path, env={"LD_LIBRARY_PATH": {"prepend": "/opt/a b/lib", "append": "/tail"},
+                                                "GONE": None, "KEPT": "$HOME 'quoted'"}))
+    env_sh = render_job(loaded).files["env.sh"]
+    seen = _env_after(env_sh, {**inherited, "GONE": "x"}, "LD_LIBRARY_PATH", "GONE", "KEPT")
+    assert seen == {"LD_LIBRARY_PATH": expected, "GONE": None, "KEPT": "$HOME 'quoted'"}
+
+
+def test_edits_from_the_profile_and_the_recipe_both_apply_and_null_unsets_a_profile_value(tmp_path: Path) -> None:
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    dev = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
+    dev["env"] = {"LD_LIBRARY_PATH": {"prepend": "/site/lib"}, "SITE_ONLY": "1", "SITE_FLAG": "on"}
+    (clusters / "dev.yaml").write_text(yaml.safe_dump(dev))
+    loaded = load_recipe(_recipe(tmp_path, env={"LD_LIBRARY_PATH": {"prepend": "/recipe/lib"}, "SITE_FLAG": None}))
+    seen = _env_after(render_job(loaded).files["env.sh"], {"LD_LIBRARY_PATH": "/base"}, "LD_LIBRARY_PATH",
+                      "SITE_ONLY", "SITE_FLAG")
+    assert seen == {"LD_LIBRARY_PATH": "/recipe/lib:/site/lib:/base", "SITE_ONLY": "1", "SITE_FLAG": None}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("env:\n  FOO:\n", "env.FOO: an environment value cannot be empty; write '' for an empty value, or null to unset"),
+    ("env:\n  FOO: {prepend: ''x}\n", None),
+    ("env:\n  FOO: {prefix: /x}\n", "env.FOO"),
+])
+def test_bad_env_entries_are_one_line_each(tmp_path: Path, text: str, message: str | None) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\ncluster: dev\ntask: {{script: {SCRIPT}}}\n{text}")
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(path)
+    assert str(raised.value).count("\n") == 0 and str(raised.value).startswith(f"{path}:")
+    if message:
+        assert message in str(raised.value)
+
+
+def test_an_env_edit_keeps_the_text_written(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\ncluster: dev\ntask: {{script: {SCRIPT}}}\nenv:\n  V: {{append: 3.10, prepend: yes}}\n")
+    seen = _env_after(render_job(load_recipe(path)).files["env.sh"], {"V": "mid"}, "V")
+    assert seen == {"V": "yes:mid:3.10"}
+
+
+@pytest.mark.parametrize("flag, fragment", [
+    ("mpi", "srun option, not an sbatch one; set it for the launch step under srun.mpi"),
+    ("label", "under srun.label"),
+    ("kill-on-bad-exit", "under srun.kill_on_bad_exit"),
+    ("multi-prog", "under srun.extra"),
+])
+def test_srun_only_flags_in_extra_sbatch_point_to_srun(tmp_path: Path, flag: str, fragment: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, resources={"nodes": 1, "extra_sbatch": {flag: True}}))
+    assert f"resources.extra_sbatch.{flag}: --{flag} is an" in str(raised.value) and fragment in str(raised.value)
+
+
+def test_an_option_sbatch_does_not_document_is_a_warning_and_a_documented_one_is_fine(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, resources={"nodes": 1, "time": "5", "extra_sbatch": {"container-image": "x", "mail-type": "END"}}))
+    warnings = [str(w) for w in loaded.warnings]
+    assert len(warnings) == 1 and "extra_sbatch.container-image: --container-image is not an sbatch option" in warnings[0]
+    assert ("mail-type", "END") in sbatch_options(loaded)
+
+
+@pytest.mark.parametrize("flag, field", [("cpus-per-task", "resources.cpus_per_task"), ("ntasks", "resources.nodes"),
+                                         ("out", "runs_dir"), ("mpi", "srun.mpi"), ("kill-on-bad-exit", "srun.kill_on_bad_exit")])
+def test_options_the_launch_step_owns_are_refused_in_srun_extra(tmp_path: Path, flag: str, field: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, srun={"extra": {flag: "x"}}))
+    assert f"srun.extra.{flag}: --{flag} is given to the launch step by clusterkit; set {field}" in str(raised.value)
+
+
+def test_the_launch_step_gets_its_options_and_cpus_per_task(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, srun={"label": True, "mpi": "pmix", "wait": 30, "kill_on_bad_exit": False,
+                                                 "distribution": "block:cyclic", "cpu_bind": "none",
+                                                 "extra": {"container-image": "img:1 2", "no-kill": True, "overlap": False}}))
+    script = render_job(loaded).files["job.sbatch"]
+    step = [line for line in script.splitlines() if line.startswith("srun ")][-1]
+    assert step == ("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 --cpus-per-task=2 --wait=30 "
+                    "--mpi=pmix --distribution=block:cyclic --cpu-bind=none --label --container-image='img:1 2' "
+                    "--no-kill \\")
+
+
+def test_uneven_pipeline_stages_are_a_warning(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, resources={"nodes": 2, "gpus_per_node": 2}, parallelism={"pp": 2},
+                                 task={"script": SCRIPT, "model_config": {"num_hidden_layers": 3, "num_attention_heads": 4,
+                                                                          "hidden_size": 64}}))
+    assert any("3 layers do not divide evenly into pp=2 stages: the stages get 1 or 2 layers" in str(w)
+               for w in loaded.warnings)
+
+
+@pytest.mark.slurm
+def test_hooks_env_setup_and_srun_options_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
+    """One job, rank 3 failing: the post-run hook sees the launchers' exit code and cannot change the
+    job's; a prepended LD_LIBRARY_PATH keeps the inherited entries; a setup line reading an unset
+    variable runs; the launch step labels its output and passes --cpus-per-task to every task."""
+    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"),
+                     env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1, "ENV_CONTRACT_FAIL_RANK": 3,
+                          "LD_LIBRARY_PATH": {"prepend": "/opt/ck test/lib"}, "CK_DROPPED": None},
+                     setup=["export CK_SETUP=/setup:$CK_NEVER_SET"],
+                     hooks={"pre_launch": ['echo "pre $SLURM_JOB_ID" > "$RUN_DIR/pre_launch.txt"'],
+                            "post_run": ['echo "$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post_run.txt"', "exit 7"]},
+                     srun={"label": True})
+    env = {**os.environ, "LD_LIBRARY_PATH": "/inherited/lib", "CK_DROPPED": "present"}
+    done = run_cli("submit", str(recipe), "--follow", cwd=REPO, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run_dir = Path(next(line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("run dir: ")))
+    job_id = run_dir.name
+    launchers_rc = (run_dir / "exit_code").read_text().strip()
+    assert launchers_rc not in ("0", "7")
+    assert (run_dir / "post_run.txt").read_text().strip() == launchers_rc  # the hook saw it; exit 7 changed nothing
+    assert (run_dir / "pre_launch.txt").read_text() == f"pre {job_id}\n"
+    status = run_cli("status", job_id, "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert json.loads(status.stdout)["state"] == "FAILED"
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert sorted(int(r["env"]["RANK"]) for r in ranks) == [0, 1, 2, 3]  # all four ran (and joined one all-reduce)
+    assert {r["node"] for r in ranks} == {"node1", "node2"}
+    for seen in ranks:
+        assert seen["env"]["LD_LIBRARY_PATH"] == "/opt/ck test/lib:/inherited/lib"
+        assert "CK_DROPPED" not in seen["env"] and seen["env"]["CK_SETUP"] == "/setup:"
+        assert seen["env"]["SLURM_CPUS_PER_TASK"] == "2"
+    node1_log = (run_dir / f"{job_id}_1_log.out").read_text()
+    assert node1_log and all(line.startswith("1: ") for line in node1_log.splitlines() if line.strip())
+
+
+# --- process models ---------------------------------------------------------------------------------
+
+def test_the_python_launcher_runs_a_task_per_gpu_with_the_ranks_mapped_from_slurm(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, launcher="python"))
+    recipe = loaded.recipe
+    assert (recipe.process_model, recipe.tasks_per_node, recipe.resources.cpus_per_task) == ("task_per_gpu", 2, 1)
+    files = render_job(loaded).files
+    assert ("ntasks-per-node", 2) in sbatch_options(loaded) and ("cpus-per-task", 1) in sbatch_options(loaded)
+    script = files["job.sbatch"]
+    assert "srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --kill-on-bad-exit=1 --cpus-per-task=1 " in script
+    assert "env WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \\\n" in script
+    assert """bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID";""" in script
+    assert "export OMP_NUM_THREADS=1\n" in files["env.sh"]
+
+
+def test_a_process_model_the_launcher_does_not_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, launcher="torchrun", process_model="task_per_gpu"))
+    assert ("process_model: task_per_gpu is not how launcher torchrun starts ranks (launcher_per_node); "
+            "for task_per_gpu use launcher: python") in str(raised.value)
+
+
+def test_a_task_per_gpu_job_runs_on_the_local_executor(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1})
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "opts").iterdir())
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    seen = sorted((r["env"]["RANK"], r["env"]["LOCAL_RANK"], r["env"]["NODE_RANK"], r["node"]) for r in ranks)
+    assert seen == [("0", "0", "0", "127.0.0.1"), ("1", "1", "0", "127.0.0.1"), ("2", "0", "1", "127.0.0.2"),
+                    ("3", "1", "1", "127.0.0.2")]
+    assert {(r["env"]["WORLD_SIZE"], r["env"]["LOCAL_WORLD_SIZE"], r["env"]["SLURM_PROCID"] == r["env"]["RANK"])
+            for r in ranks} == {("4", "2", True)}
+    logs = run_cli("logs", run_dir.name, "--rank", "3", "--runs-dir", str(tmp_path / "runs"))
+    assert logs.returncode == 0 and logs.stdout == f"==> {run_dir.name}_3_log.out <==\necho_contract: rank 3 of 4\n"
