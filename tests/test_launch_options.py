@@ -180,6 +180,15 @@ def test_the_python_launcher_runs_a_task_per_gpu_with_the_ranks_mapped_from_slur
     assert "export OMP_NUM_THREADS=1\n" in files["env.sh"]
 
 
+@pytest.mark.parametrize("launcher, cpus, needed", [("python", 2, "2 CPUs per srun task x 2 tasks per node (task_per_gpu) needs 4"),
+                                                    ("torchrun", 3, "3 CPUs per srun task (one launcher task per node) needs 3")])
+def test_cpus_that_do_not_fit_a_node_are_refused_before_anything_is_queued(tmp_path: Path, launcher: str, cpus: int,
+                                                                          needed: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, launcher=launcher, resources={"nodes": 2, "time": "5", "cpus_per_task": cpus}))
+    assert f"resources.cpus_per_task: {needed} CPUs per node; cluster profile 'dev' has 2" in str(raised.value)
+
+
 def test_a_process_model_the_launcher_does_not_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, launcher="torchrun", process_model="task_per_gpu"))

@@ -80,7 +80,8 @@ def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> Non
 def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """launcher: python: srun starts the 4 ranks itself (no torchrun), each mapping SLURM's ids to
     RANK/LOCAL_RANK/WORLD_SIZE; the Trainer must still train one model data-parallel over both nodes."""
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=python", "--set", "task.trainer.args.max_steps=10",
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=python", "--set", "resources.cpus_per_task=1",
+                                  "--set", "task.trainer.args.max_steps=10",
                                   "--set", "task.trainer.args.save_steps=10")
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})

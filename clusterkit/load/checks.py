@@ -126,7 +126,8 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
-    resources = resolve_resources(recipe.resources, profile, recipe.process_model or PROCESS_MODEL[recipe.launcher])
+    process_model = recipe.process_model or PROCESS_MODEL[recipe.launcher]
+    resources = resolve_resources(recipe.resources, profile, process_model)
     parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
     # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory
     # estimate) runs on the resolved recipe, so only when the layout adds up; the other checks
@@ -147,6 +148,7 @@ def resolve_and_check(
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
     job_checks.check_srun(recipe, found.error, found.warn)
     job_checks.check_process_model(recipe, found.error)
+    job_checks.check_cpus(resources, profile, process_model, found.error)
     return resolved, found.items
 
 

@@ -7,6 +7,7 @@ from typing import Callable
 
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import PROCESS_MODEL, Recipe
+from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
@@ -139,3 +140,14 @@ def check_process_model(recipe: Recipe, error: Report) -> None:
         fitting = sorted(name for name, model in PROCESS_MODEL.items() if model == recipe.process_model)
         error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
                                   f"({expected}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
+
+
+def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_model: str, error: Report) -> None:
+    """Every srun task of a node gets cpus_per_task: together they must fit the node, or SLURM
+    refuses the job only once it is queued."""
+    tasks = resources.gpus_per_node if process_model == "task_per_gpu" else 1
+    if tasks * resources.cpus_per_task > profile.cpus_per_node:
+        per = f" x {tasks} tasks per node ({process_model})" if tasks > 1 else " (one launcher task per node)"
+        error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
+                                              f"{tasks * resources.cpus_per_task} CPUs per node; cluster profile "
+                                              f"{profile.name!r} has {profile.cpus_per_node}")
