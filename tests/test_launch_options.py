@@ -209,3 +209,60 @@ def test_a_task_per_gpu_job_runs_on_the_local_executor(tmp_path: Path) -> None:
             for r in ranks} == {("4", "2", True)}
     logs = run_cli("logs", run_dir.name, "--rank", "3", "--runs-dir", str(tmp_path / "runs"))
     assert logs.returncode == 0 and logs.stdout == f"==> {run_dir.name}_3_log.out <==\necho_contract: rank 3 of 4\n"
+
+
+# --- run-time values ----------------------------------------------------------------------------------
+
+RUNTIME_ENV = {"TAG": "j{job_id} n{node_rank} r{rank} l{local_rank} ${HOME} {x}",
+               "OUT": {"prepend": "{run_dir}/n{node_rank}"}}
+RUNTIME_ARGS = ["{run_dir}/out-{node_rank}-{rank}", "'{local_rank}' $HOME"]
+
+
+def _assert_runtime_values(run_dir: Path) -> None:
+    """Each of the four tasks got its own node, rank and local rank; other braces stayed as written."""
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert len(ranks) == 4
+    for seen in ranks:
+        env = seen["env"]
+        node, rank, local = env["SLURM_NODEID"], env["RANK"], env["LOCAL_RANK"]
+        assert env["TAG"] == f"j{run_dir.name} n{node} r{rank} l{local} ${{HOME}} {{x}}"
+        assert env["OUT"].split(":")[0] == f"{run_dir}/n{node}"
+        assert seen["argv"] == [f"{run_dir}/out-{node}-{rank}", f"'{local}' $HOME"]
+
+
+def test_run_time_values_resolve_per_node_under_torchrun(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
+                     task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}-{rank}"]})
+    with pytest.raises(RecipeError, match=r"task\.args\[0\]: \{rank\} is known only in a task per rank"):
+        load_recipe(recipe)
+    env = {**RUNTIME_ENV, "TAG": "j{job_id} n{node_rank} r{x} l{local_rank} ${HOME} {x}"}  # {local_rank}: refused too
+    with pytest.raises(RecipeError, match=r"env\.TAG: \{local_rank\} is known only"):
+        load_recipe(_recipe(tmp_path, env=env))
+    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), env={"TAG": "j{job_id} n{node_rank}", "OUT": RUNTIME_ENV["OUT"]},
+                     task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}", "{job_id}"]})
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "opts").iterdir())
+    for seen in [json.loads(p.read_text()) for p in (run_dir / "contract").glob("rank-*.json")]:
+        node = seen["env"]["SLURM_NODEID"]
+        assert seen["env"]["TAG"] == f"j{run_dir.name} n{node}" and seen["env"]["OUT"].startswith(f"{run_dir}/n{node}")
+        assert seen["argv"] == [f"{run_dir}/out-{node}", run_dir.name]
+
+
+def test_run_time_values_resolve_per_task_for_a_task_per_gpu_job(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
+                     task={"script": SCRIPT, "args": RUNTIME_ARGS})
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _assert_runtime_values(next((tmp_path / "runs" / "opts").iterdir()))
+
+
+@pytest.mark.slurm
+def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
+                     task={"script": SCRIPT, "args": RUNTIME_ARGS})
+    done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "opts").iterdir())
+    _assert_runtime_values(run_dir)
+    assert {json.loads(p.read_text())["node"] for p in (run_dir / "contract").glob("rank-*.json")} == {"node1", "node2"}

@@ -148,6 +148,7 @@ def resolve_and_check(
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
     job_checks.check_srun(recipe, found.error, found.warn)
     job_checks.check_process_model(recipe, found.error)
+    job_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
     job_checks.check_cpus(resources, profile, process_model, found.error)
     return resolved, found.items
 

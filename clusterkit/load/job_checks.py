@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Callable
 
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import PROCESS_MODEL, Recipe
+from clusterkit.spec.recipe import PROCESS_MODEL, EnvEdit, Recipe
+from clusterkit.spec.runtime_values import RUNTIME_VALUES, TASK, placeholders
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
@@ -151,3 +152,23 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
         error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
                                               f"{tasks * resources.cpus_per_task} CPUs per node; cluster profile "
                                               f"{profile.name!r} has {profile.cpus_per_node}")
+
+
+def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
+    ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
+    if (recipe.process_model or PROCESS_MODEL[recipe.launcher]) == "task_per_gpu":
+        return
+    def texts(value: object) -> list[str]:
+        if isinstance(value, EnvEdit):
+            return [text for text in (value.prepend, value.append) if text is not None]
+        return [value] if isinstance(value, str) else []
+
+    places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
+                              (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
+        places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
+    for report, key, text in places:
+        if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] == TASK):
+            report(key, f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
+                        f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script")

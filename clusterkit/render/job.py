@@ -23,9 +23,11 @@ from clusterkit.runs import layout as run_layout
 from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.spec.network import network_env
+from clusterkit.spec.network import EnvVar, network_env
+from clusterkit.spec.runtime_values import expanded_late
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
-from clusterkit.render.shell import Shell, comment, extended_value, join_words, one_line, quote
+from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
+                                     runtime_text)
 
 # Located through the package, not importlib.resources (10 ms of start-up on the render path).
 BUILTIN_TEMPLATES = Path(clusterkit.render.templates.__file__).parent
@@ -69,6 +71,7 @@ def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     env.filters["raw_shell"] = Shell
     env.filters["in_run_dir"] = in_run_dir
     env.filters["extended_value"] = extended_value
+    env.filters["runtime_text"] = runtime_text
     return env
 
 
@@ -123,16 +126,6 @@ def srun_options(recipe: ResolvedRecipe) -> list[tuple[str, Any]]:
     return options
 
 
-RUN_DIR_PLACEHOLDER = "{run_dir}"
-
-
-def script_argument(text: str) -> Shell:
-    """Quote one script argument; ``{run_dir}`` inside it becomes the job's run directory."""
-    if RUN_DIR_PLACEHOLDER not in text:
-        return Shell(quote(text))
-    return Shell('"$RUN_DIR"'.join(quote(part) if part else "" for part in text.split(RUN_DIR_PLACEHOLDER)))
-
-
 def in_run_dir(name: str) -> Shell:
     """``"$RUN_DIR/<name>"`` for a name from :mod:`clusterkit.runs.layout` (the templates' ``in_run_dir``
     filter): those are plain words, so inside double quotes only an expansion they hold on purpose
@@ -144,7 +137,17 @@ def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
     task = loaded.recipe.task
     if task.trainer is not None:
         return {"entry": "clusterkit.runtime.runner", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]}
-    return {"entry": task.script, "module": task.module, "args": [script_argument(a) for a in task.args]}
+    return {"entry": task.script, "module": task.module, "args": [runtime_text(a) for a in task.args]}
+
+
+def _late_expansion(recipe: ResolvedRecipe, env: list[EnvVar]) -> Shell:
+    """What the launch step replaces on each node or task: nothing unless an argument or an env
+    value holds ``{node_rank}``, ``{rank}`` or ``{local_rank}`` (spec.runtime_values)."""
+    late_env = sorted({var.name for var in env if any(text is not None and expanded_late(text)
+                                                      for text in (var.value, var.prepend, var.append))})
+    if not late_env and not any(expanded_late(arg) for arg in recipe.task.args):
+        return Shell("")
+    return late_expansion(late_env, in_task=recipe.process_model == "task_per_gpu")
 
 
 def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> RenderedJob:
@@ -158,6 +161,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
         files[run_layout.DEEPSPEED_CONFIG] = ds_config_text
     job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
+    env_vars = network_env(recipe, profile)
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
     setup = [f"module load {quote(m)}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
     context = {
@@ -173,7 +177,8 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         # Hook lines, like setup lines, are shell written on purpose.
         "pre_launch": [Shell(line) for line in recipe.hooks.pre_launch],
         "post_run": [Shell(line) for line in recipe.hooks.post_run],
-        "env": network_env(recipe, profile),
+        "env": env_vars,
+        "late": _late_expansion(recipe, env_vars),
         "network_profile": recipe.network.profile,
         "ds_config_json": ds_config_text,
         "job_json": job_json,

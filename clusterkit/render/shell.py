@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from clusterkit.errors import UnsafeValue
 from clusterkit.spec.recipe import LINE_BREAKING
+from clusterkit.spec.runtime_values import BATCH, NODE, PLACEHOLDER, RUNTIME_VALUES, TASK
 
 
 class Shell(str):
@@ -47,6 +48,41 @@ def comment(value: Any) -> Shell:
     return Shell(_CONTROL.sub(" ", str(value)))
 
 
+def runtime_text(text: str) -> Shell:
+    """``text`` quoted, with ``{job_id}`` and ``{run_dir}`` as the batch shell's ``"$SLURM_JOB_ID"``
+    and ``"$RUN_DIR"``; a value known later (``{node_rank}``, ``{rank}``) stays as quoted text for
+    the launch step to replace (:func:`late_expansion`)."""
+    pieces, last = [], 0
+    for match in PLACEHOLDER.finditer(text):
+        when, variable = RUNTIME_VALUES[match.group(1)]
+        if when != BATCH:
+            continue
+        if match.start() > last:
+            pieces.append(quote(text[last:match.start()]))
+        pieces.append(f'"${variable}"')
+        last = match.end()
+    if last < len(text) or not pieces:
+        pieces.append(quote(text[last:]))
+    return Shell("".join(pieces))
+
+
+def late_expansion(env_names: Iterable[str], in_task: bool) -> Shell:
+    """Shell for the start of the launch step's body (single-quoted there, so it holds no quote of
+    its own): ``{node_rank}`` (and in a task per rank ``{rank}``, ``{local_rank}``) replaced in the
+    arguments and in the named env variables, from SLURM's variables in that node or task."""
+    names = [name for name, (when, _) in RUNTIME_VALUES.items() if when == NODE or in_task and when == TASK]
+    steps = []
+    for target in ["@", *env_names]:
+        if target != "@" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", target):
+            raise UnsafeValue(f"refusing to render {target!r} as a variable name")
+        value = "@" if target == "@" else target
+        for name in names:
+            variable = RUNTIME_VALUES[name][1]
+            replaced = f'"${{{value}//"{{{name}}}"/${variable}}}"'
+            steps.append(f"set -- {replaced}; " if target == "@" else f"export {target}={replaced}; ")
+    return Shell("".join(steps))
+
+
 def extended_value(var: Any) -> Shell:
     """The value of an env edit: ``prepend`` and ``append`` quoted around what the variable holds
     when the line runs, with ``:`` only where both sides are non-empty (the name is a validated
@@ -56,7 +92,7 @@ def extended_value(var: Any) -> Shell:
         raise UnsafeValue(f"refusing to render {name!r} as a variable name")
     if var.prepend is not None and var.append is not None:
         middle = f'"${{{name}:+:${name}}}"'
-        return Shell(f"{quote(var.prepend)}{middle}{quote(':' + var.append)}")
+        return Shell(f"{runtime_text(var.prepend)}{middle}{runtime_text(':' + var.append)}")
     if var.prepend is not None:
-        return Shell(f'{quote(var.prepend)}"${{{name}:+:${name}}}"')
-    return Shell(f'"${{{name}:+${name}:}}"{quote(var.append)}')
+        return Shell(f'{runtime_text(var.prepend)}"${{{name}:+:${name}}}"')
+    return Shell(f'"${{{name}:+${name}:}}"{runtime_text(var.append)}')
