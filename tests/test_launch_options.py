@@ -266,3 +266,76 @@ def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) ->
     run_dir = next((tmp_path / "runs" / "opts").iterdir())
     _assert_runtime_values(run_dir)
     assert {json.loads(p.read_text())["node"] for p in (run_dir / "contract").glob("rank-*.json")} == {"node1", "node2"}
+
+
+# --- launchers: arguments, rendezvous, your own command ------------------------------------------
+
+def test_launcher_args_reach_torchrun_and_deepspeed_quoted(tmp_path: Path) -> None:
+    args = ["--max-restarts=2", "--role", "trainer one", "--redirects", "3"]
+    torchrun = render_job(load_recipe(_recipe(tmp_path, launcher_args=args))).files["job.sbatch"]
+    assert "  --max-restarts=2 --role 'trainer one' --redirects 3 \\\n  " + SCRIPT in torchrun
+    ds = render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"]))).files["job.sbatch"]
+    assert "  --autotuning run \\\n  " + SCRIPT in ds
+
+
+@pytest.mark.parametrize("launcher, word, field", [
+    ("torchrun", "--nnodes=3", "resources.nodes"), ("torchrun", "--nproc_per_node", "resources.gpus_per_node"),
+    ("torchrun", "--rdzv-backend=etcd", "rendezvous"), ("torchrun", "--master", "the launch step"),
+    ("torchrun", "-m", "task.module"), ("deepspeed", "--num_gpus=8", "resources.gpus_per_node"),
+    ("deepspeed", "--launcher=slurm", "launcher (DeepSpeed runs here as one launcher per node)"),
+    ("deepspeed", "--include", "deepspeed.include"),
+])
+def test_launcher_flags_clusterkit_writes_are_refused(tmp_path: Path, launcher: str, word: str, field: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, launcher=launcher, launcher_args=["--tee", "3", word]))
+    assert f"launcher_args[2]: {word.split('=')[0]} is written by clusterkit for {launcher}; set {field}" in str(raised.value)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"launcher": "python", "launcher_args": ["-u"]}, "launcher_args: launcher python takes no launcher_args; use python: [python3, ...]"),
+    ({"launcher": "command", "launcher_args": ["-x"]}, "launcher_args: launcher command takes no launcher_args; use task.args"),
+    ({"launcher": "deepspeed", "rendezvous": "c10d"}, "rendezvous: rendezvous: c10d is torchrun's; launcher deepspeed has none"),
+    ({"launcher": "command", "task": {"script": "run.sh", "module": True}}, "task.module: launcher: command runs task.script as a program"),
+])
+def test_launcher_settings_that_do_not_apply_are_refused(tmp_path: Path, fields: dict, message: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, **fields))
+    assert message in str(raised.value)
+
+
+def test_c10d_rendezvous_replaces_the_static_master_flags(tmp_path: Path) -> None:
+    script = render_job(load_recipe(_recipe(tmp_path, rendezvous="c10d"))).files["job.sbatch"]
+    assert '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" --tee=3' in script
+    assert "--master-addr=" not in script
+
+
+# The command launcher's contract, used the way a hand-written script would: its own torchrun line.
+OWN_TORCHRUN = ('exec python3 -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$GPUS_PER_NODE" '
+                '--node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$0"')
+
+
+def _command_recipe(tmp_path: Path) -> Path:
+    return _recipe(tmp_path, launcher="command", runs_dir=str(tmp_path / "runs"),
+                   env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1},
+                   task={"script": "bash", "args": ["-c", OWN_TORCHRUN, SCRIPT]})
+
+
+def _assert_command_ran(run_dir: Path, nodes: set[str]) -> None:
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert sorted(int(r["env"]["RANK"]) for r in ranks) == [0, 1, 2, 3]  # and they joined one all-reduce
+    assert {r["node"] for r in ranks} == nodes
+    assert {(r["env"]["NNODES"], r["env"]["GPUS_PER_NODE"], r["env"]["WORLD_SIZE"]) for r in ranks} == {("2", "2", "4")}
+    assert {r["env"]["NODE_RANK"] == r["env"]["SLURM_NODEID"] for r in ranks} == {True}
+
+
+def test_the_command_launcher_runs_your_command_once_per_node_locally(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_command_recipe(tmp_path)), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _assert_command_ran(next((tmp_path / "runs" / "opts").iterdir()), {"127.0.0.1", "127.0.0.2"})
+
+
+@pytest.mark.slurm
+def test_the_command_launcher_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
+    done = run_cli("submit", str(_command_recipe(tmp_path)), "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _assert_command_ran(next((tmp_path / "runs" / "opts").iterdir()), {"node1", "node2"})

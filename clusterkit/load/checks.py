@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from clusterkit.load import job_checks
+from clusterkit.load import job_checks, launch_checks
 from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.spec.network import DEBUG_ENV
@@ -146,10 +146,11 @@ def resolve_and_check(
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
-    job_checks.check_srun(recipe, found.error, found.warn)
-    job_checks.check_process_model(recipe, found.error)
-    job_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
-    job_checks.check_cpus(resources, profile, process_model, found.error)
+    launch_checks.check_srun(recipe, found.error, found.warn)
+    launch_checks.check_process_model(recipe, found.error)
+    launch_checks.check_launcher(recipe, found.error)
+    launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
+    launch_checks.check_cpus(resources, profile, process_model, found.error)
     return resolved, found.items
 
 

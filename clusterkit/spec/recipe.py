@@ -79,12 +79,15 @@ Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, 
 Offload = Literal["none", "cpu", "nvme"]
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
 Precision = Literal["bf16", "fp16", "fp32"]
-Launcher = Literal["torchrun", "deepspeed", "python"]
+# command: your own command on every node (it starts the ranks); see README "Launchers".
+Launcher = Literal["torchrun", "deepspeed", "python", "command"]
+Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu"]
 # The process model each launcher runs under.
-PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "python": "task_per_gpu"}
+PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "python": "task_per_gpu",
+                 "command": "launcher_per_node"}
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 
@@ -227,6 +230,12 @@ class Recipe(_Struct, kw_only=True):
     launcher: Launcher = "torchrun"
     # Default: the launcher's (PROCESS_MODEL); a value that does not match it is an error.
     process_model: Optional[ProcessModel] = None
+    # More words for the launcher (torchrun / DeepSpeed), e.g. [--max-restarts=3, --role, trainer];
+    # flags clusterkit writes are refused with the field that sets them.
+    launcher_args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
+    # torchrun's rendezvous: static (node ranks from SLURM) or c10d (the agents agree on ranks at
+    # $MASTER_ADDR:$MASTER_PORT; needs an endpoint the first node's agent can own).
+    rendezvous: Rendezvous = "static"
     precision: Optional[Precision] = None
     task: Task
     network: Network = field(default_factory=Network)

@@ -31,6 +31,7 @@ from clusterkit.spec.recipe import (
     Precision,
     Preemption,
     ProcessModel,
+    Rendezvous,
     Srun,
     Preflight,
     PythonCommand,
@@ -87,6 +88,8 @@ class ResolvedRecipe(_Struct, kw_only=True):
     parallelism: ResolvedParallelism
     launcher: Launcher
     process_model: ProcessModel
+    launcher_args: list[str]
+    rendezvous: Rendezvous
     precision: Precision
     task: Task
     network: ResolvedNetwork
@@ -175,6 +178,8 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         parallelism=parallelism,
         launcher=recipe.launcher,
         process_model=recipe.process_model or PROCESS_MODEL[recipe.launcher],
+        launcher_args=recipe.launcher_args,
+        rendezvous=recipe.rendezvous,
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
         task=recipe.task,
         network=ResolvedNetwork(profile=network.profile or profile.interconnect, env=network.env, debug=network.debug),

@@ -1,0 +1,109 @@
+"""How the job starts its ranks: the process model against the launcher, the launcher's own
+arguments, the srun step's options, run-time values and CPUs per task. Each rule reports through
+``error``/``warn`` (file, line, key) like the other checks."""
+
+from __future__ import annotations
+
+from clusterkit.load.job_checks import Report
+from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import PROCESS_MODEL, EnvEdit, Recipe
+from clusterkit.spec.resolved import ResolvedResources
+from clusterkit.spec.runtime_values import RUNTIME_VALUES, TASK, placeholders
+
+_LAYOUT = "the launch step (from the allocation)"
+# Launcher flags clusterkit writes -> the field that sets them ("_" and "-" are the same flag).
+LAUNCHER_OWNED = {
+    "torchrun": {
+        "nnodes": "resources.nodes", "nproc-per-node": "resources.gpus_per_node", "node-rank": _LAYOUT,
+        "master-addr": _LAYOUT, "master-port": "master_port", "rdzv-backend": "rendezvous",
+        "rdzv-endpoint": "rendezvous", "rdzv-id": "rendezvous", "standalone": "resources.nodes",
+        "log-dir": "runs_dir (each rank's output is in the run directory)", "module": "task.module",
+        "no-python": "launcher: command", "m": "task.module",
+    },
+    "deepspeed": {
+        "hostfile": _LAYOUT, "no-ssh": _LAYOUT, "node-rank": _LAYOUT, "master-addr": _LAYOUT,
+        "master-port": "master_port", "num-nodes": "resources.nodes", "num-gpus": "resources.gpus_per_node",
+        "enable-each-rank-log": "runs_dir (each rank's output is in the run directory)",
+        "include": "deepspeed.include", "exclude": "deepspeed.exclude", "module": "task.module",
+        "launcher": "launcher (DeepSpeed runs here as one launcher per node)", "no-python": "launcher: command",
+    },
+}
+
+
+def check_launcher(recipe: Recipe, error: Report) -> None:
+    launcher = recipe.launcher
+    if launcher == "command" and recipe.task.trainer is not None:
+        error(("launcher",), "the built-in Trainer runner is started by torchrun, deepspeed or python, not by a command")
+    if launcher == "command" and recipe.task.module:
+        error(("task", "module"), "launcher: command runs task.script as a program; for a Python module use "
+                                  "launcher: python or torchrun")
+    if recipe.rendezvous != "static" and launcher != "torchrun":
+        error(("rendezvous",), f"rendezvous: {recipe.rendezvous} is torchrun's; launcher {launcher} has none to choose")
+    owned = LAUNCHER_OWNED.get(launcher)
+    if owned is None:
+        if recipe.launcher_args:
+            where = "python: [python3, ...] for the interpreter's" if launcher == "python" else "task.args for the command's"
+            error(("launcher_args",), f"launcher {launcher} takes no launcher_args; use {where} arguments")
+        return
+    for index, word in enumerate(recipe.launcher_args):
+        if not word.startswith("-"):
+            continue  # a flag's value
+        name = word.lstrip("-").split("=", 1)[0].replace("_", "-")
+        # The launchers' argparse also takes any unambiguous prefix: --nnode is --nnodes.
+        field = owned.get(name) or next((owned[flag] for flag in owned if name and flag.startswith(name)), None)
+        if field:
+            error(("launcher_args", index), f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; "
+                                            f"set {field} instead")
+
+
+def check_process_model(recipe: Recipe, error: Report) -> None:
+    """The launcher decides how ranks start; a process model that says otherwise is refused."""
+    expected = PROCESS_MODEL[recipe.launcher]
+    if recipe.process_model is not None and recipe.process_model != expected:
+        fitting = sorted(name for name, model in PROCESS_MODEL.items() if model == recipe.process_model)
+        error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
+                                  f"({expected}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
+
+
+def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
+    """``srun.extra``: options the launch step's srun is given by clusterkit are refused with the
+    field that sets them; an option srun does not document is a warning (a site plugin's)."""
+    for flag in sorted(recipe.srun.extra):
+        key = ("srun", "extra", flag)
+        owned = STEP_OWNED.get(flag) or next((STEP_OWNED[name] for name in STEP_OWNED if name.startswith(flag)), None)
+        if owned:
+            error(key, f"--{flag} is given to the launch step by clusterkit; set {owned} instead")
+        elif flag not in SBATCH_OPTIONS and flag not in SRUN_ONLY_OPTIONS:
+            warn(key, f"--{flag} is not an srun option SLURM documents; srun will fail unless a site plugin adds it")
+
+
+def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_model: str, error: Report) -> None:
+    """Every srun task of a node gets cpus_per_task: together they must fit the node, or SLURM
+    refuses the job only once it is queued."""
+    tasks = resources.gpus_per_node if process_model == "task_per_gpu" else 1
+    if tasks * resources.cpus_per_task > profile.cpus_per_node:
+        per = f" x {tasks} tasks per node ({process_model})" if tasks > 1 else " (one launcher task per node)"
+        error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
+                                              f"{tasks * resources.cpus_per_task} CPUs per node; cluster profile "
+                                              f"{profile.name!r} has {profile.cpus_per_node}")
+
+
+def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
+    ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
+    if (recipe.process_model or PROCESS_MODEL[recipe.launcher]) == "task_per_gpu":
+        return
+    def texts(value: object) -> list[str]:
+        if isinstance(value, EnvEdit):
+            return [text for text in (value.prepend, value.append) if text is not None]
+        return [value] if isinstance(value, str) else []
+
+    places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
+                              (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
+        places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
+    for report, key, text in places:
+        if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] == TASK):
+            report(key, f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
+                        f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script")
