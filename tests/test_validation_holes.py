@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clusterkit import load_recipe
+from clusterkit import load_recipe, render_job
 from conftest import RECIPES, run_cli
 
 SCRIPT = """\
@@ -342,8 +342,8 @@ def test_a_complete_recipe_that_is_also_extended_is_validated(tmp_path: Path) ->
 
 # 13. extra_sbatch must not replace what clusterkit derives, nor conflict with it.
 @pytest.mark.parametrize("flag,value,fragment", [
-    ("nodes", "4", "set resources.nodes instead"), ("ntasks", "8", "one launcher task per node"),
-    ("ntasks-per-node", "2", "one launcher task per node"), ("output", "x.log", "set runs_dir"),
+    ("nodes", "4", "set resources.nodes instead"), ("ntasks", "8", "a launcher task per node, or a task per rank"),
+    ("ntasks-per-node", "2", "a launcher task per node, or a task per rank"), ("output", "x.log", "set runs_dir"),
     ("error", "x.err", "set runs_dir"), ("job-name", "x", "set name instead"), ("chdir", "/tmp", "set runs_dir"),
     ("gres", "gpu:4", "resources.gpus_per_node"), ("gpus-per-node", "4", "resources.gpus_per_node"),
     ("gpus", "4", "resources.gpus_per_node"), ("signal", "B:TERM@60", "preemption.signal"),
@@ -400,10 +400,12 @@ def test_profile_env_value_keeps_its_text(tmp_path: Path) -> None:
     assert loaded.profile.env == {"PYVER": "3.10"} and loaded.profile.network_env == {"NCCL_X": "010"}
 
 
-def test_null_env_value_is_an_error(tmp_path: Path) -> None:
-    errors = _refused(_write(tmp_path, SCRIPT + "env: {A: ~}\n"))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:5: env.A: an environment value cannot be null (~ or nothing); "
-                      "write '' for an empty value"]
+def test_an_empty_env_value_is_an_error_and_null_unsets(tmp_path: Path) -> None:
+    errors = _refused(_write(tmp_path, SCRIPT + "env:\n  A:\n"))
+    assert errors == [f"{tmp_path / 'recipe.yaml'}:6: env.A: an environment value cannot be empty; "
+                      "write '' for an empty value, or null to unset the variable"]
+    env_sh = render_job(load_recipe(_write(tmp_path, SCRIPT + "env: {A: ~, B: null}\n"))).files["env.sh"]
+    assert "\nunset A\n" in env_sh and "\nunset B\n" in env_sh
 
 
 def test_only_env_values_keep_their_text(tmp_path: Path) -> None:

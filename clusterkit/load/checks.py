@@ -146,6 +146,7 @@ def resolve_and_check(
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
+    job_checks.check_drops(recipe, profile, found.error)
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, found.error)
     launch_checks.check_launcher(recipe, found.error)
@@ -181,6 +182,10 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
             "the built-in HF Trainer runner does data parallelism + ZeRO only and would ignore tp; use "
             "task.script with a TP-capable framework (e.g. Megatron-DeepSpeed), or set tp: 1",
         )
+    for degree, what in (("cp", "context"), ("ep", "expert")):
+        if getattr(recipe.parallelism, degree) > 1:
+            found.error(("parallelism", degree), f"the built-in HF Trainer runner cannot do {what} parallelism; use "
+                                                 f"task.script with a framework that does, or set {degree}: 1")
     if recipe.parallelism.pp > 1:
         found.error(
             ("parallelism", "pp"),
@@ -206,22 +211,28 @@ def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> No
 def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _Findings) -> ResolvedParallelism | None:
     """dp and the batch sizes; none when they do not add up (the errors say why)."""
     world = resources.nodes * resources.gpus_per_node
+    # Written as the recipe has them: "tp*pp" unless cp is used, so the common message stays short.
+    names, model = ("tp*pp*cp", p.tp * p.pp * p.cp) if p.cp > 1 else ("tp*pp", p.tp * p.pp)
     if p.dp == "auto":
-        if world % (p.tp * p.pp):
-            found.error(("parallelism", "tp"), f"tp*pp = {p.tp * p.pp} does not divide the {world} GPUs (nodes*gpus_per_node)")
+        if world % model:
+            found.error(("parallelism", "tp"), f"{names} = {model} does not divide the {world} GPUs (nodes*gpus_per_node)")
             return None
-        dp = world // (p.tp * p.pp)
+        dp = world // model
     else:
         dp = p.dp
-        if dp * p.tp * p.pp != world:
+        if dp * model != world:
+            values = f"{dp}*{p.tp}*{p.pp}" + (f"*{p.cp}" if p.cp > 1 else "")
             found.error(
                 ("parallelism",),
-                f"dp*tp*pp = {dp}*{p.tp}*{p.pp} = {dp * p.tp * p.pp}, but nodes*gpus_per_node = "
+                f"dp*{names} = {values} = {dp * model}, but nodes*gpus_per_node = "
                 f"{resources.nodes}*{resources.gpus_per_node} = {world}",
             )
+    if dp % p.ep:
+        found.error(("parallelism", "ep"), f"ep={p.ep} must divide dp={dp}: the experts are spread over the "
+                                           f"data-parallel ranks")
     # The batch sizes are checked even when dp is wrong, so both mistakes show in one pass.
     batch = _batch_sizes(p, dp, found)
-    if batch is None or dp * p.tp * p.pp != world:
+    if batch is None or dp * model != world or dp % p.ep:
         return None
     return resolved_parallelism(p, dp, *batch)
 
@@ -269,7 +280,10 @@ def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> No
         found.error(("parallelism", "offload_params"), "parameter offload needs zero_stage: 3")
     if "nvme" in (p.offload_optimizer, p.offload_params) and not profile.nvme_path:
         found.profile_error(("nvme_path",), f"NVMe offload needs nvme_path in cluster profile '{profile.name}'")
-    if recipe.launcher == "deepspeed" and p.zero_stage == 0:
+    if recipe.deepspeed.enabled is False and (recipe.launcher == "deepspeed" or p.zero_stage > 0):
+        why = "the deepspeed launcher" if recipe.launcher == "deepspeed" else f"ZeRO stage {p.zero_stage}"
+        found.error(("deepspeed", "enabled"), f"{why} needs DeepSpeed; remove enabled: false")
+    elif recipe.launcher == "deepspeed" and p.zero_stage == 0:
         found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
 
 

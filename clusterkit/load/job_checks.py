@@ -118,3 +118,14 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
         elif flag not in SBATCH_OPTIONS:
             warn(key, f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
                       "site plugin adds it")
+
+
+def check_drops(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:
+    """A dropped module or setup line must be one the profile has: a typo would drop nothing."""
+    for kind, dropped, present in (("modules", recipe.drop.modules, profile.modules),
+                                   ("setup", recipe.drop.setup, profile.setup)):
+        for index, item in enumerate(dropped):
+            if item not in present:
+                has = ", ".join(repr(p) for p in present) or "none"
+                error(("drop", kind, index), f"cluster profile {profile.name!r} has no {kind} entry {item!r} "
+                                             f"(it has: {has})")

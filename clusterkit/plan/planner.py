@@ -133,7 +133,8 @@ def _divisors(n: int) -> list[int]:
 def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int) -> list[Layout]:
     recipe = loaded.recipe
     gpus_per_node = recipe.resources.gpus_per_node
-    world = recipe.world_size
+    # The recipe's cp stays as written: the layouts share out the ranks of one context-parallel group.
+    world = recipe.world_size // recipe.parallelism.cp
     builtin_runner = recipe.task.trainer is not None  # HF Trainer: data parallel + ZeRO only
     layouts = []
     for tp in [1] if builtin_runner else _divisors(gpus_per_node):
@@ -143,7 +144,7 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
             if shape.layers % pp or (world // tp) % pp:
                 continue
             dp = world // (tp * pp)
-            if global_batch % dp:
+            if global_batch % dp or dp % recipe.parallelism.ep:
                 continue
             for stage in ([0, 1] if pp > 1 else [0, 1, 2, 3]):
                 offloads = [("none", "none")] + ([("cpu", "none")] if stage >= 1 else []) + ([("cpu", "cpu")] if stage == 3 else [])

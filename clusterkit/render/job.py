@@ -163,7 +163,8 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
     env_vars = network_env(recipe, profile)
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
-    setup = [f"module load {quote(m)}" for m in profile.modules] + list(profile.setup) + list(recipe.setup)
+    setup = ([f"module load {quote(m)}" for m in profile.modules if m not in recipe.drop.modules]
+             + [line for line in profile.setup if line not in recipe.drop.setup] + list(recipe.setup))
     context = {
         "version": __version__,
         "name": recipe.name,

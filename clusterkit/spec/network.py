@@ -107,7 +107,8 @@ def env_var(name: str, value: EnvValue, reason: str) -> EnvVar:
 def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
     then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
-    layers: list[tuple[EnvVar, ...]] = [_COMMON, PROFILES[recipe.network.profile]]
+    neutral = recipe.network.profile == "none"  # nothing of clusterkit's own about the network
+    layers: list[tuple[EnvVar, ...]] = [] if neutral else [_COMMON, PROFILES[recipe.network.profile]]
     if recipe.network.debug:
         layers.append(_DEBUG)
     ranks_per_task = recipe.ranks_per_node // recipe.tasks_per_node  # a node's launcher task runs them all

@@ -77,7 +77,8 @@ SlurmTime = Union[
 PythonCommand = Union[Annotated[str, Meta(pattern=WORD_PATTERN)], list[NonEmptyLine]]
 Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, e.g. 480G; 0 = all")]
 Offload = Literal["none", "cpu", "nvme"]
-NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback"]
+# none: clusterkit sets no network variable at all (the site's modules or container set them).
+NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
 # command: your own command on every node (it starts the ranks); see README "Launchers".
 Launcher = Literal["torchrun", "deepspeed", "python", "command"]
@@ -126,6 +127,14 @@ class Srun(_Struct):
     extra: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
 
 
+class ProfileDrops(_Struct):
+    """What of the cluster profile's this recipe does without: modules it would load and setup lines
+    it would run, named as the profile writes them (a name it does not have is an error)."""
+
+    modules: list[NonEmptyLine] = field(default_factory=list)
+    setup: list[Line] = field(default_factory=list)
+
+
 class Hooks(_Struct):
     """Shell lines written on purpose, run in the batch shell as written (not under ``set -u``)."""
 
@@ -139,6 +148,11 @@ class Parallelism(_Struct):
     dp: Union[Annotated[int, Meta(ge=1)], Literal["auto"]] = "auto"
     tp: Annotated[int, Meta(ge=1, le=64)] = 1
     pp: Annotated[int, Meta(ge=1, le=1024)] = 1
+    # Context parallelism (the sequence split over cp ranks) and expert parallelism (a MoE's experts
+    # spread over ep of the data-parallel ranks), for script tasks whose framework does them:
+    # dp*tp*pp*cp == nodes*gpus_per_node, and ep divides dp.
+    cp: Annotated[int, Meta(ge=1, le=1024)] = 1
+    ep: Annotated[int, Meta(ge=1, le=1024)] = 1
     zero_stage: Annotated[int, Meta(ge=0, le=3)] = 0
     offload_optimizer: Offload = "none"
     offload_params: Offload = "none"
@@ -184,6 +198,10 @@ class Task(_Struct):
 
 
 class DeepSpeedSettings(_Struct):
+    # Whether the job uses DeepSpeed (ds_config.json rendered, the runner hands it to the Trainer).
+    # Default: with the deepspeed launcher or ZeRO >= 1; true also for a script that drives DeepSpeed
+    # itself at ZeRO-0 (e.g. bf16 under torchrun); false is refused where DeepSpeed is needed.
+    enabled: Optional[bool] = None
     # A whole or partial DeepSpeed config (a dict, or a JSON file path relative to the recipe),
     # deep-merged over the one clusterkit renders; the keys it changes are reported.
     config: Union[dict[str, Any], NonEmptyLine, None] = None
@@ -247,6 +265,7 @@ class Recipe(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
     hooks: Hooks = field(default_factory=Hooks)
+    drop: ProfileDrops = field(default_factory=ProfileDrops)  # the profile's env: set it to null in env
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[PythonCommand] = None

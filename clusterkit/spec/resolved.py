@@ -31,6 +31,7 @@ from clusterkit.spec.recipe import (
     Precision,
     Preemption,
     ProcessModel,
+    ProfileDrops,
     Rendezvous,
     Srun,
     Preflight,
@@ -66,6 +67,8 @@ class ResolvedParallelism(_Struct):
     dp: int
     tp: int
     pp: int
+    cp: int
+    ep: int
     zero_stage: int
     offload_optimizer: Offload
     offload_params: Offload
@@ -100,6 +103,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     setup: list[Line]
     srun: Srun
     hooks: Hooks
+    drop: ProfileDrops
     runs_dir: NonEmptyLine
     master_port: Optional[int]
     python: list[NonEmptyLine]
@@ -121,6 +125,8 @@ class ResolvedRecipe(_Struct, kw_only=True):
 
     @property
     def uses_deepspeed(self) -> bool:
+        if self.deepspeed.enabled is not None:
+            return self.deepspeed.enabled
         return self.launcher == "deepspeed" or self.parallelism.zero_stage > 0
 
 
@@ -159,7 +165,7 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
 
 def resolved_parallelism(p: Parallelism, dp: int, micro: int, accumulation: int, global_batch: int) -> ResolvedParallelism:
     return ResolvedParallelism(
-        dp=dp, tp=p.tp, pp=p.pp, zero_stage=p.zero_stage, offload_optimizer=p.offload_optimizer,
+        dp=dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, zero_stage=p.zero_stage, offload_optimizer=p.offload_optimizer,
         offload_params=p.offload_params, micro_batch_size=micro, global_batch_size=global_batch,
         gradient_accumulation_steps=accumulation,
     )
@@ -190,6 +196,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         setup=recipe.setup,
         srun=recipe.srun,
         hooks=recipe.hooks,
+        drop=recipe.drop,
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
         master_port=recipe.master_port,
         python=python_argv(recipe.python or profile.python),
