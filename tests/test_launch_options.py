@@ -339,3 +339,49 @@ def test_the_command_launcher_on_the_dev_cluster(dev_cluster: str, tmp_path: Pat
     done = run_cli("submit", str(_command_recipe(tmp_path)), "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     _assert_command_ran(next((tmp_path / "runs" / "opts").iterdir()), {"node1", "node2"})
+
+
+# --- accelerate launch ------------------------------------------------------------------------------
+
+def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tmp_path: Path) -> None:
+    loaded = load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate"])
+    files = render_job(loaded).files
+    config = yaml.safe_load(files["accelerate_config.yaml"])
+    assert (config["distributed_type"], config["num_machines"], config["num_processes"], config["mixed_precision"]) == (
+        "MULTI_GPU", 2, 4, "no")
+    script = files["job.sbatch"]
+    assert "-m accelerate.commands.launch --machine_rank=\"$SLURM_NODEID\"" in script
+    assert ('--multi_gpu --num_machines=2 --num_processes=4 --same_network --rdzv_backend=static \\\n'
+            '  --main_process_ip="$MASTER_ADDR" --main_process_port="$MASTER_PORT"') in script
+    own = tmp_path / "mine.yaml"
+    own.write_text("distributed_type: MULTI_GPU\n")
+    mine = render_job(load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate", f"accelerate.config={own}"]))
+    assert "accelerate_config.yaml" not in mine.files and f"--config_file={own} " in mine.files["job.sbatch"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["launcher=accelerate", "parallelism.zero_stage=2"], "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet"),
+    (["launcher=accelerate", "launcher_args=[--num_processes=8]"], "launcher_args[0]: --num_processes is written by clusterkit for accelerate"),
+    (["launcher=accelerate", "launcher_args=[--mixed_precision, fp16]"], "set precision instead"),
+    (["accelerate.config=x.yaml"], "accelerate.config: accelerate.config is read by launcher: accelerate, not by torchrun"),
+])
+def test_accelerate_settings_that_cannot_apply_are_refused(overrides: list[str], message: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", overrides)
+    assert message in str(raised.value)
+
+
+def test_no_requeues_and_no_retries_say_no_requeue(tmp_path: Path) -> None:
+    """Found porting public scripts: max_requeues: 0 used to keep #SBATCH --requeue, with no way out."""
+    never = sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0})))
+    assert ("no-requeue", None) in never and ("requeue", None) not in never
+    assert ("requeue", None) in sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0, "max_retries": 1})))
+
+
+def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
+    assert ("gpus-per-task", 1) in sbatch_options(loaded)
+    with pytest.raises(RecipeError, match="binds one GPU to each task: gpus-per-task must be 1"):
+        load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}))
+    with pytest.raises(RecipeError, match="--gpus-per-task conflicts with one launcher task per node"):
+        load_recipe(_recipe(tmp_path, resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))

@@ -161,3 +161,14 @@ def test_local_executor_without_slurm(tmp_path: Path) -> None:
     assert rc == 0, output
     assert "local executor" in output
     _assert_real_data_parallel(run_dir, world=4, nodes={"127.0.0.1", "127.0.0.2"})
+
+
+def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    """launcher: accelerate: one `accelerate launch` per node with the machine rank read there; the
+    Trainer must train one model data-parallel over both nodes (world 4), not four alone."""
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=accelerate", "--set", "task.trainer.args.max_steps=10",
+                                  "--set", "task.trainer.args.save_steps=10")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
+    assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout  # torchrun's per-rank logs, via accelerate

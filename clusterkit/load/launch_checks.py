@@ -21,6 +21,15 @@ LAUNCHER_OWNED = {
         "log-dir": "runs_dir (each rank's output is in the run directory)", "module": "task.module",
         "no-python": "launcher: command", "m": "task.module",
     },
+    "accelerate": {
+        "num-machines": "resources.nodes", "num-processes": "resources.nodes and resources.gpus_per_node",
+        "machine-rank": _LAYOUT, "main-process-ip": _LAYOUT, "main-process-port": "master_port",
+        "config-file": "accelerate.config", "multi-gpu": _LAYOUT, "same-network": _LAYOUT, "rdzv-backend": _LAYOUT,
+        "log-dir": "runs_dir (each rank's output is in the run directory)", "module": "task.module",
+        "mixed-precision": "precision", "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
+        "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)", "use-fsdp": "nothing yet: not supported",
+        "cpu": "the cluster profile (accelerator)", "no-python": "launcher: command",
+    },
     "deepspeed": {
         "hostfile": _LAYOUT, "no-ssh": _LAYOUT, "node-rank": _LAYOUT, "master-addr": _LAYOUT,
         "master-port": "master_port", "num-nodes": "resources.nodes", "num-gpus": "resources.gpus_per_node",
@@ -38,6 +47,11 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
     if launcher == "command" and recipe.task.module:
         error(("task", "module"), "launcher: command runs task.script as a program; for a Python module use "
                                   "launcher: python or torchrun")
+    if launcher == "accelerate" and recipe.parallelism.zero_stage > 0:
+        error(("parallelism", "zero_stage"), "launcher: accelerate with ZeRO is not supported yet (clusterkit renders "
+                                             "accelerate's MULTI_GPU config); use launcher: deepspeed or torchrun for ZeRO")
+    if recipe.accelerate.config is not None and launcher != "accelerate":
+        error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
     if recipe.rendezvous != "static" and launcher != "torchrun":
         error(("rendezvous",), f"rendezvous: {recipe.rendezvous} is torchrun's; launcher {launcher} has none to choose")
     owned = LAUNCHER_OWNED.get(launcher)

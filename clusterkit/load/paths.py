@@ -43,12 +43,15 @@ def _model_reference(text: str | None, source: SourceMap, key: KeyPath) -> str |
 
 
 def resolve_local_paths(recipe: Recipe, source: SourceMap) -> tuple[Recipe, list[Finding]]:
-    """The recipe with dataset, model, tokenizer and DeepSpeed config paths made absolute, and
+    """The recipe with dataset, model, tokenizer, DeepSpeed and accelerate config paths made absolute, and
     what is wrong with the dataset path (missing, or a folder where a file is read)."""
     findings: list[Finding] = []
     deepspeed = recipe.deepspeed
     if isinstance(deepspeed.config, str):
         deepspeed = msgspec.structs.replace(deepspeed, config=absolute(deepspeed.config, source, ("deepspeed", "config")))
+    accelerate = recipe.accelerate
+    if accelerate.config is not None:
+        accelerate = msgspec.structs.replace(accelerate, config=absolute(accelerate.config, source, ("accelerate", "config")))
     task = recipe.task
     trainer = task.trainer
     if trainer is not None:
@@ -65,7 +68,7 @@ def resolve_local_paths(recipe: Recipe, source: SourceMap) -> tuple[Recipe, list
             dataset = msgspec.structs.replace(dataset, path=absolute(dataset.path, source, key))
             findings.extend(_dataset_findings(dataset.type, trainer.dataset.path, Path(dataset.path), source, key))
         task = msgspec.structs.replace(task, trainer=msgspec.structs.replace(trainer, model=model, dataset=dataset))
-    return msgspec.structs.replace(recipe, task=task, deepspeed=deepspeed), findings
+    return msgspec.structs.replace(recipe, task=task, deepspeed=deepspeed, accelerate=accelerate), findings
 
 
 def _dataset_findings(kind: str, written: str, path: Path, source: SourceMap, key: KeyPath) -> list[Finding]:

@@ -20,6 +20,7 @@ import clusterkit.render.templates
 
 from clusterkit import __version__
 from clusterkit.runs import layout as run_layout
+from clusterkit.spec.accelerate_config import accelerate_config
 from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
@@ -84,7 +85,8 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         "job-name": recipe.name,
         # The warning signal goes to the batch shell (B:), which passes it on to every rank.
         "signal": f"B:{recipe.preemption.signal}@{recipe.preemption.grace_s}",
-        "requeue": None,
+        # Requeued on preemption (or, with max_retries, after a failure); with neither, never.
+        "requeue" if recipe.preemption.max_requeues or recipe.preemption.max_retries else "no-requeue": None,
         "nodes": r.nodes,
         "ntasks-per-node": recipe.tasks_per_node,  # a launcher per node, or a task per rank
         "cpus-per-task": r.cpus_per_task,
@@ -157,6 +159,10 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     resolved = msgspec.to_builtins(recipe)
     files: dict[str, str] = {}
     ds_config_text = None
+    accelerate_text = None
+    if recipe.launcher == "accelerate" and recipe.accelerate.config is None:
+        accelerate_text = yaml.safe_dump(accelerate_config(recipe), sort_keys=True)
+        files[run_layout.ACCELERATE_CONFIG] = accelerate_text
     if recipe.uses_deepspeed:
         ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
         files[run_layout.DEEPSPEED_CONFIG] = ds_config_text
@@ -182,6 +188,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "late": _late_expansion(recipe, env_vars),
         "network_profile": recipe.network.profile,
         "ds_config_json": ds_config_text,
+        "accelerate_config_yaml": accelerate_text,
         "job_json": job_json,
         "launch": _launch_command(loaded),
         "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},

@@ -18,6 +18,7 @@ STREAMS: tuple[Stream, ...] = ("out", "err")
 # --- Written by `clusterkit submit` before the job may start (it is held until they exist) ---
 JOB_SCRIPT = "job.sbatch"  # render; run by sbatch, by the local executor, by `submit --bundle` on a login node
 ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
+ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; read by accelerate launch
 DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
 RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume

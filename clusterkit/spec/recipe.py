@@ -81,14 +81,14 @@ Offload = Literal["none", "cpu", "nvme"]
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
 # command: your own command on every node (it starts the ranks); see README "Launchers".
-Launcher = Literal["torchrun", "deepspeed", "python", "command"]
+Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command"]
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu"]
 # The process model each launcher runs under.
-PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "python": "task_per_gpu",
-                 "command": "launcher_per_node"}
+PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "accelerate": "launcher_per_node",
+                 "python": "task_per_gpu", "command": "launcher_per_node"}
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 
@@ -210,6 +210,13 @@ class DeepSpeedSettings(_Struct):
     exclude: Optional[NonEmptyLine] = None
 
 
+class AccelerateSettings(_Struct):
+    # launcher: accelerate reads a config file clusterkit renders from the recipe (accelerate_config.yaml
+    # in the run directory), or this one of yours (relative to the recipe); either way the layout
+    # flags (machines, processes, rank, main process) come from clusterkit on the command line.
+    config: Optional[NonEmptyLine] = None
+
+
 class Preemption(_Struct):
     # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
     # which NCCL may claim (submitit moved to USR2 for that reason).
@@ -258,6 +265,7 @@ class Recipe(_Struct, kw_only=True):
     task: Task
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
+    accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
     preemption: Preemption = field(default_factory=Preemption)
     # Resolved always to a Preflight (false → enabled: false).
     preflight: Union[bool, Preflight] = False

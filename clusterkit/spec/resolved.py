@@ -15,6 +15,7 @@ from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import (
+    AccelerateSettings,
     SLURM_TIME_PATTERN,
     DeepSpeedSettings,
     EnvMap,
@@ -97,6 +98,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     task: Task
     network: ResolvedNetwork
     deepspeed: DeepSpeedSettings
+    accelerate: AccelerateSettings
     preemption: Preemption
     preflight: Preflight
     env: EnvMap
@@ -190,6 +192,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         task=recipe.task,
         network=ResolvedNetwork(profile=network.profile or profile.interconnect, env=network.env, debug=network.debug),
         deepspeed=recipe.deepspeed,
+        accelerate=recipe.accelerate,
         preemption=recipe.preemption,
         preflight=preflight,
         env=recipe.env,
