@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
 SHIPPED_RECIPES = sorted(RECIPES.glob("*.yaml"))
+# Public launch scripts ported to recipes (recipes/ported/README.md names each source and commit).
+PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -359,6 +359,23 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
     assert "accelerate_config.yaml" not in mine.files and f"--config_file={own} " in mine.files["job.sbatch"]
 
 
+@pytest.mark.parametrize("text, message", [
+    ("distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\n", "distributed_type 'DEEPSPEED' is not supported with launcher: accelerate yet"),
+    ("distributed_type: FSDP\n", "distributed_type 'FSDP' is not supported"),
+    (None, "cannot read the accelerate config"),
+    ("a: [1\n", "cannot read the accelerate config"),
+])
+def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(tmp_path: Path, text: str | None,
+                                                                                message: str) -> None:
+    """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type."""
+    own = tmp_path / "acc.yaml"
+    if text is not None:
+        own.write_text(text)
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate", f"accelerate.config={own}"])
+    assert "accelerate.config: " in str(raised.value) and message in str(raised.value)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["launcher=accelerate", "parallelism.zero_stage=2"], "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet"),
     (["launcher=accelerate", "launcher_args=[--num_processes=8]"], "launcher_args[0]: --num_processes is written by clusterkit for accelerate"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import RecipeError, load_recipe
-from conftest import SHIPPED_RECIPES, RECIPES, run_cli
+from conftest import PORTED_RECIPES, SHIPPED_RECIPES, RECIPES, run_cli
 
 BASE = """\
 name: t
@@ -167,8 +167,8 @@ def test_validate_a_whole_folder(tmp_path: Path) -> None:
 def test_shipped_recipes_all_validate() -> None:
     done = run_cli("validate", str(RECIPES))
     assert done.returncode == 0, done.stderr
-    count = len(SHIPPED_RECIPES)
-    assert count >= 6 and f"{count} of {count} recipes valid" in done.stdout
+    count = len(SHIPPED_RECIPES) + len(PORTED_RECIPES)
+    assert count >= 24 and f"{count} of {count} recipes valid" in done.stdout
 
 
 def test_missing_recipe_file(tmp_path: Path) -> None:

@@ -4,6 +4,10 @@ arguments, the srun step's options, run-time values and CPUs per task. Each rule
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from clusterkit.load.job_checks import Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
@@ -69,6 +73,25 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
         if field:
             error(("launcher_args", index), f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; "
                                             f"set {field} instead")
+
+
+def check_accelerate_config(recipe: Recipe, error: Report) -> None:
+    """Your accelerate config must be readable, and ask for what clusterkit launches: it passes
+    --multi_gpu, with which accelerate ignores the config's distributed_type, so a DEEPSPEED or
+    FSDP config would silently train as plain data parallelism."""
+    path = recipe.accelerate.config
+    if path is None:
+        return
+    key = ("accelerate", "config")
+    try:
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        error(key, f"cannot read the accelerate config {path}: {getattr(exc, 'strerror', None) or exc}")
+        return
+    kind = config.get("distributed_type", "MULTI_GPU") if isinstance(config, dict) else None
+    if kind not in ("MULTI_GPU", "MULTI_CPU", "NO"):
+        error(key, f"{path}: distributed_type {kind!r} is not supported with launcher: accelerate yet (clusterkit "
+                   "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun")
 
 
 def check_process_model(recipe: Recipe, error: Report) -> None:
