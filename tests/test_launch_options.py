@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -402,3 +403,51 @@ def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:
         load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}))
     with pytest.raises(RecipeError, match="--gpus-per-task conflicts with one launcher task per node"):
         load_recipe(_recipe(tmp_path, resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
+
+
+# --- a launcher in the batch shell ---------------------------------------------------------------------
+
+def test_deepspeed_may_run_in_the_batch_shell_and_start_the_ranks_itself(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher",
+                                 srun={"label": True, "extra": {"container-image": "img 1"}}))
+    assert (loaded.recipe.tasks_per_node, loaded.recipe.resources.cpus_per_task) == (2, 1)
+    script = render_job(loaded).files["job.sbatch"]
+    assert "-m deepspeed.launcher.runner --launcher=slurm --no_ssh_check" in script
+    assert ' --label --container-image=$(printf %q \'img 1\')"' in script
+    assert "\n  \"$task_shim\" " + SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: deepspeed"),
+    ({"launcher": "deepspeed", "process_model": "batch_launcher", "preflight": True}, "preflight is not supported with process_model: batch_launcher"),
+    ({"launcher": "deepspeed", "process_model": "batch_launcher", "task": {"script": SCRIPT, "args": ["{node_rank}"]}},
+     "task.args[0]: {node_rank} is known only in a task per rank"),
+])
+def test_what_a_batch_shell_launcher_cannot_do_is_refused(tmp_path: Path, fields: dict, message: str) -> None:
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(_recipe(tmp_path, **fields))
+    assert message in str(raised.value)
+
+
+def test_the_local_executor_refuses_a_batch_shell_launcher(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher")),
+                   "--executor", "local", cwd=tmp_path)
+    assert done.returncode == 2 and "process_model: batch_launcher needs SLURM" in done.stderr
+
+
+def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json, os, sys\nprint(json.dumps([sys.argv, sys.path[0], {k: os.environ.get(k) for k in "
+                     "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')}]))\n")
+    shim = REPO / "clusterkit" / "runtime" / "slurm_task.py"
+    env = {**os.environ, "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NODEID": "1",
+           "SLURM_TASKS_PER_NODE": "2(x2)"}
+    env.pop("RANK", None)
+    done = subprocess.run([sys.executable, "-u", str(shim), str(probe), "--x", "a b"], env=env, capture_output=True,
+                          text=True, check=True)
+    argv, path0, ranks = json.loads(done.stdout)
+    assert argv == [str(probe), "--x", "a b"] and path0 == str(tmp_path)
+    assert ranks == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
+    module = subprocess.run([sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env,
+                            capture_output=True, text=True)
+    assert module.returncode == 0 and "json.tool" in module.stdout

@@ -172,3 +172,16 @@ def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_pa
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout  # torchrun's per-rank logs, via accelerate
+
+
+def test_tiny_deepspeed_launcher_in_the_batch_shell_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    """process_model: batch_launcher: DeepSpeed's launcher runs once in the batch shell and starts
+    the 4 ranks with its own srun step (--launcher slurm); clusterkit's task shim maps each task's
+    SLURM ids to RANK & co. The Trainer must train one model data-parallel over both nodes."""
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=deepspeed", "--set", "process_model=batch_launcher",
+                                  "--set", "resources.cpus_per_task=1", "--set", "task.trainer.args.max_steps=10",
+                                  "--set", "task.trainer.args.save_steps=10")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    job_id = run_dir.name
+    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [f"{job_id}_{rank}_log.out" for rank in range(4)]

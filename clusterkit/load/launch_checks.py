@@ -11,9 +11,9 @@ import yaml
 from clusterkit.load.job_checks import Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import PROCESS_MODEL, EnvEdit, Recipe
+from clusterkit.spec.recipe import OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe
 from clusterkit.spec.resolved import ResolvedResources
-from clusterkit.spec.runtime_values import RUNTIME_VALUES, TASK, placeholders
+from clusterkit.spec.runtime_values import NODE, RUNTIME_VALUES, TASK, placeholders
 
 _LAYOUT = "the launch step (from the allocation)"
 # Launcher flags clusterkit writes -> the field that sets them ("_" and "-" are the same flag).
@@ -97,10 +97,18 @@ def check_accelerate_config(recipe: Recipe, error: Report) -> None:
 def check_process_model(recipe: Recipe, error: Report) -> None:
     """The launcher decides how ranks start; a process model that says otherwise is refused."""
     expected = PROCESS_MODEL[recipe.launcher]
-    if recipe.process_model is not None and recipe.process_model != expected:
+    allowed = (expected, *OTHER_PROCESS_MODELS.get(recipe.launcher, ()))
+    if recipe.process_model is not None and recipe.process_model not in allowed:
         fitting = sorted(name for name, model in PROCESS_MODEL.items() if model == recipe.process_model)
+        fitting += sorted(name for name, models in OTHER_PROCESS_MODELS.items() if recipe.process_model in models)
         error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
-                                  f"({expected}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
+                                  f"({' or '.join(allowed)}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
+    preflight = recipe.preflight if isinstance(recipe.preflight, bool) else recipe.preflight.enabled
+    if recipe.process_model == "batch_launcher" and preflight:
+        error(("preflight",), "the preflight is not supported with process_model: batch_launcher yet")
+    if recipe.process_model == "batch_launcher" and (recipe.deepspeed.include or recipe.deepspeed.exclude):
+        error(("deepspeed", "include" if recipe.deepspeed.include else "exclude"),
+              "include/exclude are not supported with process_model: batch_launcher yet")
 
 
 def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
@@ -118,7 +126,7 @@ def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
 def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_model: str, error: Report) -> None:
     """Every srun task of a node gets cpus_per_task: together they must fit the node, or SLURM
     refuses the job only once it is queued."""
-    tasks = resources.gpus_per_node if process_model == "task_per_gpu" else 1
+    tasks = 1 if process_model == "launcher_per_node" else resources.gpus_per_node
     if tasks * resources.cpus_per_task > profile.cpus_per_node:
         per = f" x {tasks} tasks per node ({process_model})" if tasks > 1 else " (one launcher task per node)"
         error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
@@ -129,8 +137,10 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
     ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
-    if (recipe.process_model or PROCESS_MODEL[recipe.launcher]) == "task_per_gpu":
+    model = recipe.process_model or PROCESS_MODEL[recipe.launcher]
+    if model == "task_per_gpu":
         return
+    late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
     def texts(value: object) -> list[str]:
         if isinstance(value, EnvEdit):
             return [text for text in (value.prepend, value.append) if text is not None]
@@ -141,6 +151,6 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
                               (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
     for report, key, text in places:
-        if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] == TASK):
+        if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] in late):
             report(key, f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
                         f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script")

@@ -85,10 +85,14 @@ Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command"]
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
-ProcessModel = Literal["launcher_per_node", "task_per_gpu"]
+# batch_launcher: DeepSpeed's launcher runs once, in the batch shell, and starts every rank through
+# one srun step of its own (--launcher slurm).
+ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
 # The process model each launcher runs under.
 PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "accelerate": "launcher_per_node",
                  "python": "task_per_gpu", "command": "launcher_per_node"}
+# Process models a launcher can also run under (besides its own above).
+OTHER_PROCESS_MODELS = {"deepspeed": ("batch_launcher",)}
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 

@@ -118,8 +118,9 @@ class ResolvedRecipe(_Struct, kw_only=True):
 
     @property
     def tasks_per_node(self) -> int:
-        """srun tasks per node: the node's launcher, or one task per rank."""
-        return self.ranks_per_node if self.process_model == "task_per_gpu" else 1
+        """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or
+        by a launcher in the batch shell)."""
+        return 1 if self.process_model == "launcher_per_node" else self.ranks_per_node
 
     @property
     def world_size(self) -> int:
@@ -148,7 +149,7 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
     """The resources with every field the recipe left open filled from the profile (the recipe wins).
     cpus_per_task is per srun task: a node's launcher gets the node's CPUs, a task per GPU its share."""
     gpus_per_node = r.gpus_per_node or profile.gpus_per_node
-    tasks_per_node = gpus_per_node if process_model == "task_per_gpu" else 1
+    tasks_per_node = 1 if process_model == "launcher_per_node" else gpus_per_node
     return ResolvedResources(
         nodes=r.nodes,
         gpus_per_node=gpus_per_node,
