@@ -15,7 +15,7 @@ from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import PROCESS_MODEL, Parallelism, Recipe
+from clusterkit.spec.recipe import Parallelism, Recipe, process_model_of
 from clusterkit.spec.resolved import (
     ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
 )
@@ -126,7 +126,7 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
-    process_model = recipe.process_model or PROCESS_MODEL[recipe.launcher]
+    process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
     parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
     # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory

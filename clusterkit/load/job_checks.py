@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import PROCESS_MODEL, Recipe
+from clusterkit.spec.recipe import Recipe, process_model_of
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
@@ -110,7 +110,7 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
                        f"{STEP_OWNED.get(flag, 'srun.extra').split(' ')[0]}")
         elif flag in DERIVED_SBATCH:
             error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
-        elif flag == "gpus-per-task" and (recipe.process_model or PROCESS_MODEL[recipe.launcher]) == "task_per_gpu":
+        elif flag == "gpus-per-task" and process_model_of(recipe) == "task_per_gpu":
             if recipe.resources.extra_sbatch[flag] != 1:
                 error(key, "a task per GPU (launcher: python) binds one GPU to each task: gpus-per-task must be 1")
         elif flag in CONFLICTING_SBATCH:

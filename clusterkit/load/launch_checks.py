@@ -11,7 +11,8 @@ import yaml
 from clusterkit.load.job_checks import Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe
+from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, process_model_of,
+                                    tasks_per_node)
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.runtime_values import NODE, RUNTIME_VALUES, TASK, placeholders
 
@@ -126,7 +127,7 @@ def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
 def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_model: str, error: Report) -> None:
     """Every srun task of a node gets cpus_per_task: together they must fit the node, or SLURM
     refuses the job only once it is queued."""
-    tasks = 1 if process_model == "launcher_per_node" else resources.gpus_per_node
+    tasks = tasks_per_node(process_model, resources.gpus_per_node)
     if tasks * resources.cpus_per_task > profile.cpus_per_node:
         per = f" x {tasks} tasks per node ({process_model})" if tasks > 1 else " (one launcher task per node)"
         error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
@@ -137,7 +138,7 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
     ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
-    model = recipe.process_model or PROCESS_MODEL[recipe.launcher]
+    model = process_model_of(recipe)
     if model == "task_per_gpu":
         return
     late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there

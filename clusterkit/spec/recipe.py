@@ -285,6 +285,17 @@ class Recipe(_Struct, kw_only=True):
     resume_from: Optional[NonEmptyLine] = None
 
 
+def process_model_of(recipe: Recipe) -> ProcessModel:
+    """The recipe's process model as written, or its launcher's own."""
+    return recipe.process_model or PROCESS_MODEL[recipe.launcher]  # type: ignore[return-value]
+
+
+def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
+    """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or by
+    a launcher in the batch shell)."""
+    return 1 if process_model == "launcher_per_node" else gpus_per_node
+
+
 def recipe_json_schema() -> dict[str, Any]:
     """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
     schema = msgspec.json.schema(Recipe)

@@ -20,7 +20,6 @@ from clusterkit.spec.recipe import (
     DeepSpeedSettings,
     EnvMap,
     Hooks,
-    PROCESS_MODEL,
     Launcher,
     Line,
     Memory,
@@ -43,6 +42,8 @@ from clusterkit.spec.recipe import (
     SbatchValue,
     Task,
     _Struct,
+    process_model_of,
+    tasks_per_node,
 )
 
 DEFAULT_RUNS_DIR = "./runs"
@@ -118,9 +119,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
 
     @property
     def tasks_per_node(self) -> int:
-        """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or
-        by a launcher in the batch shell)."""
-        return 1 if self.process_model == "launcher_per_node" else self.ranks_per_node
+        return tasks_per_node(self.process_model, self.ranks_per_node)
 
     @property
     def world_size(self) -> int:
@@ -149,11 +148,11 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
     """The resources with every field the recipe left open filled from the profile (the recipe wins).
     cpus_per_task is per srun task: a node's launcher gets the node's CPUs, a task per GPU its share."""
     gpus_per_node = r.gpus_per_node or profile.gpus_per_node
-    tasks_per_node = 1 if process_model == "launcher_per_node" else gpus_per_node
+    tasks = tasks_per_node(process_model, gpus_per_node)
     return ResolvedResources(
         nodes=r.nodes,
         gpus_per_node=gpus_per_node,
-        cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks_per_node),
+        cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks),
         mem=r.mem if r.mem is not None else profile.mem_per_node,
         time=str(r.time) if r.time is not None else None,
         partition=r.partition or profile.partition,
@@ -186,7 +185,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         resources=resources,
         parallelism=parallelism,
         launcher=recipe.launcher,
-        process_model=recipe.process_model or PROCESS_MODEL[recipe.launcher],
+        process_model=process_model_of(recipe),
         launcher_args=recipe.launcher_args,
         rendezvous=recipe.rendezvous,
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
