@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -451,3 +452,19 @@ def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_
     module = subprocess.run([sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env,
                             capture_output=True, text=True)
     assert module.returncode == 0 and "json.tool" in module.stdout
+
+
+@pytest.mark.parametrize("value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "-x --y=z"])
+def test_srun_options_reach_deepspeeds_srun_word_for_word(tmp_path: Path, value: str) -> None:
+    """The batch-shell launcher hands the step's options to DeepSpeed as one string it shlex-splits:
+    each value must come out as one word, as written, and nothing in it may run."""
+    canary = tmp_path / "canary"
+    value = value.format(canary=canary)
+    loaded = load_recipe(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher",
+                                 srun={"extra": {"comment": value}}))
+    line = next(l for l in render_job(loaded).files["job.sbatch"].splitlines() if l.startswith("srun_args="))
+    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; {line}; printf %s "$srun_args"'],
+                          capture_output=True, text=True, check=True)
+    words = shlex.split(done.stdout)  # what DeepSpeed's SlurmRunner does with --launcher_args
+    assert f"--comment={value}" in words and f"--output={tmp_path}/run dir/%j_%t_log.out" in words
+    assert not canary.exists()
