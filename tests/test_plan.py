@@ -87,6 +87,20 @@ def test_zero3_model_states_agree_with_deepspeed(offload_optimizer: bool, offloa
     assert abs(ours - theirs) / theirs < 0.05
 
 
+def test_context_parallel_splits_activations_and_widens_zero_sharding() -> None:
+    """cp ranks each hold 1/cp of a sequence; ZeRO shards over the dp*cp ranks, the weights (stage 0-2)
+    stay whole on each."""
+    from clusterkit.estimate.memory import activation_bytes
+
+    shape = model_shape(LLAMA2_7B)
+    plain, split = Layout(dp=4, zero_stage=3, micro_batch_size=2), Layout(dp=4, zero_stage=3, micro_batch_size=2, cp=4)
+    assert activation_bytes(shape, split, True) == pytest.approx(activation_bytes(shape, plain, True) / 4, rel=1e-6)
+    # ZeRO-3 over 16 ranks is what a dp=16 layout has.
+    assert model_state_bytes(shape, split, True) == model_state_bytes(shape, Layout(dp=16, zero_stage=3), True)
+    assert model_state_bytes(shape, Layout(dp=4, cp=4), True) == model_state_bytes(shape, Layout(dp=4), True)
+    assert "cp4" in split.describe() and "cp" not in plain.describe()
+
+
 def _recipe(tmp_path: Path, cluster: str, nodes: int, gpus: int, config: dict, **extra) -> Path:
     data = {"name": "p", "cluster": cluster, "resources": {"nodes": nodes, "gpus_per_node": gpus, "time": "60"},
             "parallelism": {"micro_batch_size": 8, **extra.pop("parallelism", {})},

@@ -1,5 +1,7 @@
 """Per-GPU memory for a layout: model states (weights, gradients, optimizer), activations and
-framework overhead, as ZeRO / DP, TP and PP divide them, and what offload moves to host RAM.
+framework overhead, as ZeRO / DP, TP, PP and context parallelism (CP) divide them, and what offload
+moves to host RAM. Expert parallelism is not modelled: the model shape has no experts, so its weights
+count as dense (and replicated over the expert-parallel ranks).
 
 Model-state bytes follow seed 004 (per parameter: 4 fp32 weights or 6 under mixed precision, 4 for
 gradients, 8 for AdamW, 4 Adafactor, 2 8-bit Adam) and, for ZeRO, DeepSpeed's own accounting
@@ -33,16 +35,19 @@ class Layout:
     micro_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     gradient_checkpointing: bool = False
+    # Context parallel: each rank holds 1/cp of every sequence; the weights are replicated over the cp
+    # ranks, and ZeRO (DeepSpeed Ulysses, Megatron's distributed optimizer) shards over dp*cp ranks.
+    cp: int = 1
 
     @classmethod
     def of_recipe(cls, recipe: ResolvedRecipe) -> Layout:
         p, trainer = recipe.parallelism, recipe.task.trainer
         checkpointing = bool(trainer.args.get("gradient_checkpointing", False)) if trainer else False
         return cls(p.dp, p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_params,
-                   p.micro_batch_size, p.gradient_accumulation_steps, checkpointing)
+                   p.micro_batch_size, p.gradient_accumulation_steps, checkpointing, p.cp)
 
     def describe(self) -> str:
-        text = f"dp{self.dp} tp{self.tp} pp{self.pp} zero{self.zero_stage}"
+        text = f"dp{self.dp} tp{self.tp} pp{self.pp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" zero{self.zero_stage}"
         if self.offload_optimizer != "none":
             text += f" off-opt:{self.offload_optimizer}"
         if self.offload_params != "none":
@@ -84,7 +89,7 @@ def optimizer_kind(optim: str | None) -> str:
 def model_state_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str = "adamw") -> tuple[int, int, int, int]:
     """(weights, gradients, optimizer, offloaded-to-host) bytes on one GPU."""
     n = shape.params / (layout.tp * layout.pp)
-    dp, stage = layout.dp, layout.zero_stage
+    dp, stage = layout.dp * layout.cp, layout.zero_stage  # the ranks ZeRO shards over
     opt = OPTIMIZER_STATE_BYTES[optimizer]
     largest = shape.largest_layer_params
     offload_opt = layout.offload_optimizer != "none" and stage >= 1
@@ -125,7 +130,7 @@ def model_state_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, 
 # is kept. Fused attention (SDPA / FlashAttention, transformers' default) does not store the a·s²·b
 # score matrices, so the 5·a·s/(h·t) term is dropped unless attention is "eager".
 def activation_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, fused_attention: bool = True) -> int:
-    s, b, h, a, t = shape.seq_len, layout.micro_batch_size, shape.hidden, shape.heads, layout.tp
+    s, b, h, a, t = shape.seq_len / layout.cp, layout.micro_batch_size, shape.hidden, shape.heads, layout.tp
     scale = 1 if mixed_precision else 2  # fp32 activations take twice the bytes
     layers_here = shape.layers / layout.pp
     scores = 0 if fused_attention else 5 * a * s / (h * t)
@@ -145,7 +150,7 @@ def estimate(shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer
     activations = activation_bytes(shape, layout, mixed_precision)
     overhead = int(FRAGMENTATION * (weights + grads + opt + activations))
     if accelerator == "gpu":
-        world = layout.dp * layout.tp * layout.pp
+        world = layout.dp * layout.tp * layout.pp * layout.cp
         overhead += CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if world > 1 else 0)
     return MemoryEstimate(weights, grads, opt, activations, overhead,
                           int(host_per_gpu * gpus_per_node * HOST_BUFFER_FACTOR))

@@ -153,7 +153,7 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
                     for micro in (d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0):
                         for checkpointing in (False, True):
                             layouts.append(Layout(dp, tp, pp, stage, offload_optimizer, offload_params, micro,
-                                                  global_batch // (dp * micro), checkpointing))
+                                                  global_batch // (dp * micro), checkpointing, recipe.parallelism.cp))
     return layouts
 
 
