@@ -5,6 +5,7 @@ bash where that decides it, and end to end on the dev cluster."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -415,11 +416,32 @@ def test_deepspeed_may_run_in_the_batch_shell_and_start_the_ranks_itself(tmp_pat
     script = render_job(loaded).files["job.sbatch"]
     assert "-m deepspeed.launcher.runner --launcher=slurm --no_ssh_check" in script
     assert ' --label --container-image=$(printf %q \'img 1\')"' in script
-    assert "\n  \"$task_shim\" " + SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
+    assert '\n  "$RUN_DIR/task_shim.py" ' + SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
+
+
+def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_path: Path) -> None:
+    loaded = load_recipe(_recipe(tmp_path, launcher="mpirun", launcher_args=["-x", "NCCL_DEBUG=INFO", "--bind-to", "core"],
+                                 resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"}))
+    assert (loaded.recipe.process_model, loaded.recipe.tasks_per_node) == ("batch_launcher", 2)
+    rendered = render_job(loaded)
+    script = rendered.files["job.sbatch"]
+    # Every daemon's srun task gets the node's CPUs of this job: 2 ranks x 1 CPU.
+    assert ('SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n'
+            '  --output-filename "$RUN_DIR/ranks/mpirun-$SLURM_JOB_ID" \\\n'
+            '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SCRIPT) in script
+    # The shim travels with the run: the job's Python needs nothing of clusterkit to run it.
+    shim = (REPO / "clusterkit" / "render" / "templates" / "task_shim.py").read_text()
+    assert rendered.files["task_shim.py"] == shim and "import clusterkit" not in shim
+    assert "task_shim.py" not in render_job(load_recipe(_recipe(tmp_path))).files
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: deepspeed"),
+    ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: mpirun or deepspeed"),
+    ({"launcher": "mpirun", "process_model": "launcher_per_node"}, "is not how launcher mpirun starts ranks (batch_launcher)"),
+    ({"launcher": "mpirun", "srun": {"label": True}}, "srun: launcher mpirun starts its daemons with an srun of its own"),
+    ({"launcher": "mpirun", "launcher_args": ["-np", "8"]}, "launcher_args[0]: -np is written by clusterkit for mpirun"),
+    ({"launcher": "mpirun", "launcher_args": ["--map-by=slot"]}, "--map-by is written by clusterkit for mpirun"),
+    ({"launcher": "mpirun", "launcher_args": ["-output-filename", "x"]}, "set runs_dir"),
     ({"launcher": "deepspeed", "process_model": "batch_launcher", "preflight": True}, "preflight is not supported with process_model: batch_launcher"),
     ({"launcher": "deepspeed", "process_model": "batch_launcher", "task": {"script": SCRIPT, "args": ["{node_rank}"]}},
      "task.args[0]: {node_rank} is known only in a task per rank"),
@@ -428,6 +450,18 @@ def test_what_a_batch_shell_launcher_cannot_do_is_refused(tmp_path: Path, fields
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, **fields))
     assert message in str(raised.value)
+
+
+def test_a_profile_container_is_refused_with_a_batch_shell_launcher(tmp_path: Path) -> None:
+    """The container flags go on clusterkit's launch step, which a batch-shell launcher does not use:
+    refused rather than silently run outside the image."""
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    profile = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
+    (clusters / "boxed.yaml").write_text(yaml.safe_dump({**profile, "name": "boxed", "container": {"image": "img.sqsh"}}))
+    for launcher in ("mpirun", "deepspeed"):
+        with pytest.raises(RecipeError, match="containers are not supported with process_model: batch_launcher"):
+            load_recipe(_recipe(tmp_path, cluster="boxed", launcher=launcher, process_model="batch_launcher"))
 
 
 def test_the_local_executor_refuses_a_batch_shell_launcher(tmp_path: Path) -> None:
@@ -440,7 +474,7 @@ def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_
     probe = tmp_path / "probe.py"
     probe.write_text("import json, os, sys\nprint(json.dumps([sys.argv, sys.path[0], {k: os.environ.get(k) for k in "
                      "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')}]))\n")
-    shim = REPO / "clusterkit" / "runtime" / "slurm_task.py"
+    shim = REPO / "clusterkit" / "render" / "templates" / "task_shim.py"
     env = {**os.environ, "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NODEID": "1",
            "SLURM_TASKS_PER_NODE": "2(x2)"}
     env.pop("RANK", None)
@@ -452,6 +486,40 @@ def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_
     module = subprocess.run([sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env,
                             capture_output=True, text=True)
     assert module.returncode == 0 and "json.tool" in module.stdout
+
+
+@pytest.mark.parametrize("value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "%j ~ -x"])
+def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, value: str) -> None:
+    canary = tmp_path / "canary"
+    value = value.format(canary=canary)
+    loaded = load_recipe(_recipe(tmp_path, launcher="mpirun", launcher_args=["-x", f"V={value}"],
+                                 task={"script": SCRIPT, "args": [value, "--y"]}))
+    script = render_job(loaded).files["job.sbatch"]
+    launch = script[script.index("SRUN_CPUS_PER_TASK="):script.index("\n&\n", script.index("SRUN_CPUS_PER_TASK=")) + 1]
+    stub = 'mpirun() { printf "%s\\0" "$SRUN_CPUS_PER_TASK" "$@"; }'
+    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; SLURM_JOB_ID=7; {stub}\n{launch}'],
+                          capture_output=True, text=True, check=True)
+    argv = done.stdout.split("\0")[:-1]
+    assert argv[0] == "2"  # SRUN_CPUS_PER_TASK: the node's 2 ranks x 1 CPU
+    assert argv[-8:] == ["-x", f"V={value}", "python3", "-u", f"{tmp_path}/run dir/task_shim.py", SCRIPT, value, "--y"]
+    assert f"{tmp_path}/run dir/ranks/mpirun-7" in argv and not canary.exists()
+
+
+@pytest.mark.parametrize("launcher_env, expected", [
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("2", "0", "4", "2", "1")),
+    ({"PMI_RANK": "3", "MPI_LOCALRANKID": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"}, ("3", "1", "4", "2", "1")),
+], ids=["open-mpi", "hydra"])
+def test_under_mpirun_the_shim_reads_the_mpi_ranks_not_the_daemons_slurm_task(launcher_env: dict, expected: tuple) -> None:
+    """mpirun's ranks inherit the SLURM task variables of their node's daemon (SLURM_PROCID is the
+    node's number): the MPI launcher's own variables must win."""
+    spec = importlib.util.spec_from_file_location("task_shim", REPO / "clusterkit" / "render" / "templates" / "task_shim.py")
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    daemon = {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "1(x2)"}
+    mapped = shim.torch_env({**daemon, **launcher_env})
+    assert tuple(mapped[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")) == expected
+    assert shim.torch_env({k: v for k, v in launcher_env.items()})["NODE_RANK"] == "1"  # rank // local size
 
 
 @pytest.mark.parametrize("value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "-x --y=z"])

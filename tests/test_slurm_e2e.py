@@ -174,6 +174,22 @@ def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_pa
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout  # torchrun's per-rank logs, via accelerate
 
 
+def test_tiny_trainer_under_open_mpi_mpirun_in_the_batch_shell_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
+    """launcher: mpirun: Open MPI's mpirun runs once in the batch shell, starts a daemon per node through
+    srun and the 4 ranks under them; the task shim maps OMPI_COMM_WORLD_* (not the daemons' SLURM ids)
+    to RANK & co. The Trainer must train one model data-parallel over both nodes, and each rank's own
+    output is where `logs --rank` looks."""
+    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=mpirun", "--set", "resources.cpus_per_task=1",
+                                  "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=10",
+                                  # the dev cluster runs jobs as root, which Open MPI refuses unless told
+                                  "--set", "env.OMPI_ALLOW_RUN_AS_ROOT=1", "--set", "env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    assert rc == 0, output
+    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert [r["local_rank"] for r in _rank_records(run_dir)] == [0, 1, 0, 1]
+    rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
+    assert rank3.returncode == 0 and f"ranks/mpirun-{run_dir.name}/1/rank.3/stderr" in rank3.stdout
+
+
 def test_tiny_deepspeed_launcher_in_the_batch_shell_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """process_model: batch_launcher: DeepSpeed's launcher runs once in the batch shell and starts
     the 4 ranks with its own srun step (--launcher slurm); clusterkit's task shim maps each task's

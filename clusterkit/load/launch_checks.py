@@ -11,7 +11,7 @@ import yaml
 from clusterkit.load.job_checks import Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, process_model_of,
+from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, Srun, process_model_of,
                                     tasks_per_node)
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.runtime_values import NODE, RUNTIME_VALUES, TASK, placeholders
@@ -42,13 +42,23 @@ LAUNCHER_OWNED = {
         "include": "deepspeed.include", "exclude": "deepspeed.exclude", "module": "task.module",
         "launcher": "launcher (DeepSpeed runs here as one launcher per node)", "no-python": "launcher: command",
     },
+    "mpirun": {
+        "np": "resources.nodes and resources.gpus_per_node", "n": "resources.nodes and resources.gpus_per_node",
+        "c": "resources.nodes and resources.gpus_per_node", "map-by": _LAYOUT, "npernode": _LAYOUT, "N": _LAYOUT,
+        "npersocket": _LAYOUT, "hostfile": _LAYOUT, "machinefile": _LAYOUT, "host": _LAYOUT, "H": _LAYOUT,
+        "rankfile": _LAYOUT, "output-filename": "runs_dir (each rank's output is in the run directory)",
+    },
 }
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
     launcher = recipe.launcher
     if launcher == "command" and recipe.task.trainer is not None:
-        error(("launcher",), "the built-in Trainer runner is started by torchrun, deepspeed or python, not by a command")
+        error(("launcher",), "the built-in Trainer runner is started by torchrun, deepspeed, accelerate, python or "
+                             "mpirun, not by a command")
+    if launcher == "mpirun" and recipe.srun != Srun():
+        error(("srun",), "launcher mpirun starts its daemons with an srun of its own, which takes no srun: options; "
+                         "give Open MPI's in launcher_args (e.g. [--mca, plm_slurm_args, ...])")
     if launcher == "command" and recipe.task.module:
         error(("task", "module"), "launcher: command runs task.script as a program; for a Python module use "
                                   "launcher: python or torchrun")
@@ -95,19 +105,23 @@ def check_accelerate_config(recipe: Recipe, error: Report) -> None:
                    "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun")
 
 
-def check_process_model(recipe: Recipe, error: Report) -> None:
+def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     """The launcher decides how ranks start; a process model that says otherwise is refused."""
+    model = process_model_of(recipe)
     expected = PROCESS_MODEL[recipe.launcher]
     allowed = (expected, *OTHER_PROCESS_MODELS.get(recipe.launcher, ()))
     if recipe.process_model is not None and recipe.process_model not in allowed:
-        fitting = sorted(name for name, model in PROCESS_MODEL.items() if model == recipe.process_model)
+        fitting = sorted(name for name, own in PROCESS_MODEL.items() if own == recipe.process_model)
         fitting += sorted(name for name, models in OTHER_PROCESS_MODELS.items() if recipe.process_model in models)
         error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
                                   f"({' or '.join(allowed)}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
     preflight = recipe.preflight if isinstance(recipe.preflight, bool) else recipe.preflight.enabled
-    if recipe.process_model == "batch_launcher" and preflight:
+    if model == "batch_launcher" and preflight:
         error(("preflight",), "the preflight is not supported with process_model: batch_launcher yet")
-    if recipe.process_model == "batch_launcher" and (recipe.deepspeed.include or recipe.deepspeed.exclude):
+    if model == "batch_launcher" and profile.container is not None:
+        profile_error(("container",), f"containers are not supported with process_model: batch_launcher yet (launcher "
+                                      f"{recipe.launcher} starts the ranks outside clusterkit's launch step)")
+    if model == "batch_launcher" and (recipe.deepspeed.include or recipe.deepspeed.exclude):
         error(("deepspeed", "include" if recipe.deepspeed.include else "exclude"),
               "include/exclude are not supported with process_model: batch_launcher yet")
 

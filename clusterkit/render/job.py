@@ -34,6 +34,7 @@ from clusterkit.render.shell import (Shell, comment, extended_value, join_words,
 BUILTIN_TEMPLATES = Path(clusterkit.render.templates.__file__).parent
 JOB_TEMPLATE = "job.sbatch.j2"
 ENV_TEMPLATE = "env.sh.j2"
+TASK_SHIM = BUILTIN_TEMPLATES / "task_shim.py"  # copied as it is
 @dataclass(frozen=True)
 class RenderedJob:
     """Everything a submission consists of, as text. ``files`` maps file name → content."""
@@ -194,6 +195,8 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
         "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
     }
+    if recipe.process_model == "batch_launcher":
+        files[run_layout.TASK_SHIM] = TASK_SHIM.read_text(encoding="utf-8")
     files[run_layout.ENV_SCRIPT] = _render_template(env, ENV_TEMPLATE, context)
     files[run_layout.JOB_SCRIPT] = _render_template(env, JOB_TEMPLATE, context)
     files[run_layout.RESOLVED_RECIPE] = (

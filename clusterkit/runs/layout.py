@@ -18,6 +18,7 @@ STREAMS: tuple[Stream, ...] = ("out", "err")
 # --- Written by `clusterkit submit` before the job may start (it is held until they exist) ---
 JOB_SCRIPT = "job.sbatch"  # render; run by sbatch, by the local executor, by `submit --bundle` on a login node
 ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
+TASK_SHIM = "task_shim.py"  # render (a launcher in the batch shell); run by each rank: maps its ids to RANK & co.
 ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; read by accelerate launch
 DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
@@ -105,6 +106,17 @@ def checkpoint_name(step: int) -> str:
 # torchelastic's @record error files: <run id>/attempt_<k>/<local rank>/error.json.
 TORCHRUN_ERROR_FILES = "*/attempt_*/*/error.json"
 RANK_LOGS = "**/*.log"  # any rank's own log, torchrun's or DeepSpeed's
+
+
+def mpirun_output(job_id: str) -> str:
+    """``ranks/mpirun-<job id>``: Open MPI's --output-filename folder for one job (a requeued job writes
+    a new one); mpirun writes each rank's output to ``<job family>/rank.<R>/{stdout,stderr}`` below."""
+    return f"{RANKS_DIR}/mpirun-{job_id}"
+
+
+def mpirun_rank_logs(rank: int | str) -> str:
+    """Below ``mpirun_output``: one rank's stdout and stderr."""
+    return f"*/rank.{rank}/std*"
 
 
 def torchrun_rank_logs(local_rank: int | str) -> str:

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Protocol, Sequence
 
-from clusterkit.runs.layout import STREAMS, deepspeed_rank_log, node_dir, node_log, torchrun_rank_logs
+from clusterkit.runs.layout import (STREAMS, deepspeed_rank_log, mpirun_output, mpirun_rank_logs, node_dir, node_log,
+                                    torchrun_rank_logs)
 from clusterkit.runs.record import RunRecord
 
 
@@ -21,6 +22,8 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
         return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
     if record.launcher == "python":  # a task per rank: srun's per-task log is the rank's own
         return [path for stream in STREAMS if (path := run_dir / node_log(record.job_id, rank, stream)).exists()]
+    if record.launcher == "mpirun":  # --output-filename: <dir>/<job family>/rank.<R>/{stdout,stderr}
+        return sorted((run_dir / mpirun_output(record.job_id)).glob(mpirun_rank_logs(rank)))
     node, local = divmod(rank, record.ranks_per_node)
     rank_logs = run_dir / node_dir(node)
     # torchrun --log-dir: <dir>/<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log (newest attempt last)

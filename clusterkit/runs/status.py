@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clusterkit.runs.layout import (
     EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
-    node_dir, node_exit, node_log, node_number,
+    mpirun_output, mpirun_rank_logs, node_dir, node_exit, node_log, node_number,
 )
 from clusterkit.runs.record import RunRecord
 
@@ -163,8 +163,9 @@ def first_failure(record: RunRecord) -> str | None:
     if reports:
         _, rank, text = min(reports)
         return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
+    rank_logs = [*run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}"), *run_dir.glob(f"{mpirun_output('*')}/{mpirun_rank_logs('*')}")]
     logs = sorted(
-        (p for p in run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}") if "Traceback" in _tail(p)),
+        (p for p in rank_logs if "Traceback" in _tail(p)),
         key=lambda p: p.stat().st_mtime,
     )
     if logs:

@@ -130,8 +130,8 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     else:
         runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
     if scheduler == "local" and recipe.process_model == "batch_launcher":
-        raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (DeepSpeed's launcher "
-                                   f"calls sinfo and srun itself); the local executor cannot run it")
+        raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
+                                   f"{recipe.launcher} calls srun itself); the local executor cannot run it")
     if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
         raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")

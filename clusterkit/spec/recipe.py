@@ -81,16 +81,17 @@ Offload = Literal["none", "cpu", "nvme"]
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
 # command: your own command on every node (it starts the ranks); see README "Launchers".
-Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command"]
+# mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
+Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command", "mpirun"]
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
-# batch_launcher: DeepSpeed's launcher runs once, in the batch shell, and starts every rank through
-# one srun step of its own (--launcher slurm).
+# batch_launcher: one launcher runs in the batch shell and starts every rank through an srun step of
+# its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
 # The process model each launcher runs under.
 PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "accelerate": "launcher_per_node",
-                 "python": "task_per_gpu", "command": "launcher_per_node"}
+                 "python": "task_per_gpu", "command": "launcher_per_node", "mpirun": "batch_launcher"}
 # Process models a launcher can also run under (besides its own above).
 OTHER_PROCESS_MODELS = {"deepspeed": ("batch_launcher",)}
 SbatchValue = Union[Line, int, bool]
