@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -405,6 +406,62 @@ def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:
         load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}))
     with pytest.raises(RecipeError, match="--gpus-per-task conflicts with one launcher task per node"):
         load_recipe(_recipe(tmp_path, resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
+
+
+def _gpu_profile(tmp_path: Path, **fields) -> str:
+    """The dev cluster as a GPU site: its nodes have two stand-in GPUs each (bin/dev-cluster: GRES on
+    character devices, so SLURM's own binding runs; nothing computes on them)."""
+    clusters = tmp_path / "clusters"
+    clusters.mkdir(exist_ok=True)
+    profile = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
+    profile.update({"name": "devgpus", "accelerator": "gpu", "gpu_request": "gres", "task_gpu_bind": "single:1", **fields})
+    (clusters / "devgpus.yaml").write_text(yaml.safe_dump(profile))
+    return "devgpus"
+
+
+def test_the_profiles_gpu_binding_goes_only_to_a_step_of_one_task_per_rank(tmp_path: Path) -> None:
+    cluster = _gpu_profile(tmp_path)
+    python = render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="python"))).files["job.sbatch"]
+    assert "--ntasks-per-node=2 --kill-on-bad-exit=1 --cpus-per-task=1 --gpu-bind=single:1 " in python
+    batch = render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="deepspeed",
+                                           process_model="batch_launcher"))).files["job.sbatch"]
+    assert " --gpu-bind=$(printf %q single:1)" in batch  # DeepSpeed's own srun starts a task per rank
+    for whole_node in ({"launcher": "torchrun"}, {"launcher": "deepspeed"}, {"launcher": "mpirun"}):
+        assert "gpu-bind" not in render_job(load_recipe(_recipe(tmp_path, cluster=cluster, **whole_node))).files["job.sbatch"]
+
+
+@pytest.mark.parametrize("profile_fields, fields, message", [
+    ({"accelerator": "cpu"}, {"launcher": "python"}, "task_gpu_bind: binds GPUs to tasks, but this profile requests no GPUs"),
+    ({"gpu_request": "none"}, {"launcher": "python"}, "requests no GPUs (accelerator: gpu, gpu_request: none)"),
+    ({}, {"launcher": "python", "srun": {"extra": {"gpu-bind": "none"}}}, "srun.extra.gpu-bind: the cluster profile 'devgpus' binds"),
+    ({}, {"launcher": "python", "task": {"trainer": {"model": {"config": {"model_type": "gpt2"}}}}},
+     "the built-in runner selects cuda:LOCAL_RANK, which a task would not see"),
+])
+def test_what_per_task_gpu_binding_cannot_serve_is_refused(tmp_path: Path, profile_fields: dict, fields: dict,
+                                                           message: str) -> None:
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe(_recipe(tmp_path, cluster=_gpu_profile(tmp_path, **profile_fields), **fields))
+
+
+@pytest.mark.slurm
+def test_slurm_binds_each_task_to_its_own_gpu_where_the_profile_asks(dev_cluster: str, tmp_path: Path) -> None:
+    """Real SLURM GRES binding on the dev cluster's stand-in GPUs: with task_gpu_bind each rank sees
+    only the GPU of its local rank; without it every rank sees both (so the binding is what did it)."""
+    gres = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True).stdout
+    if "gpu" not in gres:
+        pytest.skip("the dev cluster has no stand-in GPUs (bin/dev-cluster makes them only as root)")
+    seen = {}
+    for bind in ("single:1", None):
+        recipe = _recipe(tmp_path, cluster=_gpu_profile(tmp_path, task_gpu_bind=bind), launcher="python",
+                         runs_dir=str(tmp_path / f"runs-{bind is not None}"), resources={"nodes": 2, "gpus_per_node": 2,
+                                                                                        "cpus_per_task": 1, "time": "5"})
+        done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        run_dir = next((tmp_path / f"runs-{bind is not None}" / "opts").iterdir())
+        records = [json.loads((run_dir / "contract" / f"rank-{r}.json").read_text()) for r in range(4)]
+        assert [r["node"] for r in records] == ["node1", "node1", "node2", "node2"]
+        seen[bind] = [r["env"]["CUDA_VISIBLE_DEVICES"] for r in records]
+    assert seen == {"single:1": ["0", "1", "0", "1"], None: ["0,1"] * 4}
 
 
 # --- a launcher in the batch shell ---------------------------------------------------------------------

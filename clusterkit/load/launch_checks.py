@@ -126,6 +126,24 @@ def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, 
               "include/exclude are not supported with process_model: batch_launcher yet")
 
 
+def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    """The profile's per-task GPU binding needs GPUs in the job, and hides every GPU but a task's own
+    from it: the built-in runner (the Trainer picks cuda:LOCAL_RANK) would ask for a device it cannot
+    see, so that pairing is refused rather than left to fail on the GPU nodes."""
+    if profile.task_gpu_bind is None:
+        return
+    if profile.accelerator == "cpu" or profile.gpu_request == "none":
+        profile_error(("task_gpu_bind",), "binds GPUs to tasks, but this profile requests no GPUs "
+                                          f"(accelerator: {profile.accelerator}, gpu_request: {profile.gpu_request})")
+    if "gpu-bind" in recipe.srun.extra:
+        error(("srun", "extra", "gpu-bind"), f"the cluster profile {profile.name!r} binds GPUs to tasks "
+                                             f"(task_gpu_bind: {profile.task_gpu_bind}); set one or the other")
+    if recipe.task.trainer is not None and process_model_of(recipe) != "launcher_per_node":
+        error(("task", "trainer"), f"the cluster profile {profile.name!r} binds each task to its GPUs "
+                                   f"(task_gpu_bind: {profile.task_gpu_bind}) and the built-in runner selects "
+                                   f"cuda:LOCAL_RANK, which a task would not see; use launcher: torchrun, or a script")
+
+
 def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
     """``srun.extra``: options the launch step's srun is given by clusterkit are refused with the
     field that sets them; an option srun does not document is a warning (a site plugin's)."""

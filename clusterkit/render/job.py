@@ -26,6 +26,7 @@ from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.runtime_values import expanded_late
+from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
                                      runtime_text)
@@ -113,13 +114,16 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     return sorted(options.items())
 
 
-def srun_options(recipe: ResolvedRecipe) -> list[tuple[str, Any]]:
+def srun_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[tuple[str, Any]]:
     """The launch step's srun options beyond its layout and logs, as (flag, value); None: a bare flag.
     --cpus-per-task is passed on explicitly: since SLURM 22.05 srun no longer inherits it from the
-    allocation, and a node's launcher, ranks and data loaders would share one core."""
+    allocation, and a node's launcher, ranks and data loaders would share one core. The profile's GPU
+    binding goes only to a step whose every task is one rank."""
     s = recipe.srun
     options: list[tuple[str, Any]] = [("kill-on-bad-exit", 1 if s.kill_on_bad_exit else 0),
                                       ("cpus-per-task", recipe.resources.cpus_per_task)]
+    if profile.task_gpu_bind is not None and recipe.process_model != "launcher_per_node":
+        options.append(("gpu-bind", profile.task_gpu_bind))
     for flag, value in (("wait", s.wait), ("mpi", s.mpi), ("distribution", s.distribution), ("cpu-bind", s.cpu_bind)):
         if value is not None:
             options.append((flag, value))
@@ -181,7 +185,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "sbatch": sbatch_options(loaded),
         "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
         "setup": [Shell(line) for line in setup],
-        "srun": srun_options(recipe),
+        "srun": srun_options(recipe, profile),
         # Hook lines, like setup lines, are shell written on purpose.
         "pre_launch": [Shell(line) for line in recipe.hooks.pre_launch],
         "post_run": [Shell(line) for line in recipe.hooks.post_run],

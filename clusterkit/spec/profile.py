@@ -82,6 +82,10 @@ class ClusterProfile(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     env: EnvMap = field(default_factory=dict)
     container: Optional[Container] = None
+    # SLURM's --gpu-bind for launch steps that run one srun task per rank (launcher python, DeepSpeed's
+    # batch-shell srun), e.g. single:1 (each task sees only its GPU), closest, map_gpu:0,1,2,3. Not
+    # given to a step whose task starts a whole node's ranks (torchrun, DeepSpeed per node, mpirun).
+    task_gpu_bind: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None
     runs_dir: Optional[NonEmptyLine] = None
     python: PythonCommand = "python3"
     nvme_path: Optional[NonEmptyLine] = None
