@@ -26,7 +26,9 @@ def submit_options(args: argparse.Namespace):
 
     return SubmitOptions(recipe=args.recipe, overrides=tuple(args.set or ()), cluster=args.cluster,
                          executor=args.executor, template_dirs=template_dirs(args),
-                         resume=getattr(args, "resume", None), from_scratch=getattr(args, "from_scratch", False))
+                         resume=getattr(args, "resume", None), from_scratch=getattr(args, "from_scratch", False),
+                         grid=tuple(getattr(args, "grid", None) or ()), max_parallel=getattr(args, "max_parallel", None),
+                         chain=getattr(args, "chain", None))
 
 
 def print_table(rows: list[tuple[str, str]]) -> None:

@@ -12,10 +12,10 @@ from clusterkit.errors import UsageError
 from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
 
 
-def _prepare(args: argparse.Namespace, extra=()):
+def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):
     from clusterkit.launch.prepare import prepare
 
-    prepared = prepare(submit_options(args), extra)
+    prepared = prepare(submit_options(args), extra, one_job)
     for line in [*prepared.notes, *map(str, prepared.loaded.warnings)]:
         print(line, file=sys.stderr)
     return prepared
@@ -46,8 +46,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from clusterkit.runs.follow import follow
         from clusterkit.runs.status import COMPLETED
 
+        if record.tasks:
+            return _follow_array(record, scheduler)
         final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
         return 0 if final.state == COMPLETED else 1
+
+
+def _follow_array(record, scheduler, poll_s: float = 2.0) -> int:
+    """Until every task of the array has ended: a line whenever the counts change, then the table."""
+    import time
+
+    from clusterkit.cli.runs import print_results
+    from clusterkit.runs.status import COMPLETED
+
+    said = None
+    while True:
+        status = scheduler.status(record)
+        if status.reason != said:
+            print(f"job {record.job_id}: {status.reason}", flush=True)
+            said = status.reason
+        if status.done:
+            break
+        time.sleep(poll_s)
+    print_results(record, scheduler)
+    return 0 if status.state == COMPLETED else 1
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -58,7 +80,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from clusterkit.runs.status import COMPLETED
     from clusterkit.schedulers.api import open_scheduler
 
-    request = _prepare(args, (Override(("preflight", "enabled"), True), Override(("preflight", "only"), True))).request
+    request = _prepare(args, (Override(("preflight", "enabled"), True), Override(("preflight", "only"), True)),
+                       one_job="preflight").request
     if request.scheduler == "ssh":
         raise UsageError("clusterkit preflight runs where sbatch is (or locally); over SSH, submit the recipe "
                          "with preflight: {enabled: true, only: true}")
@@ -115,6 +138,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
+    p.add_argument("--chain", type=whole_number(1000), metavar="N",
+                   help="N links one after another (a job array run one task at a time) continuing one run in one "
+                        "run directory, each from the newest complete checkpoint: for runs longer than the time limit")
+    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
+                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
+    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
+    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    with_overrides(p)
+    with_host_keys(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("sweep", help="run every point of a grid as one SLURM job array (validated first); --follow prints the results")
+    p.add_argument("recipe", metavar="RECIPE")
+    p.add_argument("--grid", action="append", metavar="KEY.PATH=V1,V2,...",
+                   help="the values of one recipe key (YAML each, as --set); repeatable: every combination is a point. "
+                        "Adds to (or replaces a key of) the recipe's sweep: block")
+    p.add_argument("--max-parallel", type=whole_number(100_000), metavar="N", help="at most N points at once (the array's %%N)")
+    p.add_argument("--dry-run", action="store_true", help="print the array's script (each point's own is in its render)")
+    p.add_argument("--follow", action="store_true", help="wait for every point, then print the results; exit 1 if one failed")
     p.add_argument("--executor", choices=("slurm", "local", "ssh"),
                    help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
     p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")

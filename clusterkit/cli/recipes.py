@@ -34,12 +34,14 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from clusterkit.load.loader import load_recipe
+    from clusterkit.load.sweep import load_sweep
 
     failed = 0
     files, bases_skipped = _recipe_files(args.recipes)
     for path in files:
         try:
             loaded = load_recipe(path, args.set or ())
+            sweep = load_sweep(loaded)  # a sweep's every point must be valid too
         except RecipeError as exc:
             failed += 1
             print(exc, file=sys.stderr)
@@ -47,7 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for warning in loaded.warnings:
             print(warning, file=sys.stderr)
         if not args.quiet:
-            print(f"{path}: ok")
+            print(f"{path}: ok" + (f" ({len(sweep.points)} sweep points)" if sweep else ""))
     if (len(files) > 1 or bases_skipped) and not args.quiet:
         skipped = f" ({bases_skipped} base file{'s' if bases_skipped != 1 else ''} skipped)" if bases_skipped else ""
         print(f"{len(files) - failed} of {len(files)} recipes valid{skipped}")
@@ -57,17 +59,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from clusterkit import __version__
     from clusterkit.load.loader import load_recipe
+    from clusterkit.load.sweep import load_sweep
     from clusterkit.render.job import render_job
     from clusterkit.render.output_dir import write_render
+    from clusterkit.render.sweep import render_sweep
 
     loaded = load_recipe(args.recipe, args.set or ())
-    job = render_job(loaded, template_dirs(args))
+    sweep = load_sweep(loaded)
+    job = render_sweep(sweep, template_dirs(args)) if sweep else render_job(loaded, template_dirs(args))
     out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
                            f"clusterkit {__version__} render of {loaded.path}")
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
     print_table(job.summary)
-    print(f"wrote {', '.join(job.files)} to {out_dir}/")
+    shown = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in job.files})
+    print(f"wrote {', '.join(shown)} to {out_dir}/")
     return 0
 
 

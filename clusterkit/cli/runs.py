@@ -14,9 +14,41 @@ from clusterkit.runs.layout import EXPORT_DIR
 
 
 def _find(args: argparse.Namespace):
+    from clusterkit.errors import RunNotFound
+    from clusterkit.runs.arrays import task_record
     from clusterkit.runs.record import find_run
 
-    return find_run(args.job, Path(args.runs_dir))
+    try:
+        return find_run(args.job, Path(args.runs_dir))
+    except RunNotFound:
+        # A task of an array whose tasks have no record here (submitted over SSH): the array's says it.
+        array_id, _, index = args.job.rpartition("_")
+        if not (array_id and index.isdigit()):
+            raise
+        array = find_run(array_id, Path(args.runs_dir))
+        if int(index) not in array.tasks:
+            raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
+        return task_record(array, int(index))
+
+
+def print_results(record, scheduler, as_csv: bool = False) -> None:
+    """A job array's table: each task's point, state, final loss, samples/s and run dir."""
+    from clusterkit.runs.arrays import results, results_csv, task_record
+
+    tasks = [task_record(record, index) for index in record.tasks]
+    rows = results(record, tasks, [scheduler.status(task) for task in tasks], scheduler.run_file)
+    if as_csv:
+        sys.stdout.write(results_csv(rows))
+        return
+    table = [("TASK", "POINT", "STATE", "FINAL LOSS", "SAMPLES/S", "RUN DIR")]
+    for row in rows:
+        point = " ".join(f"{key}={value}" for key, value in row.point.items()) or "-"
+        state = row.state + (f" (exit {row.exit_code})" if row.exit_code not in (None, 0) else "")
+        table.append((f"{record.job_id}_{row.index}", point, state, "-" if row.final_loss is None else f"{row.final_loss:.4f}",
+                      "-" if row.samples_per_s is None else f"{row.samples_per_s:.1f}", row.run_dir))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
 def _where(record) -> str:
@@ -36,6 +68,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from clusterkit.schedulers.api import statuses
 
     records = [_find(args)] if args.job else list_runs(Path(args.runs_dir))[: args.limit]
+    if args.job and records[0].tasks:
+        return _array_status(records[0], args)
+    if args.csv:
+        raise UsageError("--csv is for a job array's results table: give its job id")
     found = statuses(records, args.accept_new_host_key, unreachable_ok=not args.job)
     if args.json:
         as_json = [dataclasses.asdict(status) for status in found]
@@ -57,6 +93,31 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
         if status.failure:
             print(f"  first failure: {status.failure}")
+    return 0
+
+
+def _array_status(record, args: argparse.Namespace) -> int:
+    """A job array: its state over all tasks, then the results table (or the table alone as CSV, or
+    the state with a ``tasks`` list as JSON)."""
+    import dataclasses
+
+    from clusterkit.runs.arrays import results, results_json, task_record
+
+    with _adapter(record, args) as scheduler:
+        if args.csv:
+            print_results(record, scheduler, as_csv=True)
+            return 0
+        status = scheduler.status(record)
+        if args.json:
+            tasks = [task_record(record, index) for index in record.tasks]
+            rows = results(record, tasks, [scheduler.status(task) for task in tasks], scheduler.run_file)
+            print(json.dumps({**dataclasses.asdict(status), "tasks": results_json(rows)}))
+            return 0
+        print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
+        print(f"  run dir: {_where(record)}")
+        print(f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "
+              f"{record.launcher}, {record.scheduler} executor")
+        print_results(record, scheduler)
     return 0
 
 
@@ -100,6 +161,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from clusterkit.runs.logs import log_files
 
     record = _find(args)
+    if record.tasks:
+        raise UsageError(f"job {record.job_id} is an array of {len(record.tasks)} tasks, each with its own logs: "
+                         f"give one, e.g. clusterkit logs {record.job_id}_{record.tasks[0]}")
     world = record.nodes * record.ranks_per_node
     if args.rank is not None and not 0 <= args.rank < world:
         raise UsageError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
@@ -136,7 +200,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="state of one job, or of the recent runs")
     with_job(p, required=False)
     p.add_argument("--limit", type=whole_number(1_000_000), default=10, help="how many recent runs (default 10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (a job array: its results table)")
+    p.add_argument("--csv", action="store_true", help="a job array's results table as CSV")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("ls", help="recent runs with their state")

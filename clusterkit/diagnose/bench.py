@@ -178,7 +178,7 @@ class Submitted:
 def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int] | None, steps: int,
                report: Callable[[str], None] = print) -> Submitted:
     """Submit the recipe once per scale (smallest first), wait for every job and return them."""
-    base = prepare(options).loaded
+    base = prepare(options, one_job="bench").loaded
     if base.recipe.task.trainer is None:
         raise UsageError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
     p = base.recipe.parallelism
@@ -190,7 +190,7 @@ def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int
         extra = scale.overrides(steps, p.micro_batch_size, p.gradient_accumulation_steps)
         if records and records[-1].scheduler == "slurm":
             extra.append(Override(("resources", "extra_sbatch", "dependency"), f"afterany:{records[-1].job_id}"))
-        request = prepare(options, extra).request
+        request = prepare(options, extra, one_job="bench").request
         if request.scheduler == "ssh":
             raise UsageError("clusterkit bench runs where sbatch is (or locally), not over SSH")
         records.append(schedule(request))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+
+import msgspec
 from pathlib import Path
 from typing import Sequence
 
 from clusterkit.errors import UsageError, printable
 from clusterkit.load.loader import LoadedRecipe, Override, load_recipe
+from clusterkit.load.sweep import load_sweep
 from clusterkit.render.job import render_job
+from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
 from clusterkit.runs.record import read_record
+from clusterkit.spec.resolved import ArrayPlacement
 from clusterkit.schedulers.api import SubmitRequest, dry_run
 from clusterkit.spec.profile import expanded
 
@@ -26,6 +32,9 @@ class SubmitOptions:
     template_dirs: tuple[str, ...] = ()
     resume: str | None = None  # a run directory (or an ssh run's local record) to continue
     from_scratch: bool = False
+    grid: tuple[str, ...] = ()  # --grid key.path=v1,v2: a sweep (with the recipe's sweep: block)
+    max_parallel: int | None = None  # the sweep's throttle
+    chain: int | None = None  # --chain N: N links, one after another, continuing one run
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,9 @@ def cluster_override(reference: str) -> Override:
     return Override(("cluster",), reference)
 
 
-def prepare(options: SubmitOptions, extra: Sequence[Override] = ()) -> Prepared:
-    """The request for ``options`` plus clusterkit's own ``extra`` overrides (applied last)."""
+def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str | None = None) -> Prepared:
+    """The request for ``options`` plus clusterkit's own ``extra`` overrides (applied last).
+    ``one_job`` names a command that submits single jobs only: a sweep is refused for it."""
     recipe, overrides = options.recipe, [*options.overrides]
     executor, notes = options.executor, []
     if options.resume:
@@ -74,5 +84,28 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = ()) -> Prepared:
     if options.cluster:
         overrides.append(cluster_override(options.cluster))  # type: ignore[arg-type]
     loaded = load_recipe(recipe, [*overrides, *extra])
-    request = dry_run(loaded, render_job(loaded, options.template_dirs), executor)
+    if one_job and loaded.recipe.sweep:
+        raise UsageError(f"{loaded.path}: clusterkit {one_job} runs one job, and this recipe is a sweep (sweep:); "
+                         "run it without the sweep: --set sweep=null")
+    if options.chain:
+        loaded = _chained(loaded, options.chain, [*overrides, *extra])
+    sweep = load_sweep(loaded, options.grid, options.max_parallel)
+    if sweep is None:
+        return Prepared(loaded, dry_run(loaded, render_job(loaded, options.template_dirs), executor), notes)
+    # One job array: each task runs its point, and its record keeps that point's overrides.
+    request = dry_run(sweep.points[0], render_sweep(sweep, options.template_dirs), executor)
+    request = dataclasses.replace(request, overrides=loaded.overrides,
+                                  task_overrides=tuple(point.overrides for point in sweep.points))
     return Prepared(loaded, request, notes)
+
+
+def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Override]) -> LoadedRecipe:
+    """``--chain N``: the recipe as a job array of N links run one at a time (%1) in one run
+    directory, each continuing from the newest complete checkpoint. A link stopped by its time limit
+    does not requeue itself (max_requeues 0): the next link is its continuation."""
+    if loaded.recipe.sweep or loaded.recipe.array:
+        raise UsageError(f"{loaded.path}: --chain continues one run; this recipe is a sweep or a job array")
+    if loaded.recipe.preemption.max_requeues:
+        loaded = load_recipe(loaded.path, [*overrides, Override(("preemption", "max_requeues"), 0)])
+    return dataclasses.replace(loaded, recipe=msgspec.structs.replace(
+        loaded.recipe, array=ArrayPlacement(spec=f"0-{links - 1}%1", chain=True)))

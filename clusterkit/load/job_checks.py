@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from clusterkit.spec.arrays import array_indices
+from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Recipe, process_model_of
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
@@ -57,9 +59,12 @@ DERIVED_SBATCH = {
     "open-mode": "runs_dir (the job's logs are appended to by every node)",
     "chdir": "runs_dir (the job runs where it is submitted from)",
     "signal": "preemption.signal and preemption.grace_s",
-    "requeue": "preemption.max_requeues",
-    "no-requeue": "preemption.max_requeues",
+    "requeue": "preemption.requeue",
+    "no-requeue": "preemption.requeue",
+    "time-min": _RESOURCES + "time_min",
+    "wait-all-nodes": _RESOURCES + "wait_all_nodes",
     "export": "env (every node gets the job's environment)",
+    "array": "resources.array (a script task per index), or a sweep: block / clusterkit sweep (one point per task)",
 }
 # Options sbatch refuses beside the ones clusterkit writes, or that clusterkit cannot run yet.
 CONFLICTING_SBATCH = {
@@ -68,7 +73,6 @@ CONFLICTING_SBATCH = {
     "mem-per-gpu": "conflicts with the --mem clusterkit writes; set resources.mem",
     "gpus-per-task": "conflicts with one launcher task per node; set resources.gpus_per_node",
     "ntasks-per-gpu": "conflicts with one launcher task per node; set resources.gpus_per_node",
-    "array": "job arrays are not supported yet; submit one recipe per run",
 }
 
 
@@ -132,3 +136,37 @@ def check_drops(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:
                 has = ", ".join(repr(p) for p in present) or "none"
                 error(("drop", kind, index), f"cluster profile {profile.name!r} has no {kind} entry {item!r} "
                                              f"(it has: {has})")
+
+
+def check_array(recipe: Recipe, error: Report) -> None:
+    """``resources.array`` runs the same recipe in every task: a script that reads
+    ``$SLURM_ARRAY_TASK_ID``. The built-in runner would train the same run N times, so it is refused
+    with the way to vary it; a sweep is one array already."""
+    spec = recipe.resources.array
+    if spec is None:
+        return
+    key = ("resources", "array")
+    try:
+        array_indices(spec)
+    except ValueError as exc:
+        error(key, str(exc))
+    if recipe.task.trainer is not None:
+        error(key, "every task would train the same run: vary it with a sweep (a sweep: block, or clusterkit sweep "
+                   "--grid key=v1,v2), which runs one point per array task")
+    if recipe.sweep is not None:
+        error(key, "a sweep is one job array already (one task per point); leave resources.array out")
+
+
+def check_lifecycle(recipe: Recipe, error: Report, warn: Report) -> None:
+    """Requeue and signal settings that contradict each other, and a time-min above the time."""
+    p, r = recipe.preemption, recipe.resources
+    if p.requeue == "off" and (p.max_requeues or p.max_retries):
+        error(("preemption", "requeue"), f"off, but max_requeues is {p.max_requeues} and max_retries {p.max_retries}: "
+                                         "a job that may not be requeued cannot resume itself; set both to 0, or requeue: on")
+    if p.requeue == "site" and p.max_retries:
+        warn(("preemption", "requeue"), "site: the retries (max_retries) need the site to allow requeueing (JobRequeue=1)")
+    if p.signal == "off" and p.max_requeues:
+        warn(("preemption", "signal"), "off: a job stopped at its time limit gets no signal to checkpoint first, so a "
+                                       "requeued run resumes from its last periodic checkpoint")
+    if r.time_min is not None and r.time is not None and slurm_time_minutes(str(r.time_min)) > slurm_time_minutes(str(r.time)):
+        error(("resources", "time_min"), f"{r.time_min} is longer than resources.time {r.time}")

@@ -43,10 +43,11 @@ class RenderedJob:
     name: str
     files: dict[str, str]
     summary: list[tuple[str, str]] = field(default_factory=list)
+    script_name: str = run_layout.JOB_SCRIPT  # the one sbatch is given (a sweep's: its array driver)
 
     @property
     def script(self) -> str:
-        return self.files[run_layout.JOB_SCRIPT]
+        return self.files[self.script_name]
 
 
 def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -58,7 +59,7 @@ def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ())
 
 
 @functools.lru_cache(maxsize=8)
-def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+def jinja_environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(list(search_path)),
         undefined=jinja2.StrictUndefined,  # a typo in a template fails loudly
@@ -82,18 +83,16 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     """Every #SBATCH option as (flag, value); value None means a bare flag. Sorted by flag."""
     recipe, profile = loaded.recipe, loaded.profile
     r = recipe.resources
-    run_dir = f"{recipe.runs_dir}/{recipe.name}/%j"  # SLURM fills in %j, the job id
+    kind = recipe.job_kind
+    run_dir = f"{recipe.runs_dir}/{recipe.name}/{run_layout.RUN_DIR_PATTERN[kind]}"  # SLURM fills in the ids
+    job_id = run_layout.JOB_ID_PATTERN[kind]
     options: dict[str, Any] = {
         "job-name": recipe.name,
-        # The warning signal goes to the batch shell (B:), which passes it on to every rank.
-        "signal": f"B:{recipe.preemption.signal}@{recipe.preemption.grace_s}",
-        # Requeued on preemption (or, with max_retries, after a failure); with neither, never.
-        "requeue" if recipe.preemption.max_requeues or recipe.preemption.max_retries else "no-requeue": None,
         "nodes": r.nodes,
         "ntasks-per-node": recipe.tasks_per_node,  # a launcher per node, or a task per rank
         "cpus-per-task": r.cpus_per_task,
-        "output": f"{run_dir}/{run_layout.batch_log('%j', 'out')}",
-        "error": f"{run_dir}/{run_layout.batch_log('%j', 'err')}",
+        "output": f"{run_dir}/{run_layout.batch_log(job_id, 'out')}",
+        "error": f"{run_dir}/{run_layout.batch_log(job_id, 'err')}",
         "open-mode": "append",  # the batch shell and node 0's srun task share the log
     }
     if profile.accelerator == "gpu" and profile.gpu_request == "gres":
@@ -104,8 +103,21 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
                         ("qos", r.qos), ("constraint", r.constraint), ("reservation", r.reservation)):
         if value is not None:
             options[flag] = value
+    preemption = recipe.preemption
+    if preemption.signal != "off":  # the warning signal goes to the batch shell (B:), which passes it to every rank
+        options["signal"] = f"B:{preemption.signal}@{preemption.grace_s}"
+    requeue = {"on": True, "off": False, "site": None}.get(preemption.requeue,
+                                                           bool(preemption.max_requeues or preemption.max_retries))
+    if requeue is not None:  # requeued on preemption (or, with max_retries, after a failure)
+        options["requeue" if requeue else "no-requeue"] = None
+    if r.time_min is not None:
+        options["time-min"] = r.time_min
+    if r.wait_all_nodes:
+        options["wait-all-nodes"] = 1
     if r.exclusive:
         options["exclusive"] = None
+    if recipe.array:
+        options["array"] = recipe.array.spec
     for flag, value in r.extra_sbatch.items():
         if value is False:
             options.pop(flag, None)
@@ -160,7 +172,7 @@ def _late_expansion(recipe: ResolvedRecipe, env: list[EnvVar]) -> Shell:
 def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> RenderedJob:
     """Render every file of the job. Deterministic: the same recipe gives byte-identical files."""
     recipe, profile = loaded.recipe, loaded.profile
-    env = _environment(template_search_path(loaded, template_dirs))
+    env = jinja_environment(template_search_path(loaded, template_dirs))
     resolved = msgspec.to_builtins(recipe)
     files: dict[str, str] = {}
     ds_config_text = None
@@ -198,11 +210,12 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "launch": _launch_command(loaded),
         "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
         "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
+        "job_kind": recipe.job_kind,  # layout.JOB_ID_PATTERN[job_kind] & co.
     }
     if recipe.process_model == "batch_launcher":
         files[run_layout.TASK_SHIM] = TASK_SHIM.read_text(encoding="utf-8")
-    files[run_layout.ENV_SCRIPT] = _render_template(env, ENV_TEMPLATE, context)
-    files[run_layout.JOB_SCRIPT] = _render_template(env, JOB_TEMPLATE, context)
+    files[run_layout.ENV_SCRIPT] = render_template(env, ENV_TEMPLATE, context)
+    files[run_layout.JOB_SCRIPT] = render_template(env, JOB_TEMPLATE, context)
     files[run_layout.RESOLVED_RECIPE] = (
         f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
         f"on cluster profile {comment(loaded.profile_path)}\n"
@@ -211,7 +224,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summarize(loaded))
 
 
-def _render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+def render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
     try:
         return env.get_template(name).render(context)
     except jinja2.TemplateNotFound as exc:  # an ops template includes one that no directory holds

@@ -55,6 +55,7 @@ def _check_previous_render(out_dir: Path) -> None:
         written = set(json.loads(marker.read_text(encoding="utf-8"))["files"])
     except (OSError, ValueError, KeyError, TypeError):
         raise RenderTargetError(refuse) from None
+    written |= {name.split("/")[0] for name in written}  # a sweep point's folder
     foreign = sorted(entry.name for entry in out_dir.iterdir() if entry.name not in written | {MARKER})
     if foreign:
         raise RenderTargetError(f"{out_dir} is an earlier render but also holds {', '.join(foreign[:5])}, which "
@@ -66,6 +67,7 @@ def _marker_text(files: Mapping[str, str], description: str) -> str:
 
 
 def _write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(exist_ok=True)  # a sweep point's files are in <index>/
     path.write_text(text, encoding="utf-8")
     path.chmod(0o755 if path.name.endswith(".sbatch") else 0o644)
 
@@ -128,4 +130,6 @@ def _fill_empty(files: Mapping[str, str], out_dir: Path, description: str) -> No
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
+        for folder in {path.parent for path in written} - {out_dir}:
+            shutil.rmtree(folder, ignore_errors=True)  # a folder this render created, emptied above
         raise

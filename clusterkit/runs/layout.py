@@ -17,6 +17,8 @@ STREAMS: tuple[Stream, ...] = ("out", "err")
 
 # --- Written by `clusterkit submit` before the job may start (it is held until they exist) ---
 JOB_SCRIPT = "job.sbatch"  # render; run by sbatch, by the local executor, by `submit --bundle` on a login node
+SWEEP_SCRIPT = "sweep.sbatch"  # render (a sweep), in the array's directory; run by sbatch: starts task i's point
+SWEEP_POINTS = "sweep.json"  # render (a sweep), in the array's directory: each point's values; read by status
 ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
 TASK_SHIM = "task_shim.py"  # render (a launcher in the batch shell); run by each rank: maps its ids to RANK & co.
 ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; read by accelerate launch
@@ -61,6 +63,18 @@ STAGING_PREFIX = ".staging-"
 # The local executor, in <runs_dir>: one empty file per job id ever given there, created exclusively,
 # so ids stay unique across run names and across submits at the same moment.
 LOCAL_JOB_IDS = ".local-job-ids"
+
+
+# How SLURM's filename patterns name a job and its run directory below <runs_dir>/<name>/ (sbatch and
+# srun both fill them in), by ResolvedRecipe.job_kind: a job is <job id>/; an array task is
+# <array id>/<task id>/ and its job id, as clusterkit's records, scontrol and scancel write it,
+# <array id>_<task id>; a chain's links all run in <array id>/, each with its own logs.
+JOB_ID_PATTERN = {"job": "%j", "array": "%A_%a", "chain": "%A_%a"}
+RUN_DIR_PATTERN = {"job": "%j", "array": "%A/%a", "chain": "%A"}
+# The same in the batch shell.
+_TASK_ID = "${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID"
+RUN_DIR_SHELL = {"job": "$SLURM_JOB_ID", "array": "$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID", "chain": "$SLURM_ARRAY_JOB_ID"}
+JOB_ID_SHELL = {"job": "$SLURM_JOB_ID", "array": _TASK_ID, "chain": _TASK_ID}
 
 
 def node_dir(node: int | str) -> str:

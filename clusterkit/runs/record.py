@@ -38,6 +38,11 @@ class RunRecord:
     pid: Positive | None = None  # the local executor's batch process
     overrides: tuple[str, ...] = ()  # the --set values it was submitted with (for --resume)
     login: dict[str, Any] | None = None  # ssh: the profile's login settings, to reach the run again
+    # A job array's record: its task indices; each task has a record of its own, job id
+    # <array id>_<index>, in <run_dir>/<index>/.
+    tasks: tuple[int, ...] = ()
+    # A chain's record: its number of links (array tasks 0..links-1, one at a time, all in run_dir).
+    links: int = 0
 
     @property
     def path(self) -> Path:
@@ -112,6 +117,12 @@ def find_run(reference: str, runs_dir: Path) -> RunRecord:
     if "/" not in reference and reference not in (".", ".."):
         word = glob.escape(reference)
         candidates = [*runs_dir.glob(f"*/{word}/{RUN_RECORD}"), *runs_dir.glob(f"*/{word}@*/{RUN_RECORD}")]
+        # A job array's task, <array id>_<index>: its own record in <array run dir>/<index>/.
+        array_id, _, index = reference.rpartition("_")
+        if array_id and index.isdigit():
+            words = glob.escape(array_id), glob.escape(index)
+            candidates += [*runs_dir.glob(f"*/{words[0]}/{words[1]}/{RUN_RECORD}"),
+                           *runs_dir.glob(f"*/{words[0]}@*/{words[1]}/{RUN_RECORD}")]
     matches = [r for r in (read_record(path.parent) for path in candidates) if r.job_id == reference]
     if not matches:
         raise RunNotFound(f"no run with job id {reference} under {runs_dir} (give the run directory, or --runs-dir)")

@@ -214,7 +214,7 @@ def _train(job_file: Path) -> int:
     global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch,
                             trainer_spec.dataset.seq_len, args.world_size)
-    preempt = PreemptionHandler(run_dir, recipe.preemption.signal, recipe.preemption.max_requeues)
+    preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal, recipe.preemption.max_requeues)
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
                                     callbacks=[metrics, CheckpointPublisher(keep_checkpoints), preempt])
     own_checkpoints = Path(args.output_dir)

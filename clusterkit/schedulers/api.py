@@ -9,6 +9,7 @@ submitted the run without the caller choosing one.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import secrets
 import shutil
@@ -25,6 +26,7 @@ from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus
+from clusterkit.spec.arrays import array_indices, task_job_id
 from clusterkit.spec.profile import ClusterProfile, Login
 
 LOCAL_MAX_NODES = 254  # the local executor's nodes are the loopback addresses 127.0.0.1-254
@@ -52,16 +54,26 @@ class SubmitRequest:
     login: Login | None = None  # ssh: the login node
     # Local task scripts the login node needs, relative paths kept (the job runs in remote_workdir).
     uploads: tuple[str, ...] = ()
+    script_name: str = JOB_SCRIPT  # the file among ``files`` that argv submits
+    tasks: tuple[int, ...] = ()  # a job array's task indices: each gets <run dir>/<index>/ and a record
+    task_overrides: tuple[tuple[str, ...], ...] = ()  # a sweep: each task's overrides (its point's values)
+    array_throttle: int | None = None  # the array's %N: at most N tasks at once
+    links: int = 0  # a chain (an array run one task at a time in one run directory): its links
 
     @property
     def script(self) -> str:
-        return self.files[JOB_SCRIPT]
+        return self.files[self.script_name]
 
-    def record(self, job_id: str, run_dir: str, submitted_at: float, pid: int | None = None) -> RunRecord:
-        """The run record of this request once submitted as ``job_id``."""
-        return RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
-                         run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
-                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides)
+    def records(self, job_id: str, run_dir: str, submitted_at: float, pid: int | None = None) -> list[RunRecord]:
+        """The run records of this request once submitted as ``job_id``: the job's, then, for a job
+        array, each task's (in ``<run_dir>/<index>``, job id ``<job_id>_<index>``)."""
+        job = RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
+                        run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
+                        ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
+                        tasks=self.tasks, links=self.links)
+        return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
+                                           overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
+                       for k, index in enumerate(self.tasks))]
 
 
 class Scheduler(Protocol):
@@ -137,15 +149,18 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
     if scheduler == "local":
-        argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{JOB_SCRIPT}")
+        argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
         # Held until the run directory is in place: SLURM creates no folders for --output.
-        argv = ("sbatch", "--parsable", "--hold", f"{staging}/{JOB_SCRIPT}")
+        argv = ("sbatch", "--parsable", "--hold", f"{staging}/{job.script_name}")
     return SubmitRequest(
         scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,
         staging=staging, argv=argv, files=MappingProxyType(dict(job.files)), nodes=recipe.resources.nodes,
         ranks_per_node=recipe.ranks_per_node, launcher=recipe.launcher, overrides=loaded.overrides,
         runs_dir=runs_dir, login=profile.login if scheduler == "ssh" else None, uploads=uploads,
+        script_name=job.script_name, tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
+        array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
+        links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0,
     )
 
 

@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from clusterkit.runs.layout import CANCELLED_MARKER, JOB_SCRIPT, LOCAL_JOB_IDS, SHIM_DIR, batch_log
+from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SHIM_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.runs.status import CANCELLED, COMPLETED, FAILED, RUNNING, JobStatus, exit_code_from_run_dir, explained
+from clusterkit.runs.arrays import array_status, task_record
+from clusterkit.runs.status import (CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, JobStatus, exit_code_from_run_dir,
+                                    explained)
 from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
-from clusterkit.schedulers.local_slurm import JOB_MARKER, KILL_WAIT_S, carries, job_markers, terminate
+from clusterkit.schedulers.local_slurm import (ARRAY_MARKER, JOB_MARKER, KILL_WAIT_S, carries, job_markers,
+                                               processes_with, terminate)
 from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
@@ -53,8 +56,9 @@ def _write_shims(shim_dir: Path) -> None:
 
 def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
     for file_name, text in request.files.items():
+        (run_dir / file_name).parent.mkdir(exist_ok=True)  # a sweep point's files are in <index>/
         (run_dir / file_name).write_text(text, encoding="utf-8")
-    (run_dir / JOB_SCRIPT).chmod(0o755)
+    (run_dir / request.script_name).chmod(0o755)
 
 
 def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
@@ -89,9 +93,17 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
         CLUSTERKIT_EXECUTOR="local",
         **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
     )
+    if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
+        env[ARRAY_MARKER] = str(run_dir)
+        indices = request.tasks or tuple(range(request.links))
+        argv = [sys.executable, "-m", "clusterkit.schedulers.local_array", str(run_dir),
+                str(request.array_throttle or len(indices)), request.script_name, "array" if request.tasks else "chain",
+                *map(str, indices)]
+    else:
+        argv = [word.replace(JOB_ID_FIELD, job_id) for word in request.argv]
     with open(run_dir / batch_log(job_id, "out"), "ab") as out, open(run_dir / batch_log(job_id, "err"), "ab") as err:
         return subprocess.Popen(
-            [word.replace(JOB_ID_FIELD, job_id) for word in request.argv], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
         )
 
@@ -102,9 +114,14 @@ class LocalScheduler:
     def submit(self, request: SubmitRequest) -> RunRecord:
         job_id, run_dir = _create_run_dir(request)
         try:
-            process = _start(request, job_id, run_dir)
-            record = request.record(job_id, str(run_dir), time.time(), pid=process.pid)
             with creating_run_dir(run_dir):
+                for index in request.tasks:
+                    (run_dir / str(index)).mkdir(exist_ok=True)
+            process = _start(request, job_id, run_dir)
+            record, *tasks = request.records(job_id, str(run_dir), time.time(), pid=process.pid)
+            with creating_run_dir(run_dir):
+                for task in tasks:
+                    task.write()
                 record.write()
         except BaseException:
             # No record, no job: what started is stopped (found by its marker, even when an interrupt
@@ -115,13 +132,20 @@ class LocalScheduler:
         return record
 
     def status(self, record: RunRecord) -> JobStatus:
+        if record.tasks:
+            return array_status([self.status(task_record(record, index)) for index in record.tasks])
+        if record.links and record.pid and carries(record.pid, (f"{ARRAY_MARKER}={record.run_dir}",)):
+            return JobStatus(RUNNING, reason=f"a chain of {record.links} links")  # its links run one by one
         return explained(record, _batch_status(record))
 
     def cancel(self, record: RunRecord, grace_s: float = KILL_WAIT_S) -> None:
         """Stop every process of the job (only those carrying its marker: a reused pid is left
-        alone), SIGTERM first, SIGKILL after ``grace_s``."""
+        alone), SIGTERM first, SIGKILL after ``grace_s``; for a job array, of every task."""
         (record.path / CANCELLED_MARKER).touch()
-        terminate(job_markers(record.run_dir), grace_s)
+        for index in record.tasks:
+            (record.path / str(index) / CANCELLED_MARKER).touch()
+        terminate((f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),
+                  grace_s)
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done)
@@ -139,6 +163,11 @@ def _batch_status(record: RunRecord) -> JobStatus:
     # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
     if record.pid and carries(record.pid, job_markers(record.run_dir)):
         return JobStatus(RUNNING)
+    # An array task: its processes carry its marker; before they start, its array's starter runs.
+    if processes_with(job_markers(record.run_dir)):
+        return JobStatus(RUNNING)
+    if record.pid and carries(record.pid, (f"{ARRAY_MARKER}={record.path.parent}",)):
+        return JobStatus(PENDING)
     return JobStatus(FAILED, reason="the local batch process ended without an exit code")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 JOB_MARKER = "CLUSTERKIT_LOCAL_JOB"
+ARRAY_MARKER = "CLUSTERKIT_LOCAL_ARRAY"  # a job array's tasks (and the process that starts them): <array run dir>
 STEP_MARKER = "CLUSTERKIT_LOCAL_STEP"
 KILL_WAIT_S = 5.0  # SIGTERM, then SIGKILL for what is left after this long (SLURM's KillWait)
 
@@ -38,7 +39,9 @@ def scontrol(argv: list[str]) -> int:
 
 
 def _expand(pattern: str, job_id: str, task: int, host: str) -> str:
-    return pattern.replace("%j", job_id).replace("%t", str(task)).replace("%n", str(task)).replace("%N", host)
+    array_id, index = os.environ.get("SLURM_ARRAY_JOB_ID", ""), os.environ.get("SLURM_ARRAY_TASK_ID", "")
+    return (pattern.replace("%j", job_id).replace("%A", array_id).replace("%a", index).replace("%t", str(task))
+            .replace("%n", str(task)).replace("%N", host))
 
 
 def srun(argv: list[str]) -> int:

@@ -15,15 +15,18 @@ runs unchanged over SSH.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
 from typing import Iterator
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
-from clusterkit.runs.layout import EXIT_CODE, JOB_SCRIPT, RUN_RECORD
+from clusterkit.runs.layout import EXIT_CODE, RUN_RECORD
+from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
+from clusterkit.spec.arrays import task_job_id
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
 from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.spec.profile import Login
@@ -49,8 +52,10 @@ class SlurmScheduler:
         try:
             with creating_run_dir(request.runs_root):
                 host.make_dirs(request.staging)
+                for folder in sorted({name.rpartition("/")[0] for name in request.files} - {""}):
+                    host.make_dirs(f"{request.staging}/{folder}")  # a sweep point's files
                 for name, text in request.files.items():
-                    host.write_file(f"{request.staging}/{name}", text, 0o755 if name == JOB_SCRIPT else 0o644)
+                    host.write_file(f"{request.staging}/{name}", text, 0o755 if name.endswith(".sbatch") else 0o644)
             for script in request.uploads:
                 host.upload(script, script)
             done = host.run(request.argv, timeout=SUBMIT_TIMEOUT_S)
@@ -61,7 +66,11 @@ class SlurmScheduler:
             run_dir = host.absolute(f"{request.runs_root}/{job_id}")
             with creating_run_dir(run_dir):
                 host.rename(request.staging, run_dir)
-                record = request.record(job_id, run_dir, time.time())
+                # A job array's tasks get their run directories (SLURM writes their logs there) and records.
+                record, *tasks = request.records(job_id, run_dir, time.time())
+                for task in tasks:
+                    host.make_dirs(task.run_dir)
+                    host.write_file(f"{task.run_dir}/{RUN_RECORD}", task.to_json())
                 host.write_file(f"{run_dir}/{RUN_RECORD}", record.to_json())
             checked(host, ["scontrol", "release", job_id])
         except BaseException:
@@ -81,17 +90,25 @@ class SlurmScheduler:
             pass
 
     def status(self, record: RunRecord) -> JobStatus:
+        if record.tasks:
+            return array_status([self.status(task_record(record, index)) for index in record.tasks])
+        if record.links:
+            links = [self.scheduler_status(dataclasses.replace(record, job_id=task_job_id(record.job_id, link)))
+                     for link in range(record.links)]
+            return chain_status(links, explained(record, slurm_status(1, "", self._exit_code(record))))
         return explained(record, self.scheduler_status(record))
 
     def scheduler_status(self, record: RunRecord) -> JobStatus:
         """What SLURM says (``scontrol show job``, while it still knows the job) and the run's exit code."""
         done = self.host.run(["scontrol", "show", "job", "-o", record.job_id])
+        return slurm_status(done.returncode, done.stdout, self._exit_code(record))
+
+    def _exit_code(self, record: RunRecord) -> int | None:
         try:
             with self.host.open(f"{record.run_dir}/{EXIT_CODE}") as handle:
-                exit_code: int | None = int(handle.read().decode().strip())
+                return int(handle.read().decode().strip())
         except (OSError, ValueError):
-            exit_code = None
-        return slurm_status(done.returncode, done.stdout, exit_code)
+            return None
 
     def cancel(self, record: RunRecord) -> None:
         try:

@@ -155,6 +155,9 @@ class SSHScheduler(SlurmScheduler):
         return record
 
     def status(self, record: RunRecord) -> JobStatus:
+        if record.tasks or record.links:
+            return super().status(record)  # each task or link, asked as below
+
         def ask(host: SSHHost) -> JobStatus:
             if host.has_clusterkit:
                 done = host.run(host.clusterkit("status", "--json", record.run_dir))

@@ -28,6 +28,9 @@ MEMORY_PATTERN = rf"^\d+[KMGT]?{END}"
 SBATCH_FLAG_PATTERN = f"^[a-z][a-z0-9-]*{END}"
 WORD_PATTERN = rf"^[^\s{LINE_BREAKING}]+{END}"
 NO_NUL_PATTERN = rf"^[^\x00]*{END}"
+# sbatch's --array: indices and ranges (with :step), comma-separated, then an optional %throttle.
+ARRAY_PATTERN = rf"^[0-9]+(-[0-9]+(:[0-9]+)?)?(,[0-9]+(-[0-9]+(:[0-9]+)?)?)*(%[0-9]+)?{END}"
+KEY_PATH_PATTERN = rf"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*{END}"
 # What a value failing each pattern must be; the loader words its error with these.
 PATTERN_HINTS = {
     LINE_PATTERN: "a single line of text without control characters or line breaks",
@@ -38,6 +41,8 @@ PATTERN_HINTS = {
     SBATCH_FLAG_PATTERN: "a long sbatch option name without dashes, e.g. mail-type",
     WORD_PATTERN: "one word without spaces (give a list for a command with arguments, e.g. [python3, -u])",
     NO_NUL_PATTERN: "text without NUL characters",
+    ARRAY_PATTERN: "a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4",
+    KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
 }
 
 Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
@@ -114,6 +119,14 @@ class Resources(_Struct):
     constraint: Optional[NonEmptyLine] = None
     reservation: Optional[NonEmptyLine] = None
     exclusive: bool = False
+    # --time-min: the job may start with less than `time` (down to this) where that fits a backfill
+    # window sooner; the run resumes from its checkpoints like any requeued job.
+    time_min: Optional[SlurmTime] = None
+    # --wait-all-nodes=1: the batch script starts only once every node has booted (cloud/power-saving sites).
+    wait_all_nodes: bool = False
+    # A SLURM job array (script tasks): one task per index, each in its own run directory
+    # <runs_dir>/<name>/<array id>/<index>/, $SLURM_ARRAY_TASK_ID set; e.g. 0-9%2 (2 at a time).
+    array: Optional[Annotated[str, Meta(pattern=ARRAY_PATTERN)]] = None
     extra_sbatch: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
 
 
@@ -224,13 +237,23 @@ class AccelerateSettings(_Struct):
 
 class Preemption(_Struct):
     # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
-    # which NCCL may claim (submitit moved to USR2 for that reason).
-    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] = "USR2"
+    # which NCCL may claim (submitit moved to USR2 for that reason). off: no --signal is asked for,
+    # so a job stopped by its time limit gets no chance to checkpoint first.
+    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1", "off"] = "USR2"
     grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
     max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
     # Requeue automatically after a failure (a rank or node died) while SLURM_RESTART_COUNT is below
     # this; the requeued job resumes from the newest complete checkpoint. 0 = never.
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
+    # #SBATCH --requeue: auto writes --requeue while max_requeues or max_retries is above 0 and
+    # --no-requeue when both are 0; on/off write that flag; site writes neither (the site's JobRequeue).
+    requeue: Literal["auto", "on", "off", "site"] = "auto"
+
+    @property
+    def handled_signal(self) -> str:
+        """The signal the job's shells and ranks handle (checkpoint, pass on): with signal: off
+        SLURM is asked for none, but ``scancel --signal=USR2 --batch`` still works."""
+        return "USR2" if self.signal == "off" else self.signal
 
 
 class Preflight(_Struct):
@@ -249,6 +272,19 @@ class Network(_Struct):
     profile: Optional[NetworkProfileName] = None
     env: EnvMap = field(default_factory=dict)
     debug: bool = False
+
+
+SweepValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
+
+
+class Sweep(_Struct):
+    """A hyper-parameter grid: every combination of the values is one point, run as one task of one
+    SLURM job array (``clusterkit sweep``, or ``submit`` of a recipe with this block)."""
+
+    # recipe key path (as --set writes it) -> the values it takes, e.g. task.trainer.args.learning_rate: [1e-3, 3e-4]
+    grid: dict[Annotated[str, Meta(pattern=KEY_PATH_PATTERN)],
+               Annotated[list[SweepValue], Meta(min_length=1)]]
+    max_parallel: Optional[PositiveInt] = None  # the array's %throttle: at most this many points at once
 
 
 class Recipe(_Struct, kw_only=True):
@@ -282,6 +318,7 @@ class Recipe(_Struct, kw_only=True):
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[PythonCommand] = None
+    sweep: Optional[Sweep] = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
     resume_from: Optional[NonEmptyLine] = None
 

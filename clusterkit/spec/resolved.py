@@ -40,6 +40,8 @@ from clusterkit.spec.recipe import (
     Resources,
     SbatchFlag,
     SbatchValue,
+    Sweep,
+    SweepValue,
     Task,
     _Struct,
     process_model_of,
@@ -62,6 +64,8 @@ class ResolvedResources(_Struct):
     constraint: Optional[NonEmptyLine]
     reservation: Optional[NonEmptyLine]
     exclusive: bool
+    time_min: Optional[Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)]]
+    wait_all_nodes: bool
     extra_sbatch: dict[SbatchFlag, SbatchValue]
 
 
@@ -83,6 +87,19 @@ class ResolvedNetwork(_Struct):
     profile: NetworkProfileName
     env: EnvMap
     debug: bool
+
+
+class ArrayPlacement(_Struct):
+    """Where a job sits in a SLURM job array: every task of ``spec`` runs this recipe (resources.array),
+    or, in a sweep, task ``point`` does, with the grid's ``values``. Each task's run directory is
+    ``<runs_dir>/<name>/<array id>/<task id>/``."""
+
+    spec: str  # sbatch --array
+    point: Optional[int] = None
+    values: dict[str, SweepValue] = msgspec.field(default_factory=dict)
+    # A chain (submit --chain N): the tasks are links run one at a time (%1) in ONE run directory,
+    # <runs_dir>/<name>/<array id>/, each continuing the run from its newest complete checkpoint.
+    chain: bool = False
 
 
 class ResolvedRecipe(_Struct, kw_only=True):
@@ -111,6 +128,14 @@ class ResolvedRecipe(_Struct, kw_only=True):
     master_port: Optional[int]
     python: list[NonEmptyLine]
     resume_from: Optional[NonEmptyLine]
+    sweep: Optional[Sweep]  # as written: a recipe with one is submitted as its points (load.sweep)
+    array: Optional[ArrayPlacement]
+
+    @property
+    def job_kind(self) -> str:
+        """``job``; ``array``: a task per index, each in its own run directory; ``chain``: links one
+        after another in one run directory (runs.layout names each kind's directories)."""
+        return "job" if self.array is None else "chain" if self.array.chain else "array"
 
     @property
     def ranks_per_node(self) -> int:
@@ -161,6 +186,8 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
         constraint=r.constraint,
         reservation=r.reservation,
         exclusive=r.exclusive,
+        time_min=str(r.time_min) if r.time_min is not None else None,
+        wait_all_nodes=r.wait_all_nodes,
         extra_sbatch=r.extra_sbatch,
     )
 
@@ -204,6 +231,8 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         master_port=recipe.master_port,
         python=python_argv(recipe.python or profile.python),
         resume_from=recipe.resume_from,
+        sweep=recipe.sweep,
+        array=ArrayPlacement(spec=recipe.resources.array) if recipe.resources.array else None,
     )
 
 
