@@ -193,7 +193,7 @@ def test_a_four_point_sweep_is_one_throttled_array_on_the_dev_cluster(dev_cluste
     spans = []
     for index, task_dir in enumerate(task_dirs):
         job = json.loads((task_dir / "job.json").read_text())["recipe"]
-        assert job["array"] == {"spec": "0-3%2", "point": index, "values": {
+        assert job["array"] == {"spec": "0-3%2", "point": index, "chain": False, "values": {
             "task.trainer.args.learning_rate": [0.001, 0.003][index // 2], "task.trainer.args.seed": [1, 2][index % 2]}}
         assert job["task"]["trainer"]["args"]["learning_rate"] == [0.001, 0.003][index // 2]
         metrics = [json.loads(line) for line in (task_dir / "metrics.jsonl").read_text().splitlines()]
@@ -248,27 +248,36 @@ def test_a_chain_of_three_continues_one_run_to_exactly_max_steps_on_the_dev_clus
     (--signal=B:USR2@grace reaches the batch shell; here scancel --signal=USR2 --batch on that link,
     as tests/test_preemption.py does) — checkpoints, and the next link continues in the same run
     directory; the last one ends at exactly max_steps."""
-    from test_preemption import _events, _wait
-
-    trainer = {**TRAINER, "args": {**TRAINER["args"], "max_steps": 400, "save_steps": 50, "logging_steps": 10}}
+    # Long enough that no link can finish before its signal (the model trains ~100 steps/s here).
+    trainer = {**TRAINER, "args": {**TRAINER["args"], "max_steps": 3000, "save_steps": 1000, "logging_steps": 10}}
     path = _recipe(tmp_path, launcher="torchrun", task={"trainer": trainer}, parallelism={"micro_batch_size": 4},
                    resources={"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 2, "time": "10"})
     done = run_cli("submit", str(path), "--chain", "3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     array_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "arr" / array_id
+    try:
+        _stop_two_links_and_finish(array_id, run_dir, tmp_path)
+    finally:
+        subprocess.run(["scancel", array_id], check=False)  # nothing left queued if the test fails
+
+
+def _stop_two_links_and_finish(array_id: str, run_dir: Path, tmp_path: Path) -> None:
+    from test_preemption import _events, _wait
+
     for link in (0, 1):
         _wait(lambda: len(_events(run_dir, "start")) > link and any(
             m["time"] > _events(run_dir, "start")[-1]["time"] for m in _events(run_dir, "log")), 120, f"link {link} training")
-        subprocess.run(["scancel", "--signal=USR2", "--batch", f"{array_id}_{link}"], check=True)
+        # scancel may answer "already completing" (exit 229): the signal arrived and the link is ending.
+        subprocess.run(["scancel", "--signal=USR2", "--batch", f"{array_id}_{link}"], check=False)
         _wait(lambda: len(_events(run_dir, "preempted")) > link, 120, f"link {link} to checkpoint and stop")
     final = run_cli("status", array_id, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     _wait(lambda: "COMPLETED" in run_cli("status", array_id, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path).stdout,
           240, "the chain to complete")
     starts, stops = _events(run_dir, "start"), _events(run_dir, "preempted")
     assert len(starts) == 3 and starts[0]["step"] == 0
-    assert [s["step"] for s in starts[1:]] == [s["step"] for s in stops] and 0 < stops[0]["step"] < stops[1]["step"] < 400
-    assert _events(run_dir, "end")[-1]["step"] == 400 and json.loads(
-        (run_dir / "checkpoints" / "checkpoint-400" / "trainer_state.json").read_text())["global_step"] == 400
+    assert [s["step"] for s in starts[1:]] == [s["step"] for s in stops] and 0 < stops[0]["step"] < stops[1]["step"] < 3000
+    assert _events(run_dir, "end")[-1]["step"] == 3000 and json.loads(
+        (run_dir / "checkpoints" / "checkpoint-3000" / "trainer_state.json").read_text())["global_step"] == 3000
     assert all((run_dir / f"{array_id}_{link}_0_log.out").is_file() for link in range(3))
-    assert final.returncode == 0
+    assert final.returncode == 0 and " of 3)" in final.stdout, final.stdout  # the chain's link, while one runs

@@ -35,10 +35,10 @@ def test_time_min_and_wait_all_nodes_are_written_as_asked(tmp_path: Path) -> Non
 @pytest.mark.parametrize("preemption, present, absent", [
     ({}, ["#SBATCH --requeue", "#SBATCH --signal=B:USR2@120"], ["#SBATCH --no-requeue"]),
     ({"max_requeues": 0}, ["#SBATCH --no-requeue"], ["#SBATCH --requeue"]),
-    ({"requeue": "on", "max_requeues": 0}, ["#SBATCH --requeue"], ["#SBATCH --no-requeue"]),
-    ({"requeue": "off", "max_requeues": 0}, ["#SBATCH --no-requeue"], ["#SBATCH --requeue"]),
+    ({"requeue": True, "max_requeues": 0}, ["#SBATCH --requeue"], ["#SBATCH --no-requeue"]),
+    ({"requeue": False, "max_requeues": 0}, ["#SBATCH --no-requeue"], ["#SBATCH --requeue"]),
     ({"requeue": "site"}, [], ["#SBATCH --requeue", "#SBATCH --no-requeue"]),
-    ({"signal": "off", "max_requeues": 0}, ["export CLUSTERKIT_PREEMPT_SIGNAL=USR2"], ["#SBATCH --signal=B:USR2@120"]),
+    ({"signal": False, "max_requeues": 0}, ["export CLUSTERKIT_PREEMPT_SIGNAL=USR2"], ["#SBATCH --signal=B:USR2@120"]),
     ({"signal": "TERM", "grace_s": 60}, ["#SBATCH --signal=B:TERM@60", "export CLUSTERKIT_PREEMPT_SIGNAL=TERM"], []),
 ])
 def test_requeue_and_signal_are_on_off_or_the_sites(tmp_path: Path, preemption: dict, present: list, absent: list) -> None:
@@ -49,7 +49,8 @@ def test_requeue_and_signal_are_on_off_or_the_sites(tmp_path: Path, preemption: 
 
 @pytest.mark.parametrize("resources, preemption, message", [
     ({"time_min": "40"}, None, "resources.time_min: 40 is longer than resources.time 30"),
-    ({}, {"requeue": "off"}, "preemption.requeue: off, but max_requeues is 3"),
+    ({}, {"requeue": False}, "preemption.requeue: false, but max_requeues is 3"),
+    ({}, {"signal": True}, "preemption.signal: true: name the signal"),
     ({"extra_sbatch": {"time-min": "5"}}, None, "--time-min is written by clusterkit; set resources.time_min"),
     ({"extra_sbatch": {"no-requeue": True}}, None, "set preemption.requeue"),
     ({"extra_sbatch": {"wait-all-nodes": 1}}, None, "set resources.wait_all_nodes"),

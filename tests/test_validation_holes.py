@@ -347,13 +347,13 @@ def test_a_complete_recipe_that_is_also_extended_is_validated(tmp_path: Path) ->
     ("error", "x.err", "set runs_dir"), ("job-name", "x", "set name instead"), ("chdir", "/tmp", "set runs_dir"),
     ("gres", "gpu:4", "resources.gpus_per_node"), ("gpus-per-node", "4", "resources.gpus_per_node"),
     ("gpus", "4", "resources.gpus_per_node"), ("signal", "B:TERM@60", "preemption.signal"),
-    ("requeue", "false", "preemption.max_requeues"), ("open-mode", "truncate", "runs_dir"),
+    ("requeue", "false", "preemption.requeue"), ("open-mode", "truncate", "runs_dir"),
     ("cpus-per-task", "4", "resources.cpus_per_task"), ("mem", "10G", "resources.mem"), ("time", "5", "resources.time"),
     ("partition", "x", "resources.partition"), ("account", "x", "resources.account"), ("qos", "x", "resources.qos"),
     ("constraint", "x", "resources.constraint"), ("reservation", "x", "resources.reservation"),
     ("exclusive", "true", "resources.exclusive"), ("export", "NONE", "set env (every node gets"),
     ("cpus-per-gpu", "4", "conflicts with the --cpus-per-task"), ("mem-per-cpu", "1G", "conflicts with the --mem"),
-    ("mem-per-gpu", "1G", "conflicts with the --mem"), ("array", "0-3", "job arrays are not supported yet"),
+    ("mem-per-gpu", "1G", "conflicts with the --mem"), ("array", "0-3", "set resources.array"),
     ("out", "x.log", "abbreviates --output"), ("ntasks-per-n", "2", "abbreviates --ntasks-per-node"),
 ])
 def test_extra_sbatch_cannot_override_derived_options(tmp_path: Path, flag: str, value: str, fragment: str) -> None:

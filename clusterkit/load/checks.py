@@ -20,7 +20,6 @@ from clusterkit.spec.resolved import (
     ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
 )
 from clusterkit.runs.layout import DEEPSPEED_CONFIG
-from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.load.trainer_args import training_argument_names
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 
@@ -141,14 +140,13 @@ def resolve_and_check(
         _check_model_shape(recipe, model_config, found)
         if resolved is not None:
             _check_memory_fit(resolved, profile, model_config, found)
-    _check_time(recipe, profile, found)
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
     job_checks.check_drops(recipe, profile, found.error)
     job_checks.check_array(recipe, found.error)
-    job_checks.check_lifecycle(recipe, found.error, found.warn)
+    job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, profile, found.error, found.profile_error)
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)
@@ -378,20 +376,6 @@ def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: d
     if needed > available:
         found.warn(("parallelism",), f"estimated {needed / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
                                      "GPUs of this cluster; `clusterkit plan` shows layouts that do")
-
-
-def _check_time(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
-    if recipe.preemption.signal == "USR1":
-        found.warn(("preemption", "signal"), "NCCL may claim SIGUSR1; USR2 is safer")
-    key = ("resources", "time")
-    if recipe.resources.time is None:
-        limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""
-        found.warn(key, f"no time limit set{limit}; set resources.time so the scheduler can backfill the job")
-        return
-    if profile.max_time is not None:
-        asked, allowed = slurm_time_minutes(str(recipe.resources.time)), slurm_time_minutes(str(profile.max_time))
-        if asked > allowed:
-            found.warn(key, f"{recipe.resources.time} is above cluster '{profile.name}' max_time {profile.max_time}; SLURM will reject or cap it")
 
 
 def _check_env(recipe: Recipe, found: _Findings) -> None:

@@ -157,16 +157,27 @@ def check_array(recipe: Recipe, error: Report) -> None:
         error(key, "a sweep is one job array already (one task per point); leave resources.array out")
 
 
-def check_lifecycle(recipe: Recipe, error: Report, warn: Report) -> None:
-    """Requeue and signal settings that contradict each other, and a time-min above the time."""
+def check_lifecycle(recipe: Recipe, profile: ClusterProfile, error: Report, warn: Report) -> None:
+    """The time limit against the site's, requeue and signal settings that contradict each other,
+    and a time-min above the time."""
     p, r = recipe.preemption, recipe.resources
-    if p.requeue == "off" and (p.max_requeues or p.max_retries):
-        error(("preemption", "requeue"), f"off, but max_requeues is {p.max_requeues} and max_retries {p.max_retries}: "
-                                         "a job that may not be requeued cannot resume itself; set both to 0, or requeue: on")
+    if p.signal == "USR1":
+        warn(("preemption", "signal"), "NCCL may claim SIGUSR1; USR2 is safer")
+    if r.time is None:
+        limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""
+        warn(("resources", "time"), f"no time limit set{limit}; set resources.time so the scheduler can backfill the job")
+    elif profile.max_time is not None and slurm_time_minutes(str(r.time)) > slurm_time_minutes(str(profile.max_time)):
+        warn(("resources", "time"), f"{r.time} is above cluster '{profile.name}' max_time {profile.max_time}; "
+                                    "SLURM will reject or cap it")
+    if p.requeue is False and (p.max_requeues or p.max_retries):
+        error(("preemption", "requeue"), f"false, but max_requeues is {p.max_requeues} and max_retries {p.max_retries}: "
+                                         "a job that may not be requeued cannot resume itself; set both to 0, or requeue: true")
     if p.requeue == "site" and p.max_retries:
         warn(("preemption", "requeue"), "site: the retries (max_retries) need the site to allow requeueing (JobRequeue=1)")
-    if p.signal == "off" and p.max_requeues:
-        warn(("preemption", "signal"), "off: a job stopped at its time limit gets no signal to checkpoint first, so a "
+    if p.signal is True:
+        error(("preemption", "signal"), "true: name the signal (USR2, TERM, HUP, URG or USR1), or false for none")
+    if p.signal is False and p.max_requeues:
+        warn(("preemption", "signal"), "false: a job stopped at its time limit gets no signal to checkpoint first, so a "
                                        "requeued run resumes from its last periodic checkpoint")
     if r.time_min is not None and r.time is not None and slurm_time_minutes(str(r.time_min)) > slurm_time_minutes(str(r.time)):
         error(("resources", "time_min"), f"{r.time_min} is longer than resources.time {r.time}")

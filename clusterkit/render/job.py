@@ -104,11 +104,12 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         if value is not None:
             options[flag] = value
     preemption = recipe.preemption
-    if preemption.signal != "off":  # the warning signal goes to the batch shell (B:), which passes it to every rank
-        options["signal"] = f"B:{preemption.signal}@{preemption.grace_s}"
-    requeue = {"on": True, "off": False, "site": None}.get(preemption.requeue,
-                                                           bool(preemption.max_requeues or preemption.max_retries))
-    if requeue is not None:  # requeued on preemption (or, with max_retries, after a failure)
+    if preemption.signal is not False:  # the warning signal goes to the batch shell (B:), which passes it to every rank
+        options["signal"] = f"B:{preemption.handled_signal}@{preemption.grace_s}"
+    requeue = preemption.requeue
+    if requeue == "auto":  # requeued on preemption (or, with max_retries, after a failure)
+        requeue = bool(preemption.max_requeues or preemption.max_retries)
+    if isinstance(requeue, bool):  # site: neither flag, the site's JobRequeue decides
         options["requeue" if requeue else "no-requeue"] = None
     if r.time_min is not None:
         options["time-min"] = r.time_min

@@ -237,23 +237,23 @@ class AccelerateSettings(_Struct):
 
 class Preemption(_Struct):
     # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
-    # which NCCL may claim (submitit moved to USR2 for that reason). off: no --signal is asked for,
-    # so a job stopped by its time limit gets no chance to checkpoint first.
-    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1", "off"] = "USR2"
+    # which NCCL may claim (submitit moved to USR2 for that reason). false: no --signal is asked
+    # for, so a job stopped by its time limit gets no chance to checkpoint first.
+    signal: Union[Literal["USR2", "TERM", "HUP", "URG", "USR1"], bool] = "USR2"
     grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
     max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
     # Requeue automatically after a failure (a rank or node died) while SLURM_RESTART_COUNT is below
     # this; the requeued job resumes from the newest complete checkpoint. 0 = never.
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
     # #SBATCH --requeue: auto writes --requeue while max_requeues or max_retries is above 0 and
-    # --no-requeue when both are 0; on/off write that flag; site writes neither (the site's JobRequeue).
-    requeue: Literal["auto", "on", "off", "site"] = "auto"
+    # --no-requeue when both are 0; true/false write that flag; site writes neither (the site's JobRequeue).
+    requeue: Union[bool, Literal["auto", "site"]] = "auto"
 
     @property
     def handled_signal(self) -> str:
-        """The signal the job's shells and ranks handle (checkpoint, pass on): with signal: off
+        """The signal the job's shells and ranks handle (checkpoint, pass on): with signal: false
         SLURM is asked for none, but ``scancel --signal=USR2 --batch`` still works."""
-        return "USR2" if self.signal == "off" else self.signal
+        return self.signal if isinstance(self.signal, str) else "USR2"
 
 
 class Preflight(_Struct):
