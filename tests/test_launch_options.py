@@ -484,7 +484,7 @@ def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_
     script = rendered.files["job.sbatch"]
     # Every daemon's srun task gets the node's CPUs of this job: 2 ranks x 1 CPU.
     assert ('SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n'
-            '  --output-filename "$RUN_DIR/ranks/mpirun-$SLURM_JOB_ID" \\\n'
+            '  --output-filename "$RUN_DIR/ranks/mpirun-$CLUSTERKIT_JOB_ID" \\\n'
             '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SCRIPT) in script
     # The shim travels with the run: the job's Python needs nothing of clusterkit to run it.
     shim = (REPO / "clusterkit" / "render" / "templates" / "task_shim.py").read_text()
@@ -554,7 +554,7 @@ def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, v
     script = render_job(loaded).files["job.sbatch"]
     launch = script[script.index("SRUN_CPUS_PER_TASK="):script.index("\n&\n", script.index("SRUN_CPUS_PER_TASK=")) + 1]
     stub = 'mpirun() { printf "%s\\0" "$SRUN_CPUS_PER_TASK" "$@"; }'
-    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; SLURM_JOB_ID=7; {stub}\n{launch}'],
+    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; CLUSTERKIT_JOB_ID=7; {stub}\n{launch}'],
                           capture_output=True, text=True, check=True)
     argv = done.stdout.split("\0")[:-1]
     assert argv[0] == "2"  # SRUN_CPUS_PER_TASK: the node's 2 ranks x 1 CPU

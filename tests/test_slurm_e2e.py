@@ -152,7 +152,7 @@ def test_local_executor_without_slurm(tmp_path: Path) -> None:
     # A PATH with python but without sbatch: submit falls back to running the node launches here.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "awk", "head", "tr", "mkdir", "cat", "env", "sh", "python3"):
+    for tool in ("bash", "awk", "head", "tr", "mkdir", "rm", "cat", "env", "sh", "python3"):
         found = shutil.which(tool)
         assert found, tool
         (bin_dir / tool).symlink_to(found)

@@ -8,7 +8,7 @@ from typing import Callable
 from clusterkit.spec.arrays import array_indices
 from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import Recipe, process_model_of
+from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
@@ -19,7 +19,7 @@ _LAUNCHER = "the launcher (torchrun / DeepSpeed), per rank"
 # preloading tcmalloc/jemalloc is a common, deliberate speed-up.
 OWNED_ENV = {
     "RUN_DIR": "the job script (the run directory)",
-    "PATH": "the node's shell: replacing PATH hides srun and python; prepend in setup: export PATH=/opt/x/bin:$PATH",
+    "PATH": "the node's shell: replacing PATH hides srun and python; extend it instead: PATH: {prepend: /opt/x/bin}",
     "MASTER_ADDR": "the job script (the allocation's first node)",
     "MASTER_PORT": "the job script (set master_port in the recipe)",
     "RANK": _LAUNCHER,
@@ -80,6 +80,8 @@ def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, prof
     for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
                               (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
         for name in sorted(env):
+            if name == "PATH" and isinstance(env[name], EnvEdit):
+                continue  # a prepend or append extends the node's PATH: srun and python stay found
             owner = OWNED_ENV.get(name) or next((o for p, o in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
             if owner is not None:
                 report(base + (name,), f"{name} is set by {owner}; remove it here")

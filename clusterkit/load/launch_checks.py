@@ -4,6 +4,7 @@ arguments, the srun step's options, run-time values and CPUs per task. Each rule
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -142,6 +143,27 @@ def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, 
         error(("task", "trainer"), f"the cluster profile {profile.name!r} binds each task to its GPUs "
                                    f"(task_gpu_bind: {profile.task_gpu_bind}) and the built-in runner selects "
                                    f"cuda:LOCAL_RANK, which a task would not see; use launcher: torchrun, or a script")
+
+
+def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+    """A recipe's image needs a profile that says how to run containers; a mount that puts another
+    host folder over the runs directory inside the container would hide the run from its ranks
+    (clusterkit mounts the run directory at its own path; this catches what would cover it)."""
+    if recipe.container_image is not None and profile.container is None:
+        error(("container_image",), f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}), "
+                                    "so it cannot run this image")
+    if profile.container is None:
+        return
+    runs = Path(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")).absolute()
+    if {",", ":"} & set(str(runs)):
+        error(("runs_dir",), f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
+                             "choose a runs directory without them")
+    for index, mount in enumerate(profile.container.mounts):
+        source, _, rest = mount.partition(":")
+        target = rest.split(":")[0] or source
+        if Path(target) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
+            profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
+                                                          f"which hides the runs directory {runs}; mount it at its own path")
 
 
 def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:

@@ -146,6 +146,19 @@ def srun_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[tuple[
     return options
 
 
+# The Python package each launcher runs from (launcher python and command need none of their own).
+LAUNCHER_PACKAGES = {"torchrun": "torch", "deepspeed": "deepspeed", "accelerate": "accelerate", "mpirun": None,
+                     "python": None, "command": None}
+
+
+def image_needs(recipe: ResolvedRecipe) -> list[str]:
+    """The Python packages a container image must hold for this job's launch to start."""
+    needs = [LAUNCHER_PACKAGES[recipe.launcher]]
+    if recipe.task.trainer is not None or recipe.preflight.enabled:
+        needs += ["torch", "transformers", "clusterkit"]  # the built-in runner and the preflight are clusterkit's
+    return sorted({need for need in needs if need})
+
+
 def in_run_dir(name: str) -> Shell:
     """``"$RUN_DIR/<name>"`` for a name from :mod:`clusterkit.runs.layout` (the templates' ``in_run_dir``
     filter): those are plain words, so inside double quotes only an expansion they hold on purpose
@@ -212,6 +225,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
         "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
         "job_kind": recipe.job_kind,  # layout.JOB_ID_PATTERN[job_kind] & co.
+        "image_needs": image_needs(recipe),
     }
     if recipe.process_model == "batch_launcher":
         files[run_layout.TASK_SHIM] = TASK_SHIM.read_text(encoding="utf-8")

@@ -144,6 +144,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     if scheduler == "local" and recipe.process_model == "batch_launcher":
         raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
                                    f"{recipe.launcher} calls srun itself); the local executor cannot run it")
+    if scheduler == "local" and recipe.container and recipe.container.runtime == "pyxis":
+        raise SchedulerUnavailable(f"{loaded.path}: a pyxis container needs SLURM's srun (its --container-* options); "
+                                   f"the local executor cannot run it")
     if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
         raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")

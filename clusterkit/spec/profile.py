@@ -34,9 +34,13 @@ class GPU(_Struct):
 
 
 class Container(_Struct):
-    """Run every node's launcher inside a container through pyxis/enroot (srun --container-*)."""
+    """Run every node's launcher inside a container: pyxis/enroot (srun --container-image & co.) or
+    Apptainer/Singularity (``apptainer exec`` before the launcher, ``--nv`` on GPU profiles). The
+    run directory is always mounted at its own path; the host environment passes through."""
 
     image: NonEmptyLine
+    runtime: Literal["pyxis", "apptainer"] = "pyxis"
+    # host[:container[:options]], as both runtimes write them
     mounts: list[NonEmptyLine] = field(default_factory=list)
     workdir: Optional[NonEmptyLine] = None
 

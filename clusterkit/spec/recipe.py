@@ -313,6 +313,8 @@ class Recipe(_Struct, kw_only=True):
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
+    # The container image for this recipe, instead of the cluster profile's (which says the runtime).
+    container_image: Optional[NonEmptyLine] = None
     hooks: Hooks = field(default_factory=Hooks)
     drop: ProfileDrops = field(default_factory=ProfileDrops)  # the profile's env: set it to null in env
     runs_dir: Optional[NonEmptyLine] = None

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import msgspec
 from msgspec import Meta
 
-from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.recipe import (
     AccelerateSettings,
     SLURM_TIME_PATTERN,
@@ -122,6 +122,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     env: EnvMap
     setup: list[Line]
     srun: Srun
+    container: Optional[Container]  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
     runs_dir: NonEmptyLine
@@ -225,6 +226,8 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         env=recipe.env,
         setup=recipe.setup,
         srun=recipe.srun,
+        container=(msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
+                   if profile.container else None),
         hooks=recipe.hooks,
         drop=recipe.drop,
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,
