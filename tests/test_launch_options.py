@@ -396,7 +396,8 @@ def test_no_requeues_and_no_retries_say_no_requeue(tmp_path: Path) -> None:
     """Found porting public scripts: max_requeues: 0 used to keep #SBATCH --requeue, with no way out."""
     never = sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0})))
     assert ("no-requeue", None) in never and ("requeue", None) not in never
-    assert ("requeue", None) in sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0, "max_retries": 1})))
+    # A retry is a new job (excluding the failing node), so retries alone need no --requeue either.
+    assert ("no-requeue", None) in sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0, "max_retries": 1})))
 
 
 def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:

@@ -181,17 +181,37 @@ def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) ->
     assert {r["global_step"] for r in _rank_records(second)} == {15}
 
 
-def test_failed_run_is_retried_up_to_max_retries(dev_cluster: str, tmp_path: Path) -> None:
+def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_path: Path) -> None:
+    """Every rank on the job's node dies (SIGKILL) on the first attempt: the batch script traces the
+    failure to that node and submits the retry as a new job excluding it, recorded in retries.jsonl;
+    the retry runs on the other node, continues the run directory and completes."""
     done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
-                   "--set", "preemption.max_retries=1", cwd=REPO)
+                   "--set", "resources.nodes=1", "--set", "launcher=python", "--set", "task.script=tests/scripts/die_once.py",
+                   "--set", "task.args=[]", "--set", "preemption.max_retries=1", cwd=REPO)
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "failing-rank" / job_id
-    log_path = run_dir / f"{job_id}_0_log.out"
-    _wait(lambda: log_path.exists() and "clusterkit: retry 1 of 1" in log_path.read_text(), 120, "the first failure")
-    _release(job_id)  # the first failure requeued it
-    status = _wait_done(job_id, run_dir)
-    assert "FAILED" in status and "deliberate failure on rank 3" in status
-    assert _scontrol(job_id).get("Restarts") == "1", "retried once, then no more"
-    log = log_path.read_text()
-    assert log.count("clusterkit: retry 1 of 1: requeueing") == 1
+    _wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the retry to be submitted")
+    retry = json.loads((run_dir / "retries.jsonl").read_text())
+    died_on = (run_dir / "died-on").read_text()
+    assert retry == {"retry": 1, "job_id": retry["job_id"], "after_job": job_id, "excluded": died_on, "node": "0"}
+    assert _scontrol(retry["job_id"]).get("ExcNodeList") == died_on
+    status = _wait_done(retry["job_id"], run_dir)
+    assert "COMPLETED" in status and f"retry 1 as job {retry['job_id']}, excluding {died_on}" in status
+    assert {(run_dir / f"ran-on-{rank}").read_text() for rank in (0, 1)} == {"node1", "node2"} - {died_on}
+    assert "clusterkit: retry 1 of 1: job" in (run_dir / f"{job_id}_0_log.out").read_text()
+
+
+def test_retries_stop_at_max_retries(dev_cluster: str, tmp_path: Path) -> None:
+    """A run that fails every time is retried max_retries times (each a new job), then reported FAILED."""
+    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
+                   "--set", "resources.nodes=1", "--set", "task.args=['1']", "--set", "preemption.max_retries=1", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    run_dir = tmp_path / "runs" / "failing-rank" / job_id
+    _wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the first failure")
+    retry = json.loads((run_dir / "retries.jsonl").read_text())
+    status = _wait_done(retry["job_id"], run_dir)
+    assert "FAILED" in status and "deliberate failure on rank 1" in status
+    assert len((run_dir / "retries.jsonl").read_text().splitlines()) == 1, "retried once, then no more"
+    assert "clusterkit: retry" not in (run_dir / f"{retry['job_id']}_0_log.out").read_text()

@@ -105,6 +105,9 @@ def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Overrid
     does not requeue itself (max_requeues 0): the next link is its continuation."""
     if loaded.recipe.sweep or loaded.recipe.array:
         raise UsageError(f"{loaded.path}: --chain continues one run; this recipe is a sweep or a job array")
+    if loaded.recipe.preemption.max_retries:
+        raise UsageError(f"{loaded.path}: --chain: a chain's next link already continues a failed one; "
+                         "set preemption.max_retries to 0")
     if loaded.recipe.preemption.max_requeues:
         loaded = load_recipe(loaded.path, [*overrides, Override(("preemption", "max_requeues"), 0)])
     return dataclasses.replace(loaded, recipe=msgspec.structs.replace(

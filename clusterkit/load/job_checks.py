@@ -171,11 +171,12 @@ def check_lifecycle(recipe: Recipe, profile: ClusterProfile, error: Report, warn
     elif profile.max_time is not None and slurm_time_minutes(str(r.time)) > slurm_time_minutes(str(profile.max_time)):
         warn(("resources", "time"), f"{r.time} is above cluster '{profile.name}' max_time {profile.max_time}; "
                                     "SLURM will reject or cap it")
-    if p.requeue is False and (p.max_requeues or p.max_retries):
-        error(("preemption", "requeue"), f"false, but max_requeues is {p.max_requeues} and max_retries {p.max_retries}: "
-                                         "a job that may not be requeued cannot resume itself; set both to 0, or requeue: true")
-    if p.requeue == "site" and p.max_retries:
-        warn(("preemption", "requeue"), "site: the retries (max_retries) need the site to allow requeueing (JobRequeue=1)")
+    if p.requeue is False and p.max_requeues:
+        error(("preemption", "requeue"), f"false, but max_requeues is {p.max_requeues}: a job that may not be requeued "
+                                         "cannot resume itself after a preemption; set it to 0, or requeue: true")
+    if p.max_retries and (recipe.resources.array or recipe.sweep):
+        error(("preemption", "max_retries"), "a retry is a new job continuing one run; job arrays and sweeps have "
+                                             "none yet: set it to 0")
     if p.signal is True:
         error(("preemption", "signal"), "true: name the signal (USR2, TERM, HUP, URG or USR1), or false for none")
     if p.signal is False and p.max_requeues:

@@ -107,8 +107,8 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     if preemption.signal is not False:  # the warning signal goes to the batch shell (B:), which passes it to every rank
         options["signal"] = f"B:{preemption.handled_signal}@{preemption.grace_s}"
     requeue = preemption.requeue
-    if requeue == "auto":  # requeued on preemption (or, with max_retries, after a failure)
-        requeue = bool(preemption.max_requeues or preemption.max_retries)
+    if requeue == "auto":  # requeued on preemption (a retry after a failure is a new job)
+        requeue = bool(preemption.max_requeues)
     if isinstance(requeue, bool):  # site: neither flag, the site's JobRequeue decides
         options["requeue" if requeue else "no-requeue"] = None
     if r.time_min is not None:

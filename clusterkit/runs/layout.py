@@ -37,6 +37,9 @@ METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; rea
 PREFLIGHT_RESULT = "preflight.json"  # preflight, rank 0; read by `clusterkit preflight` and status (slow nodes)
 # The runner, rank 0, when a preempted job is not requeued; read by the batch script (no retry) and status.
 PREEMPTED_RECORD = "preempted.json"
+# The batch script, when it retries a failed run as a new job excluding the failing node: one JSON
+# line per retry (job_id, after_job, excluded host, node); read by status, which follows the newest.
+RETRIES = "retries.jsonl"
 MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
 RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the batch script and the runner
 
@@ -73,7 +76,7 @@ JOB_ID_PATTERN = {"job": "%j", "array": "%A_%a", "chain": "%A_%a"}
 RUN_DIR_PATTERN = {"job": "%j", "array": "%A/%a", "chain": "%A"}
 # The same in the batch shell.
 _TASK_ID = "${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID"
-RUN_DIR_SHELL = {"job": "$SLURM_JOB_ID", "array": "$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID", "chain": "$SLURM_ARRAY_JOB_ID"}
+RUN_DIR_SHELL = {"job": "${CLUSTERKIT_RETRY_OF:-$SLURM_JOB_ID}", "array": "$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID", "chain": "$SLURM_ARRAY_JOB_ID"}
 JOB_ID_SHELL = {"job": "$SLURM_JOB_ID", "array": _TASK_ID, "chain": _TASK_ID}
 
 

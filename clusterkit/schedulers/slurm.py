@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 import time
 from typing import Iterator
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
-from clusterkit.runs.layout import EXIT_CODE, RUN_RECORD
+from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
@@ -96,7 +97,23 @@ class SlurmScheduler:
             links = [self.scheduler_status(dataclasses.replace(record, job_id=task_job_id(record.job_id, link)))
                      for link in range(record.links)]
             return chain_status(links, explained(record, slurm_status(1, "", self._exit_code(record))))
-        return explained(record, self.scheduler_status(record))
+        retry = self._latest_retry(record)
+        if retry is None:
+            return explained(record, self.scheduler_status(record))
+        # The run continues as the newest retry's job: its state is the run's.
+        status = explained(record, self.scheduler_status(dataclasses.replace(record, job_id=retry["job_id"])))
+        said = f"retry {retry['retry']} as job {retry['job_id']}" + (f", excluding {retry['excluded']}" if retry.get("excluded") else "")
+        return dataclasses.replace(status, reason=f"{said}; {status.reason}" if status.reason else said)
+
+    def _latest_retry(self, record: RunRecord) -> dict | None:
+        """The newest line of the run's retries.jsonl (each retry the batch script submitted)."""
+        try:
+            with self.host.open(f"{record.run_dir}/{RETRIES}") as handle:
+                lines = [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return None
+        valid = [line for line in lines if isinstance(line, dict) and re.fullmatch(r"[0-9]+", str(line.get("job_id", "")))]
+        return valid[-1] if valid else None
 
     def scheduler_status(self, record: RunRecord) -> JobStatus:
         """What SLURM says (``scontrol show job``, while it still knows the job) and the run's exit code."""
@@ -111,8 +128,9 @@ class SlurmScheduler:
             return None
 
     def cancel(self, record: RunRecord) -> None:
+        retry = self._latest_retry(record)  # a retried run goes on as its newest retry's job
         try:
-            checked(self.host, ["scancel", record.job_id])
+            checked(self.host, ["scancel", record.job_id, *([retry["job_id"]] if retry else [])])
         except SchedulerError as exc:
             raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
 

@@ -242,11 +242,12 @@ class Preemption(_Struct):
     signal: Union[Literal["USR2", "TERM", "HUP", "URG", "USR1"], bool] = "USR2"
     grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
     max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
-    # Requeue automatically after a failure (a rank or node died) while SLURM_RESTART_COUNT is below
-    # this; the requeued job resumes from the newest complete checkpoint. 0 = never.
+    # Retry automatically after a failure (a rank or node died) up to this many times: a new job,
+    # excluding the node the failure began on, continues the run directory from its newest complete
+    # checkpoint (retries.jsonl records each). 0 = never.
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
-    # #SBATCH --requeue: auto writes --requeue while max_requeues or max_retries is above 0 and
-    # --no-requeue when both are 0; true/false write that flag; site writes neither (the site's JobRequeue).
+    # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
+    # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
     requeue: Union[bool, Literal["auto", "site"]] = "auto"
 
     @property
