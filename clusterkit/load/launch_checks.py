@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from clusterkit.load.job_checks import Report
+from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, Srun, process_model_of,
@@ -164,6 +164,22 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         if Path(target) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
             profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
                                                           f"which hides the runs directory {runs}; mount it at its own path")
+
+
+def check_service(recipe: Recipe, error: Report) -> None:
+    """The service role needs clusterkit's own launch step (it places training on the other nodes),
+    and its address variable must be one the job may set and the recipe does not."""
+    service = recipe.service
+    if service is None:
+        return
+    if process_model_of(recipe) == "batch_launcher":
+        error(("service",), f"a service role is not supported with launcher {recipe.launcher} in the batch shell yet "
+                            "(it starts ranks on every node of the allocation)")
+    name = service.address_env
+    if name in OWNED_ENV or any(name.startswith(prefix) for prefix in OWNED_ENV_PREFIXES):
+        error(("service", "address_env"), f"{name} is set by clusterkit or SLURM; choose another name")
+    if name in recipe.env or name in recipe.network.env:
+        error(("service", "address_env"), f"{name} is also set in env; the service's address would replace it")
 
 
 def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:

@@ -88,7 +88,7 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
     job_id = run_layout.JOB_ID_PATTERN[kind]
     options: dict[str, Any] = {
         "job-name": recipe.name,
-        "nodes": r.nodes,
+        "nodes": r.nodes + (recipe.service.nodes if recipe.service else 0),  # the training nodes, then the service's
         "ntasks-per-node": recipe.tasks_per_node,  # a launcher per node, or a task per rank
         "cpus-per-task": r.cpus_per_task,
         "output": f"{run_dir}/{run_layout.batch_log(job_id, 'out')}",

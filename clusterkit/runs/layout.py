@@ -109,6 +109,11 @@ def node_log(job_id: str, node: int | str, stream: Stream) -> str:
     return f"{job_id}_{node}_log.{stream}"
 
 
+def service_log(task: int | str, stream: Stream) -> str:
+    """``service_<task>.out|err``: the service role's output, one file per service node (srun's %t)."""
+    return f"service_{task}.{stream}"
+
+
 def batch_log(job_id: str, stream: Stream) -> str:
     """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
     return node_log(job_id, 0, stream)

@@ -144,6 +144,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     if scheduler == "local" and recipe.process_model == "batch_launcher":
         raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
                                    f"{recipe.launcher} calls srun itself); the local executor cannot run it")
+    if scheduler == "local" and recipe.service:
+        raise SchedulerUnavailable(f"{loaded.path}: service: the service role needs SLURM (its steps are placed on "
+                                   f"named nodes of the allocation); the local executor cannot run it")
     if scheduler == "local" and recipe.container and recipe.container.runtime == "pyxis":
         raise SchedulerUnavailable(f"{loaded.path}: a pyxis container needs SLURM's srun (its --container-* options); "
                                    f"the local executor cannot run it")

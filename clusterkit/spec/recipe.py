@@ -275,6 +275,20 @@ class Network(_Struct):
     debug: bool = False
 
 
+class Service(_Struct):
+    """A service role (an inference server, a reward model) on nodes of its own in the same allocation:
+    ``command`` runs once per service node in an srun step of its own, training runs on the other
+    nodes (world size, hostfile and rendezvous are the training nodes') and starts only once the
+    service answers on ``port``; the service is stopped when training ends."""
+
+    command: Annotated[list[NonEmptyLine], Meta(min_length=1)]  # argv, each item one word
+    port: Annotated[int, Meta(ge=1, le=65535)]
+    nodes: PositiveInt = 1  # beside resources.nodes (the training nodes); the allocation's last ones
+    ready_timeout_s: Annotated[int, Meta(ge=1, le=86_400)] = 600
+    # The variable that tells training where the service is: <first service host>:<port>.
+    address_env: Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] = "SERVICE_ADDR"
+
+
 SweepValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
 
 
@@ -314,6 +328,7 @@ class Recipe(_Struct, kw_only=True):
     env: EnvMap = field(default_factory=dict)
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
+    service: Optional[Service] = None
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
     container_image: Optional[NonEmptyLine] = None
     hooks: Hooks = field(default_factory=Hooks)

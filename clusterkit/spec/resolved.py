@@ -33,6 +33,7 @@ from clusterkit.spec.recipe import (
     ProcessModel,
     ProfileDrops,
     Rendezvous,
+    Service,
     Srun,
     Preflight,
     PythonCommand,
@@ -122,6 +123,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     env: EnvMap
     setup: list[Line]
     srun: Srun
+    service: Optional[Service]
     container: Optional[Container]  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -226,6 +228,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         env=recipe.env,
         setup=recipe.setup,
         srun=recipe.srun,
+        service=recipe.service,
         container=(msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
                    if profile.container else None),
         hooks=recipe.hooks,
