@@ -281,3 +281,38 @@ def _stop_two_links_and_finish(array_id: str, run_dir: Path, tmp_path: Path) -> 
         (run_dir / "checkpoints" / "checkpoint-3000" / "trainer_state.json").read_text())["global_step"] == 3000
     assert all((run_dir / f"{array_id}_{link}_0_log.out").is_file() for link in range(3))
     assert final.returncode == 0 and " of 3)" in final.stdout, final.stdout  # the chain's link, while one runs
+
+
+# --- dependencies -----------------------------------------------------------------------------------
+
+def test_after_and_singleton_become_sbatchs_dependency(tmp_path: Path) -> None:
+    path = _recipe(tmp_path)
+    earlier = tmp_path / "runs" / "arr" / "4242"
+    earlier.mkdir(parents=True)
+    (earlier / "run.json").write_text(json.dumps({
+        "job_id": "4242", "name": "arr", "scheduler": "slurm", "run_dir": str(earlier), "recipe": str(path),
+        "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 2, "launcher": "python"}))
+    done = run_cli("submit", str(path), "--dry-run", "--executor", "slurm", "--after", "12,13_4", "--after", str(earlier),
+                   "--after-type", "afterany", "--singleton", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "sbatch --parsable --hold --dependency=afterany:12:13_4:4242,singleton " in done.stderr
+    for bad, message in ((["--after", "12;touch x"], "not a job id"), (["--after", "12", "--executor", "local"], "need SLURM's queue")):
+        refused = run_cli("submit", str(path), "--dry-run", *bad, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr
+
+
+@pytest.mark.slurm
+def test_a_job_submitted_after_another_starts_when_it_ended(dev_cluster: str, tmp_path: Path) -> None:
+    """Two one-node jobs would run side by side on the two nodes; --after makes the second wait."""
+    sleeper = str(REPO / "tests" / "scripts" / "timed_sleep.py")
+    first = run_cli("submit", str(_recipe(tmp_path, task={"script": sleeper, "args": ["6"]})), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    first_id = first.stdout.split("submitted job ", 1)[1].split()[0]
+    second = run_cli("submit", str(_recipe(tmp_path, task={"script": sleeper, "args": ["0"]})), "--after", first_id,
+                     "--follow", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    runs = tmp_path / "runs" / "arr"
+    second_id = second.stdout.split("submitted job ", 1)[1].split()[0]
+    ended = max(json.loads(p.read_text())["finished"] for p in (runs / first_id).glob("timed-*.json"))
+    began = min(json.loads(p.read_text())["started"] for p in (runs / second_id).glob("timed-*.json"))
+    assert began >= ended

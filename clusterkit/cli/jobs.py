@@ -129,6 +129,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(state == "COMPLETED" for state in submitted.states.values()) else 1
 
 
+def _where_to_submit(p: argparse.ArgumentParser) -> None:
+    """submit's and sweep's: where the job goes, which templates, which values."""
+    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
+                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
+    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
+    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    with_overrides(p)
+    with_host_keys(p)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="validate, render and submit (SLURM where sbatch exists, else local)")
     p.add_argument("recipe", metavar="RECIPE", nargs="?")
@@ -138,15 +148,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
+    p.add_argument("--after", action="append", metavar="JOB[,JOB]",
+                   help="start only after these jobs (ids, array tasks 123_4, or run directories) ended as --after-type says")
+    p.add_argument("--after-type", choices=("afterok", "afterany", "afternotok"), default="afterok",
+                   help="afterok (default): they succeeded; afterany: they ended; afternotok: they failed")
+    p.add_argument("--singleton", action="store_true", help="one job of this name (and user) at a time (SLURM singleton)")
     p.add_argument("--chain", type=whole_number(1000), metavar="N",
                    help="N links one after another (a job array run one task at a time) continuing one run in one "
                         "run directory, each from the newest complete checkpoint: for runs longer than the time limit")
-    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
-                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
-    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
-    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
-    with_overrides(p)
-    with_host_keys(p)
+    _where_to_submit(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("sweep", help="run every point of a grid as one SLURM job array (validated first); --follow prints the results")
@@ -157,12 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-parallel", type=whole_number(100_000), metavar="N", help="at most N points at once (the array's %%N)")
     p.add_argument("--dry-run", action="store_true", help="print the array's script (each point's own is in its render)")
     p.add_argument("--follow", action="store_true", help="wait for every point, then print the results; exit 1 if one failed")
-    p.add_argument("--executor", choices=("slurm", "local", "ssh"),
-                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
-    p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
-    p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
-    with_overrides(p)
-    with_host_keys(p)
+    _where_to_submit(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("preflight", help="run only the all-reduce preflight on a recipe's layout; print bus bandwidth per size and node")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 import msgspec
@@ -15,6 +16,7 @@ from clusterkit.load.sweep import load_sweep
 from clusterkit.render.job import render_job
 from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
+from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import read_record
 from clusterkit.spec.resolved import ArrayPlacement
 from clusterkit.schedulers.api import SubmitRequest, dry_run
@@ -35,6 +37,9 @@ class SubmitOptions:
     grid: tuple[str, ...] = ()  # --grid key.path=v1,v2: a sweep (with the recipe's sweep: block)
     max_parallel: int | None = None  # the sweep's throttle
     chain: int | None = None  # --chain N: N links, one after another, continuing one run
+    after: tuple[str, ...] = ()  # --after: jobs (ids, array tasks <id>_<i>, or run dirs) to start after
+    after_type: str = "afterok"  # afterok, afterany or afternotok
+    singleton: bool = False  # --singleton: one job of this name (and user) at a time
 
 
 @dataclass(frozen=True)
@@ -89,11 +94,12 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
                          "run it without the sweep: --set sweep=null")
     if options.chain:
         loaded = _chained(loaded, options.chain, [*overrides, *extra])
+    dependency = dependency_of(options)
     sweep = load_sweep(loaded, options.grid, options.max_parallel)
     if sweep is None:
-        return Prepared(loaded, dry_run(loaded, render_job(loaded, options.template_dirs), executor), notes)
+        return Prepared(loaded, dry_run(loaded, render_job(loaded, options.template_dirs), executor, dependency), notes)
     # One job array: each task runs its point, and its record keeps that point's overrides.
-    request = dry_run(sweep.points[0], render_sweep(sweep, options.template_dirs), executor)
+    request = dry_run(sweep.points[0], render_sweep(sweep, options.template_dirs), executor, dependency)
     request = dataclasses.replace(request, overrides=loaded.overrides,
                                   task_overrides=tuple(point.overrides for point in sweep.points))
     return Prepared(loaded, request, notes)
@@ -112,3 +118,23 @@ def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Overrid
         loaded = load_recipe(loaded.path, [*overrides, Override(("preemption", "max_requeues"), 0)])
     return dataclasses.replace(loaded, recipe=msgspec.structs.replace(
         loaded.recipe, array=ArrayPlacement(spec=f"0-{links - 1}%1", chain=True)))
+
+
+DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
+
+
+def dependency_of(options: SubmitOptions) -> str | None:
+    """sbatch's ``--dependency`` value for ``--after``/``--singleton``: ``afterok:12:13,singleton``.
+    A job is a SLURM job id, an array task ``<id>_<index>``, or a run directory (its record's id)."""
+    if options.after_type not in DEPENDENCY_TYPES:
+        raise UsageError(f"--after-type {options.after_type}: give one of {', '.join(DEPENDENCY_TYPES)}")
+    jobs = []
+    for reference in options.after:
+        if re.fullmatch(r"[0-9]+(_[0-9]+)?", reference):
+            jobs.append(reference)
+        elif (Path(reference) / RUN_RECORD).is_file():
+            jobs.append(read_record(Path(reference)).job_id)
+        else:
+            raise UsageError(f"--after {reference}: not a job id (123, or an array task 123_4) nor a run directory")
+    parts = [":".join([options.after_type, *jobs])] if jobs else []
+    return ",".join(parts + (["singleton"] if options.singleton else [])) or None

@@ -126,7 +126,10 @@ class SchedulerUnavailable(UserError, LookupError):
     """The chosen executor cannot reach this cluster (reported like an unknown name: exit 2)."""
 
 
-def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None) -> SubmitRequest:
+def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None,
+            dependency: str | None = None) -> SubmitRequest:
+    """The exact request: files, where they go, and the argv that submits them (``dependency``:
+    sbatch's --dependency, from submit --after/--singleton)."""
     recipe, profile = loaded.recipe, loaded.profile
     scheduler = scheduler or default_scheduler(profile)
     runs_dir = recipe.runs_dir or "./runs"
@@ -144,6 +147,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     if scheduler == "local" and recipe.process_model == "batch_launcher":
         raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
                                    f"{recipe.launcher} calls srun itself); the local executor cannot run it")
+    if scheduler == "local" and dependency:
+        raise SchedulerUnavailable(f"{loaded.path}: --after/--singleton need SLURM's queue; the local executor runs "
+                                   f"a job at once")
     if scheduler == "local" and recipe.service:
         raise SchedulerUnavailable(f"{loaded.path}: service: the service role needs SLURM (its steps are placed on "
                                    f"named nodes of the allocation); the local executor cannot run it")
@@ -158,7 +164,8 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
         # Held until the run directory is in place: SLURM creates no folders for --output.
-        argv = ("sbatch", "--parsable", "--hold", f"{staging}/{job.script_name}")
+        argv = ("sbatch", "--parsable", "--hold", *([f"--dependency={dependency}"] if dependency else []),
+                f"{staging}/{job.script_name}")
     return SubmitRequest(
         scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,
         staging=staging, argv=argv, files=MappingProxyType(dict(job.files)), nodes=recipe.resources.nodes,
