@@ -121,7 +121,8 @@ def test_rule_large_model_needs_sharding_and_zero_beats_ddp(tmp_path: Path) -> N
     loaded = load_recipe(RECIPES / "llama-7b-zero3-ib.yaml")
     result = plan(loaded, top=50)
     assert "needs-sharding" in [a.rule for a in result.advice]
-    assert result.ranked and all(r.layout.zero_stage > 0 for r in result.ranked), "plain DDP does not fit a 7B model"
+    # Plain DDP (no ZeRO, no TP) does not fit a 7B model; sharding does, by ZeRO or AutoTP.
+    assert result.ranked and all(r.layout.zero_stage > 0 or r.layout.tp > 1 for r in result.ranked)
     assert result.ranked[0].memory.total <= result.gpu_memory
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from clusterkit.load import job_checks, launch_checks
+from clusterkit.load import job_checks, launch_checks, parallel_checks
 from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.spec.network import DEBUG_ENV
@@ -125,6 +125,7 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
+    parallel_checks.check_trainer_parallelism(recipe, model_config, _model_config_key(recipe), found.error)
     process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
     parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
@@ -180,22 +181,6 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
         if key in task.trainer.args:
             found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
     _check_training_argument_names(task.trainer.args, found)
-    if recipe.parallelism.tp > 1:
-        found.error(
-            ("parallelism", "tp"),
-            "the built-in HF Trainer runner does data parallelism + ZeRO only and would ignore tp; use "
-            "task.script with a TP-capable framework (e.g. Megatron-DeepSpeed), or set tp: 1",
-        )
-    for degree, what in (("cp", "context"), ("ep", "expert")):
-        if getattr(recipe.parallelism, degree) > 1:
-            found.error(("parallelism", degree), f"the built-in HF Trainer runner cannot do {what} parallelism; use "
-                                                 f"task.script with a framework that does, or set {degree}: 1")
-    if recipe.parallelism.pp > 1:
-        found.error(
-            ("parallelism", "pp"),
-            "the built-in HF Trainer runner cannot do pipeline parallelism; use task.script with a "
-            "PP-capable framework (e.g. Megatron-DeepSpeed), or set pp: 1",
-        )
 
 
 def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> None:

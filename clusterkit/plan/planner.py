@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.errors import UserError
+from clusterkit.load.parallel_checks import AUTOTP_UNSUPPORTED
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
 from clusterkit.estimate.modelsize import ModelShape, UnknownArchitecture, model_shape
@@ -135,9 +136,12 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
     gpus_per_node = recipe.resources.gpus_per_node
     # The recipe's cp stays as written: the layouts share out the ranks of one context-parallel group.
     world = recipe.world_size // recipe.parallelism.cp
-    builtin_runner = recipe.task.trainer is not None  # HF Trainer: data parallel + ZeRO only
+    # The built-in runner: data parallel, ZeRO, and tp through DeepSpeed AutoTP (ZeRO 0-2, families it shards).
+    builtin_runner = recipe.task.trainer is not None
+    model_type = str((loaded.model_config or {}).get("model_type", "")).lower()
+    autotp = builtin_runner and model_type not in ("", *AUTOTP_UNSUPPORTED)
     layouts = []
-    for tp in [1] if builtin_runner else _divisors(gpus_per_node):
+    for tp in _divisors(gpus_per_node) if autotp or not builtin_runner else [1]:
         if shape.heads % tp:
             continue
         for pp in [1] if builtin_runner else _divisors(world // tp):
@@ -146,7 +150,7 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
             dp = world // (tp * pp)
             if global_batch % dp or dp % recipe.parallelism.ep:
                 continue
-            for stage in ([0, 1] if pp > 1 else [0, 1, 2, 3]):
+            for stage in ([0, 1] if pp > 1 else [0, 1, 2] if builtin_runner and tp > 1 else [0, 1, 2, 3]):
                 offloads = [("none", "none")] + ([("cpu", "none")] if stage >= 1 else []) + ([("cpu", "cpu")] if stage == 3 else [])
                 for offload_optimizer, offload_params in offloads:
                     per_replica = global_batch // dp

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from clusterkit.errors import UserError
-from clusterkit.runs.layout import COMPLETE
+from clusterkit.runs.layout import COMPLETE, WEIGHTS
 from clusterkit.runs.checkpoint_files import checkpoints_dir, damage, newest_usable
 
 
@@ -46,7 +46,7 @@ def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -
     checkpoint = usable(checkpoint) if checkpoint else newest_checkpoint(run_dir)
     config = AutoConfig.from_pretrained(str(checkpoint))
     model = AutoModelForCausalLM.from_config(config)
-    if list(checkpoint.glob("global_step*")):
+    if list(checkpoint.glob("global_step*")) and not (checkpoint / WEIGHTS).is_file():
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         state = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint))
@@ -55,7 +55,7 @@ def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -
         if set(missing) - tied or unexpected:
             raise ExportError(f"checkpoint does not match the model: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
         model.tie_weights()
-    else:
+    else:  # plain weights, or the full weights the runner wrote beside DeepSpeed's shards (AutoTP)
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))

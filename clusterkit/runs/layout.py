@@ -40,6 +40,9 @@ PREEMPTED_RECORD = "preempted.json"
 # The batch script, when it retries a failed run as a new job excluding the failing node: one JSON
 # line per retry (job_id, after_job, excluded host, node); read by status, which follows the newest.
 RETRIES = "retries.jsonl"
+# A saved model's weights (transformers' save_pretrained): in model/, and in an AutoTP checkpoint
+# beside DeepSpeed's shards (the runner gathers them); read by export.
+WEIGHTS = "model.safetensors"
 MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
 RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the batch script and the runner
 

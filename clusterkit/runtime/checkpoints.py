@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch.distributed as dist
 from transformers import TrainerCallback
@@ -55,12 +56,18 @@ class CheckpointPublisher(TrainerCallback):
 
     def __init__(self, keep: int | None):
         self.keep = keep
+        # Writes the full model into a checkpoint, where the framework's own save holds shards that
+        # export cannot join (AutoTP); called on every rank (it gathers), before the checkpoint is complete.
+        self.consolidate: Callable[[Path], None] | None = None
 
     def on_save(self, args, state, control, **kwargs):
         _barrier()
+        output_dir = Path(args.output_dir)
+        checkpoint = output_dir / checkpoint_name(state.global_step)
+        if self.consolidate is not None:
+            self.consolidate(checkpoint)
+            _barrier()
         if state.is_world_process_zero:
-            output_dir = Path(args.output_dir)
-            checkpoint = output_dir / checkpoint_name(state.global_step)
             (checkpoint / COMPLETE).write_text(f"{state.global_step}\n")
             staging = output_dir / f".{LATEST}.tmp"
             staging.write_text(f"{checkpoint.name}\n")

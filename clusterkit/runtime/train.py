@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator, set_seed
 
 from clusterkit.runs import layout as run_layout
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import TrainerTask
 from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
+from clusterkit.runtime.applied_layout import AppliedLayout
 from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runtime.data import build_dataset
 from clusterkit.runtime.model import build_model, build_tokenizer
@@ -173,6 +174,19 @@ def _check_world(args: TrainingArguments, expected: int) -> None:
         )
 
 
+def save_model(trainer: Trainer, out_dir: Path, is_rank_zero: bool) -> None:
+    """The final model, loadable with from_pretrained. Under AutoTP every rank holds a shard of each
+    layer and the Trainer's save_model writes no weights: DeepSpeed gathers the full state dict
+    (a collective: every rank calls it) and rank 0 saves it."""
+    engine = trainer.model_wrapped
+    if getattr(engine, "autotp_size", lambda: 1)() > 1:
+        state = engine._consolidated_16bit_state_dict()
+        if is_rank_zero:
+            trainer.model.save_pretrained(str(out_dir), state_dict=state)
+        return
+    trainer.save_model(str(out_dir))
+
+
 def main(job_file: Path) -> int:
     code = _train(job_file)
     # Tear the process group down before leaving (see rank_exit.finish for how the rank then ends).
@@ -204,19 +218,28 @@ def _train(job_file: Path) -> int:
         # for the world size: it must be initialised first, or it reports 1 and the batch check fails.
         deepspeed.init_distributed(dist_backend="gloo" if profile.accelerator == "cpu" else "nccl")
 
+    # Seeded before the model is built, on every rank: the weights a model is initialised with must
+    # be the same everywhere (AutoTP shards each rank's own copy; nothing broadcasts them first) and
+    # the same in every run of the recipe (the Trainer seeds only once the model exists).
+    set_seed(args.seed)
     model = build_model(trainer_spec.model, base_dir)
     tokenizer = build_tokenizer(trainer_spec.model, base_dir)
     dataset = build_dataset(trainer_spec.dataset, tokenizer, model.config.vocab_size, args.seed, base_dir)
     if args.gradient_checkpointing:
         model.config.use_cache = False  # the KV cache is useless in training and conflicts with checkpointing
 
-    # Samples per optimizer step from the ranks that really run (DeepSpeed include/exclude may drop some).
-    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    # Samples per optimizer step from the ranks that really run (DeepSpeed include/exclude may drop
+    # some); tensor-parallel peers share their batches, so it is the data-parallel ranks that count.
+    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * (args.world_size // recipe.parallelism.tp)
     metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch,
                             trainer_spec.dataset.seq_len, args.world_size)
     preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal, recipe.preemption.max_requeues)
+    layout = AppliedLayout(recipe, args.world_size)
+    publisher = CheckpointPublisher(keep_checkpoints)
     trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
-                                    callbacks=[metrics, CheckpointPublisher(keep_checkpoints), preempt])
+                                    callbacks=[layout, metrics, publisher, preempt])
+    if recipe.parallelism.tp > 1:  # each checkpoint also gets the full weights: zero_to_fp32 cannot join TP shards
+        publisher.consolidate = lambda checkpoint: save_model(trainer, checkpoint, args.process_index == 0)
     own_checkpoints = Path(args.output_dir)
     if args.process_index == 0:
         prepare_own_dir(own_checkpoints)
@@ -231,7 +254,7 @@ def _train(job_file: Path) -> int:
         if args.process_index == 0:
             metrics.record({"event": "preempted", "time": time.time(), "step": trainer.state.global_step})
         return preempt.finish(args.process_index == 0)
-    trainer.save_model(str(run_dir / run_layout.MODEL_DIR))
+    save_model(trainer, run_dir / run_layout.MODEL_DIR, args.process_index == 0)
     if args.should_save:
         fsync_tree(run_dir / run_layout.MODEL_DIR)
 
@@ -250,6 +273,7 @@ def _train(job_file: Path) -> int:
         "parameter_checksum": _parameter_checksum(trainer.model, engine_facts["zero_stage"]),
         "resumed_from": checkpoint,
         "global_step": trainer.state.global_step,
+        **layout.facts,
     }
     write_durably(record_path, json.dumps(rank_record, indent=2) + "\n")
     return 0

@@ -63,6 +63,12 @@ def base_config(recipe: ResolvedRecipe, profile: ClusterProfile) -> dict[str, An
         "steps_per_print": 1_000_000,  # the runner logs metrics itself
         "wall_clock_breakdown": False,
     }
+    if recipe.task.trainer is not None and p.tp > 1:
+        # DeepSpeed AutoTP shards every linear layer over tp ranks of a node; its data parallel size is
+        # world / tp. train_batch_size is left for DeepSpeed to derive (micro x accumulation x that
+        # size): the Trainer's own check counts every rank as data parallel and would refuse it.
+        config["tensor_parallel"] = {"autotp_size": p.tp}
+        del config["train_batch_size"]
     if profile.accelerator == "cpu" and p.offload_optimizer != "none":
         # On CPU-only nodes, keep torch's AdamW instead of JIT-compiling DeepSpeedCPUAdam (~55 s);
         # on GPU clusters the compiled optimizer is the fast path and stays.

@@ -157,7 +157,9 @@ class ResolvedRecipe(_Struct, kw_only=True):
     def uses_deepspeed(self) -> bool:
         if self.deepspeed.enabled is not None:
             return self.deepspeed.enabled
-        return self.launcher == "deepspeed" or self.parallelism.zero_stage > 0
+        # The built-in runner applies tp through DeepSpeed AutoTP.
+        autotp = self.task.trainer is not None and self.parallelism.tp > 1
+        return self.launcher == "deepspeed" or self.parallelism.zero_stage > 0 or autotp
 
 
 class JobFile(_Struct):

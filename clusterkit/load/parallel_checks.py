@@ -1,0 +1,42 @@
+"""What the built-in Trainer runner applies of a recipe's parallel degrees, and what it refuses:
+data parallelism and ZeRO, tensor parallelism through DeepSpeed AutoTP; never a degree ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterkit.load.job_checks import Report
+from clusterkit.spec.recipe import Recipe
+
+# Model families DeepSpeed's AutoTP cannot shard: deepspeed.module_inject.auto_tp.AutoTP.supported
+# (0.19.8). Kept here so validate need not import DeepSpeed; tests/test_autotp.py compares the two.
+AUTOTP_UNSUPPORTED = ("deberta", "flaubert", "fsmt", "gpt2", "led", "longformer", "xlm", "xlnet")
+# ZeRO stages AutoTP training composes with (DeepSpeed's AutoTP training tutorial: stage 0, 1 or 2).
+AUTOTP_ZERO_STAGES = (0, 1, 2)
+
+
+def check_trainer_parallelism(recipe: Recipe, model_config: dict[str, Any] | None, key: tuple, error: Report) -> None:
+    """``key``: where the model's architecture is given (its config), for the errors about it."""
+    if recipe.task.trainer is None:
+        return
+    p = recipe.parallelism
+    if p.tp > 1:
+        if recipe.deepspeed.enabled is False:
+            error(("deepspeed", "enabled"), f"tp={p.tp} trains through DeepSpeed AutoTP; remove enabled: false")
+        if p.zero_stage not in AUTOTP_ZERO_STAGES:
+            error(("parallelism", "zero_stage"), f"DeepSpeed AutoTP trains with ZeRO stage 0, 1 or 2, not {p.zero_stage}: "
+                                                 "set zero_stage: 2, or tp: 1 for ZeRO-3")
+        model_type = str((model_config or {}).get("model_type", "")).lower()
+        if not model_type:
+            error(key, f"tp={p.tp}: the model's architecture must be known here (model.config with model_type, or a "
+                       "local pretrained model) to check that DeepSpeed AutoTP can shard it")
+        elif model_type in AUTOTP_UNSUPPORTED:
+            error(key, f"DeepSpeed AutoTP cannot shard {model_type} models; use tp: 1 (data parallel, ZeRO), or a "
+                       "model AutoTP supports (Llama, Qwen, Mistral, ...)")
+        kv_heads = (model_config or {}).get("num_key_value_heads")
+        if isinstance(kv_heads, int) and kv_heads % p.tp:
+            error(key, f"the model's {kv_heads} key/value heads are not divisible by tp={p.tp}")
+    for degree, what in (("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        if getattr(p, degree) > 1:
+            error(("parallelism", degree), f"the built-in HF Trainer runner cannot do {what} parallelism (it applies dp, "
+                                           f"ZeRO and tp); use task.script with a framework that does, or set {degree}: 1")
