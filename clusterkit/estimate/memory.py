@@ -43,6 +43,11 @@ class Layout:
     def of_recipe(cls, recipe: ResolvedRecipe) -> Layout:
         p, trainer = recipe.parallelism, recipe.task.trainer
         checkpointing = bool(trainer.args.get("gradient_checkpointing", False)) if trainer else False
+        if p.fsdp is not None:  # FSDP2 keeps what ZeRO-3 keeps, sharded over its shard group
+            shard = p.fsdp.shard_size or p.dp
+            return cls(shard, p.tp, p.pp, 3, "cpu" if p.fsdp.cpu_offload else "none",
+                       "cpu" if p.fsdp.cpu_offload else "none", p.micro_batch_size, p.gradient_accumulation_steps,
+                       checkpointing or p.fsdp.activation_checkpointing, p.cp)
         return cls(p.dp, p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_params,
                    p.micro_batch_size, p.gradient_accumulation_steps, checkpointing, p.cp)
 

@@ -128,6 +128,7 @@ def resolve_and_check(
     parallel_checks.check_trainer_parallelism(recipe, model_config, _model_config_key(recipe), found.error)
     process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
+    parallel_checks.check_fsdp(recipe, profile, resources.nodes * resources.gpus_per_node, found.error)
     parallelism = _resolve_parallelism(recipe.parallelism, resources, found)
     # What computes with dp, micro batch and accumulation (DeepSpeed batch keys, the memory
     # estimate) runs on the resolved recipe, so only when the layout adds up; the other checks

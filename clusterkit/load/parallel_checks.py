@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusterkit.load.job_checks import Report
+from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Recipe
 
 # Model families DeepSpeed's AutoTP cannot shard: deepspeed.module_inject.auto_tp.AutoTP.supported
@@ -13,6 +14,23 @@ from clusterkit.spec.recipe import Recipe
 AUTOTP_UNSUPPORTED = ("deberta", "flaubert", "fsmt", "gpt2", "led", "longformer", "xlm", "xlnet")
 # ZeRO stages AutoTP training composes with (DeepSpeed's AutoTP training tutorial: stage 0, 1 or 2).
 AUTOTP_ZERO_STAGES = (0, 1, 2)
+
+
+def check_fsdp(recipe: Recipe, profile: ClusterProfile, world: int, error: Report) -> None:
+    """FSDP2 is the built-in runner's, on GPUs, instead of ZeRO and tp. On CPU accelerate refuses it
+    or silently wraps the model in plain DDP, so it is refused here rather than run as something else."""
+    fsdp, key = recipe.parallelism.fsdp, ("parallelism", "fsdp")
+    if fsdp is None:
+        return
+    if recipe.task.trainer is None:
+        error(key, "parallelism.fsdp configures the built-in runner; a script sets up FSDP itself")
+    if profile.accelerator == "cpu":
+        error(key, f"FSDP2 cannot run on CPU (cluster profile {profile.name!r}): accelerate's FSDP needs GPUs and "
+                   "on CPU falls back to plain DDP; for sharded data parallelism here use zero_stage: 3")
+    if recipe.parallelism.zero_stage or recipe.parallelism.tp > 1 or recipe.launcher == "deepspeed":
+        error(key, "FSDP2 replaces DeepSpeed here: leave zero_stage at 0, tp at 1 and the launcher torchrun or accelerate")
+    if fsdp.shard_size is not None and (fsdp.shard_size > world or world % fsdp.shard_size):
+        error(key + ("shard_size",), f"{fsdp.shard_size} must divide the {world} ranks (the rest are HSDP replicas)")
 
 
 def check_trainer_parallelism(recipe: Recipe, model_config: dict[str, Any] | None, key: tuple, error: Report) -> None:

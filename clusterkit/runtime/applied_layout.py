@@ -34,18 +34,29 @@ def _attention_shard(model: torch.nn.Module) -> tuple[str, list[int]] | None:
     return None
 
 
+def _fsdp_sharded(params: list[torch.nn.Parameter]) -> bool:
+    """Whether FSDP2 sharded the parameters: DTensors placed as shards, not plain replicated tensors."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return any(isinstance(p, DTensor) and any(isinstance(place, Shard) for place in p.placements) for p in params)
+
+
 def measure(model: torch.nn.Module, world_size: int) -> dict[str, Any]:
     tp = _tensor_parallel_size()
     shard = _attention_shard(model)
-    params = {id(p): p for p in model.parameters()}.values()
+    params = list({id(p): p for p in model.parameters()}.values())
+    # A DTensor's own bytes are its local shard's.
+    local = [getattr(p, "_local_tensor", p) for p in params]
     return {"tp_size": tp, "dp_size": world_size // tp, "attention_weight": shard[0] if shard else None,
-            "attention_shard_shape": shard[1] if shard else None,
-            "parameter_bytes": int(sum(p.numel() * p.element_size() for p in params))}
+            "attention_shard_shape": shard[1] if shard else None, "fsdp_sharded": _fsdp_sharded(params),
+            "parameter_bytes": int(sum(t.numel() * t.element_size() for t in local))}
 
 
 def mismatch(recipe: ResolvedRecipe, facts: dict[str, Any], config: Any) -> str | None:
     """Why the measured layout is not the recipe's, or None."""
     p = recipe.parallelism
+    if p.fsdp is not None and not facts["fsdp_sharded"]:
+        return "parallelism.fsdp asks for FSDP2, but no parameter is a sharded DTensor (the model runs unsharded)"
     if facts["tp_size"] != p.tp:
         return f"the tensor-parallel group has {facts['tp_size']} ranks, the recipe asks for tp={p.tp}"
     if facts["dp_size"] != p.dp:

@@ -19,6 +19,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator, set_seed
 
 from clusterkit.runs import layout as run_layout
+from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import TrainerTask
 from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
@@ -75,6 +76,11 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
     ds_config = run_dir / run_layout.DEEPSPEED_CONFIG
     if recipe.uses_deepspeed:
         settings["deepspeed"] = str(ds_config)
+    settings.update(fsdp_training_arguments(recipe))
+    if hsdp := hsdp_sizes(recipe):
+        from accelerate.parallelism_config import ParallelismConfig
+
+        settings["parallelism_config"] = ParallelismConfig(dp_replicate_size=hsdp[0], dp_shard_size=hsdp[1])
     return settings
 
 

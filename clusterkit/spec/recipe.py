@@ -162,6 +162,21 @@ class Hooks(_Struct):
     post_run: list[Line] = field(default_factory=list)
 
 
+class Fsdp(_Struct):
+    """FSDP2 for the built-in runner (GPU profiles only): parameters, gradients and optimizer states
+    sharded over ``shard_size`` ranks; with fewer than all ranks, HSDP replicates those shards
+    (world / shard_size replicas)."""
+
+    shard_size: Optional[PositiveInt] = None  # default: every rank (full shard)
+    # The transformer block class to wrap (e.g. LlamaDecoderLayer); default: the model's own
+    # _no_split_modules, as transformers picks them.
+    auto_wrap: Optional[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(?![\s\S])")]] = None
+    reshard_after_forward: bool = True
+    cpu_offload: bool = False
+    activation_checkpointing: bool = False
+    state_dict: Literal["sharded", "full"] = "sharded"
+
+
 class Parallelism(_Struct):
     dp: Union[Annotated[int, Meta(ge=1)], Literal["auto"]] = "auto"
     tp: Annotated[int, Meta(ge=1, le=64)] = 1
@@ -177,6 +192,7 @@ class Parallelism(_Struct):
     micro_batch_size: Optional[PositiveInt] = None
     global_batch_size: Optional[Annotated[int, Meta(ge=1, le=100_000_000)]] = None
     gradient_accumulation_steps: Optional[PositiveInt] = None
+    fsdp: Optional[Fsdp] = None  # the built-in runner's FSDP2 instead of DDP/ZeRO
 
 
 class ModelSpec(_Struct):

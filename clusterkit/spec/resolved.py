@@ -19,6 +19,7 @@ from clusterkit.spec.recipe import (
     SLURM_TIME_PATTERN,
     DeepSpeedSettings,
     EnvMap,
+    Fsdp,
     Hooks,
     Launcher,
     Line,
@@ -82,6 +83,7 @@ class ResolvedParallelism(_Struct):
     micro_batch_size: int
     global_batch_size: int
     gradient_accumulation_steps: int
+    fsdp: Optional[Fsdp]
 
 
 class ResolvedNetwork(_Struct):
@@ -201,7 +203,7 @@ def resolved_parallelism(p: Parallelism, dp: int, micro: int, accumulation: int,
     return ResolvedParallelism(
         dp=dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, zero_stage=p.zero_stage, offload_optimizer=p.offload_optimizer,
         offload_params=p.offload_params, micro_batch_size=micro, global_batch_size=global_batch,
-        gradient_accumulation_steps=accumulation,
+        gradient_accumulation_steps=accumulation, fsdp=p.fsdp,
     )
 
 
