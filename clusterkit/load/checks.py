@@ -3,6 +3,7 @@ ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see befor
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from pathlib import Path
@@ -141,7 +142,7 @@ def resolve_and_check(
     if model_config is not None and _check_model_values(recipe, model_config, found):
         _check_model_shape(recipe, model_config, found)
         if resolved is not None:
-            _check_memory_fit(resolved, profile, model_config, found)
+            resolved = _fit_memory(resolved, profile, model_config, found)
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
@@ -347,23 +348,39 @@ def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings)
                         f"the stages get {layers // p.pp} or {layers // p.pp + 1} layers")
 
 
-def _check_memory_fit(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> None:
+def _fit_memory(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> ResolvedRecipe:
     """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
-    families only: the meta-device fallback would import torch on the validate path)."""
+    families only: the meta-device fallback would import torch on the validate path). Where
+    gradient checkpointing makes a trainer task fit and the recipe leaves it unset, it is turned
+    on (seed 004's default), said in a warning; ``gradient_checkpointing: false`` keeps it off."""
     from clusterkit.estimate.memory import GIB, Layout, estimate, optimizer_kind
     from clusterkit.estimate.modelsize import CLOSED_FORM_FAMILIES, model_shape
 
     if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
-        return
+        return recipe
     trainer = recipe.task.trainer
     args = trainer.args if trainer else {}
     shape = model_shape(config, trainer.dataset.seq_len if trainer else None)
-    needed = estimate(shape, Layout.of_recipe(recipe), recipe.precision != "fp32", optimizer_kind(args.get("optim")),
-                      profile.accelerator, recipe.resources.gpus_per_node).total
-    available = profile.gpu.memory_gb * GIB
-    if needed > available:
-        found.warn(("parallelism",), f"estimated {needed / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
+
+    def needed(layout: Layout) -> int:
+        return estimate(shape, layout, recipe.precision != "fp32", optimizer_kind(args.get("optim")),
+                        profile.accelerator, recipe.resources.gpus_per_node).total
+
+    layout, available = Layout.of_recipe(recipe), profile.gpu.memory_gb * GIB
+    without = needed(layout)
+    if without > available and trainer and "gradient_checkpointing" not in args:
+        with_it = needed(dataclasses.replace(layout, gradient_checkpointing=True))
+        if with_it <= available:
+            found.warn(("task", "trainer", "args"), f"gradient_checkpointing turned on: an estimated {without / GIB:.1f} GiB "
+                                                    f"per GPU without it, {with_it / GIB:.1f} GiB with it, on "
+                                                    f"{profile.gpu.memory_gb:g} GiB GPUs (gradient_checkpointing: false keeps it off)")
+            task = msgspec.structs.replace(recipe.task, trainer=msgspec.structs.replace(
+                trainer, args={**args, "gradient_checkpointing": True}))
+            return msgspec.structs.replace(recipe, task=task)
+    if without > available:
+        found.warn(("parallelism",), f"estimated {without / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
                                      "GPUs of this cluster; `clusterkit plan` shows layouts that do")
+    return recipe
 
 
 def _check_env(recipe: Recipe, found: _Findings) -> None:

@@ -14,19 +14,26 @@ def _local(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def build_model(spec: ModelSpec, base_dir: Path) -> Any:
+def attention_implementation(on_gpu: bool, flash_installed: bool) -> str:
+    """Seed 004's default: fused attention. FlashAttention-2 on a GPU where its package is installed,
+    else PyTorch's SDPA (which picks its own flash or memory-efficient kernel)."""
+    return "flash_attention_2" if on_gpu and flash_installed else "sdpa"
+
+
+def build_model(spec: ModelSpec, base_dir: Path, attn_implementation: str = "sdpa") -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if spec.pretrained:
         local = _local(spec.pretrained, base_dir)
-        return AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else spec.pretrained)
+        return AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else spec.pretrained,
+                                                    attn_implementation=attn_implementation)
     config = spec.config
     if isinstance(config, dict):
         settings = dict(config)
         model_config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     else:
         model_config = AutoConfig.from_pretrained(str(_local(config, base_dir)))
-    return AutoModelForCausalLM.from_config(model_config)
+    return AutoModelForCausalLM.from_config(model_config, attn_implementation=attn_implementation)
 
 
 def build_tokenizer(spec: ModelSpec, base_dir: Path) -> Any:

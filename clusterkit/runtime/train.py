@@ -8,6 +8,7 @@ a checksum of its final parameters)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -26,7 +27,7 @@ from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
 from clusterkit.runtime.applied_layout import AppliedLayout
 from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runtime.data import build_dataset
-from clusterkit.runtime.model import build_model, build_tokenizer
+from clusterkit.runtime.model import attention_implementation, build_model, build_tokenizer
 from clusterkit.runtime.preemption import PreemptionHandler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
 
@@ -212,6 +213,8 @@ def _train(job_file: Path) -> int:
     # Rotation is clusterkit's, after a newer checkpoint is complete: the Trainer's own deletes the
     # previous checkpoint before the new one is marked complete, leaving a moment with none.
     keep_checkpoints = settings.pop("save_total_limit", None)
+    if profile.accelerator == "gpu" and "tf32" not in settings and torch.cuda.get_device_capability() >= (8, 0):
+        settings["tf32"] = True  # seed 004: TF32 matmuls on Ampere and later, where they exist
     args = TrainingArguments(**settings)
     subset = recipe.deepspeed.include or recipe.deepspeed.exclude
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
@@ -228,7 +231,10 @@ def _train(job_file: Path) -> int:
     # be the same everywhere (AutoTP shards each rank's own copy; nothing broadcasts them first) and
     # the same in every run of the recipe (the Trainer seeds only once the model exists).
     set_seed(args.seed)
-    model = build_model(trainer_spec.model, base_dir)
+    on_gpu = profile.accelerator == "gpu"
+    attention = trainer_spec.model.attention or attention_implementation(
+        on_gpu, importlib.util.find_spec("flash_attn") is not None)
+    model = build_model(trainer_spec.model, base_dir, attention)
     tokenizer = build_tokenizer(trainer_spec.model, base_dir)
     dataset = build_dataset(trainer_spec.dataset, tokenizer, model.config.vocab_size, args.seed, base_dir)
     if args.gradient_checkpointing:
