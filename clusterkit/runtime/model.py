@@ -14,13 +14,13 @@ def _local(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def attention_implementation(on_gpu: bool, flash_installed: bool) -> str:
-    """Seed 004's default: fused attention. FlashAttention-2 on a GPU where its package is installed,
-    else PyTorch's SDPA (which picks its own flash or memory-efficient kernel)."""
-    return "flash_attention_2" if on_gpu and flash_installed else "sdpa"
+def attention_implementation(on_gpu: bool, flash_installed: bool) -> str | None:
+    """Seed 004's default: fused attention. FlashAttention-2 on a GPU where its package is installed;
+    else None, transformers' own choice: PyTorch's SDPA wherever the architecture supports it."""
+    return "flash_attention_2" if on_gpu and flash_installed else None
 
 
-def build_model(spec: ModelSpec, base_dir: Path, attn_implementation: str = "sdpa") -> Any:
+def build_model(spec: ModelSpec, base_dir: Path, attn_implementation: str | None = None) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if spec.pretrained:
