@@ -78,6 +78,8 @@ def test_a_layout_that_is_not_the_recipes_is_named() -> None:
     assert mismatch(recipe, good, config) is None
     assert "the tensor-parallel group has 1 ranks" in mismatch(recipe, {**good, "tp_size": 1}, config)
     assert "holds 64 of 64 output features" in mismatch(recipe, {**good, "attention_shard_shape": [64, 64]}, config)
+    # DeepSpeed include/exclude launch fewer ranks than the recipe lays out: dp follows them.
+    assert mismatch(recipe, {**good, "dp_size": 1}, config, world_size=2) is None
 
 
 def _losses(run_dir: Path) -> list[float]:
@@ -120,3 +122,26 @@ def test_tensor_parallel_training_on_the_dev_cluster(dev_cluster: str, tmp_path:
     record = json.loads((second / "ranks" / "rank-3.json").read_text())
     assert record["resumed_from"] == str(run_dir / "checkpoints" / "checkpoint-10")
     assert (record["global_step"], record["tp_size"], record["attention_shard_shape"]) == (14, 2, [32, 64])
+
+
+@pytest.mark.slurm
+def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_cluster: str, tmp_path: Path) -> None:
+    """Preempted mid-run (SLURM's warning signal, as tests/test_preemption.py sends it), the AutoTP
+    run checkpoints, requeues itself and finishes at exactly max_steps with the same layout."""
+    from test_preemption import _events, _preempt_once, _release, _scontrol, _wait_done
+
+    done = run_cli("submit", str(TINY_LLAMA), "--set", f"runs_dir={tmp_path / 'runs'}", "--set",
+                   "task.trainer.args.max_steps=300", "--set", "task.trainer.args.save_steps=100",
+                   "--set", "task.trainer.args.logging_steps=10", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    run_dir = tmp_path / "runs" / "tiny-llama-tp" / job_id
+    _preempt_once(job_id, run_dir, starts=1)
+    _release(job_id)
+    assert "COMPLETED" in _wait_done(job_id, run_dir)
+    assert _scontrol(job_id).get("Restarts") == "1"
+    (preempted,) = _events(run_dir, "preempted")
+    records = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]
+    assert {r["global_step"] for r in records} == {300}
+    assert {r["resumed_from"] for r in records} == {str(run_dir / "checkpoints" / f"checkpoint-{preempted['step']}")}
+    assert {(r["tp_size"], r["dp_size"], tuple(r["attention_shard_shape"])) for r in records} == {(2, 2, (32, 64))}

@@ -52,15 +52,17 @@ def measure(model: torch.nn.Module, world_size: int) -> dict[str, Any]:
             "parameter_bytes": int(sum(t.numel() * t.element_size() for t in local))}
 
 
-def mismatch(recipe: ResolvedRecipe, facts: dict[str, Any], config: Any) -> str | None:
-    """Why the measured layout is not the recipe's, or None."""
+def mismatch(recipe: ResolvedRecipe, facts: dict[str, Any], config: Any, world_size: int | None = None) -> str | None:
+    """Why the measured layout is not the recipe's, or None. ``world_size``: the ranks really
+    launched, where DeepSpeed include/exclude made them fewer than the recipe's."""
     p = recipe.parallelism
+    dp = (world_size or recipe.world_size) // p.tp
     if p.fsdp is not None and not facts["fsdp_sharded"]:
         return "parallelism.fsdp asks for FSDP2, but no parameter is a sharded DTensor (the model runs unsharded)"
     if facts["tp_size"] != p.tp:
         return f"the tensor-parallel group has {facts['tp_size']} ranks, the recipe asks for tp={p.tp}"
-    if facts["dp_size"] != p.dp:
-        return f"the data-parallel size is {facts['dp_size']}, the recipe's is dp={p.dp}"
+    if facts["dp_size"] != dp:
+        return f"the data-parallel size is {facts['dp_size']}, the recipe's is dp={dp}"
     heads, head_dim = getattr(config, "num_attention_heads", None), getattr(config, "head_dim", None)
     if facts["attention_shard_shape"] and heads:
         full = heads * (head_dim or config.hidden_size // heads)
@@ -81,6 +83,6 @@ class AppliedLayout(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.facts = measure(model, self.world_size)
-        why = mismatch(self.recipe, self.facts, model.config)
+        why = mismatch(self.recipe, self.facts, model.config, self.world_size)
         if why:
             raise LayoutMismatch(f"clusterkit: the layout that runs is not the recipe's: {why}; not training")
