@@ -145,3 +145,15 @@ def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_
     assert {r["global_step"] for r in records} == {300}
     assert {r["resumed_from"] for r in records} == {str(run_dir / "checkpoints" / f"checkpoint-{preempted['step']}")}
     assert {(r["tp_size"], r["dp_size"], tuple(r["attention_shard_shape"])) for r in records} == {(2, 2, (32, 64))}
+
+
+@pytest.mark.slurm
+def test_tensor_parallel_under_the_deepspeed_launcher(dev_cluster: str, tmp_path: Path) -> None:
+    """The other launcher: DeepSpeed's, one per node, applies the same AutoTP layout."""
+    done = run_cli("submit", str(TINY_LLAMA), "--follow", "--set", f"runs_dir={tmp_path / 'runs'}",
+                   "--set", "launcher=deepspeed", "--set", "task.trainer.args.max_steps=4", cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "tiny-llama-tp").iterdir())
+    ranks = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]
+    assert {(r["tp_size"], r["dp_size"], tuple(r["attention_shard_shape"])) for r in ranks} == {(2, 2, (32, 64))}
+    assert ranks[0]["batch_fingerprints"] == ranks[1]["batch_fingerprints"] != ranks[2]["batch_fingerprints"]
