@@ -215,3 +215,21 @@ def test_retries_stop_at_max_retries(dev_cluster: str, tmp_path: Path) -> None:
     assert "FAILED" in status and "deliberate failure on rank 1" in status
     assert len((run_dir / "retries.jsonl").read_text().splitlines()) == 1, "retried once, then no more"
     assert "clusterkit: retry" not in (run_dir / f"{retry['job_id']}_0_log.out").read_text()
+
+
+def test_an_inherited_retry_variable_does_not_take_over_another_run(dev_cluster: str, tmp_path: Path) -> None:
+    """A job submitted from inside a retried job inherits CLUSTERKIT_RETRY_OF (sbatch exports the
+    environment): it must still run in its own directory, never write into that other run."""
+    runs = tmp_path / "runs" / "failing-rank"
+    earlier = runs / "4242"
+    earlier.mkdir(parents=True)
+    (earlier / "keep.txt").write_text("the user's")
+    env = {**os.environ, "CLUSTERKIT_RETRY_OF": "4242", "CLUSTERKIT_RETRY": "1"}
+    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
+                   "--set", "resources.nodes=1", "--set", "task.script=tests/scripts/echo_contract.py", "--set", "task.args=[]",
+                   "--follow", cwd=REPO, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    assert sorted(p.name for p in earlier.iterdir()) == ["keep.txt"]
+    records = [json.loads(p.read_text()) for p in (runs / job_id / "contract").glob("rank-*.json")]
+    assert len(records) == 2 and {r["env"].get("CLUSTERKIT_RETRY_OF") for r in records} == {None}
