@@ -87,3 +87,22 @@ def test_a_service_that_never_answers_stops_the_job_before_training(dev_cluster:
     log = next(run_dir.glob("*_0_log.out")).read_text()
     assert "did not answer (not within 3 s): not training" in log and "clusterkit: service stopped" in log
     assert not list(run_dir.glob("service-seen-*")) and (run_dir / "exit_code").read_text().strip() == "1"
+
+
+@pytest.mark.parametrize("word", ["a b", "it's", "$(touch {canary})", "`touch {canary}`;&|<>*?", "-x --y=z", "%j ~"])
+def test_the_service_command_reaches_srun_word_for_word(tmp_path: Path, word: str) -> None:
+    """The fuzz of every string field cannot reach a service's command (a service needs a port too),
+    so its words are tried here: each arrives at srun as written, and nothing in it runs."""
+    import subprocess
+
+    canary = tmp_path / "canary"
+    word = word.format(canary=canary)
+    script = render_job(load_recipe(_recipe(tmp_path, {"command": ["server", word], "port": 8123}))).script
+    start = script.index("srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist=\"$SERVICE_HOSTS\"")
+    step = script[start:script.index(" &\n", start)]
+    stub = 'srun() { printf "%s\\0" "$@"; }'
+    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}"; SERVICE_HOSTS=node2; {stub}\n{step}'],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split("\0")[-3:-1] == ["server", word] and not canary.exists()
+    with pytest.raises(RecipeError):
+        load_recipe(_recipe(tmp_path, {"command": ["server", "a\nb"], "port": 8123}))
