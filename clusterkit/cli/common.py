@@ -33,6 +33,13 @@ def submit_options(args: argparse.Namespace):
                          after_type=getattr(args, "after_type", "afterok"), singleton=getattr(args, "singleton", False))
 
 
+def print_columns(rows: list[tuple[str, ...]]) -> None:
+    """Rows of cells (a header first) in left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
 def print_table(rows: list[tuple[str, str]]) -> None:
     width = max(len(label) for label, _ in rows)
     for label, value in rows:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from clusterkit.cli.common import DEFAULT_RUNS_DIR, whole_number, with_host_keys, with_job
+from clusterkit.cli.common import DEFAULT_RUNS_DIR, print_columns, whole_number, with_host_keys, with_job
 from clusterkit.errors import UsageError
 from clusterkit.runs.layout import EXPORT_DIR
 
@@ -46,9 +46,7 @@ def print_results(record, scheduler, as_csv: bool = False) -> None:
         state = row.state + (f" (exit {row.exit_code})" if row.exit_code not in (None, 0) else "")
         table.append((f"{record.job_id}_{row.index}", point, state, "-" if row.final_loss is None else f"{row.final_loss:.4f}",
                       "-" if row.samples_per_s is None else f"{row.samples_per_s:.1f}", row.run_dir))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print_columns(table)
 
 
 def _where(record) -> str:
@@ -138,9 +136,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
         rows.append((record.job_id, record.name, status.state, when,
                      f"{record.nodes}x{record.ranks_per_node} {record.launcher}", _where(record)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print_columns(rows)
     return 0
 
 
