@@ -1,12 +1,11 @@
 """clusterkit: from a YAML recipe to a running multi-node SLURM training job.
 
-The public, importable surface (kept free of torch/transformers/deepspeed so that importing it is
-fast on a login node)::
+The public, importable surface is :mod:`clusterkit.api` (kept free of torch/transformers/deepspeed,
+Jinja, rich and paramiko so that importing it is fast on a login node)::
 
-    from clusterkit import load_recipe, render_job
-    loaded = load_recipe("recipes/tiny-cpu.yaml", overrides=["resources.nodes=2"])
-    job = render_job(loaded)          # pure: files as text, nothing written
-    job.files["job.sbatch"]
+    import clusterkit
+    run = clusterkit.submit("recipes/tiny-gpt2-cpu.yaml", {"resources.nodes": 2})
+    run.wait(timeout=600)
 
 Each public name is imported on first use (PEP 562): every training rank imports
 ``clusterkit.runtime.runner`` through this package and must not pay for YAML, Jinja or the loader.
@@ -34,24 +33,28 @@ def _spare_types_at_exit() -> None:
 atexit.register(_spare_types_at_exit)
 
 # Public name → the module that defines it.
+# (``render_job`` and ``list_runs``, not ``render`` and ``runs``: those name subpackages.)
+_API = ("Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load", "render_job", "statuses",
+        "submit", "validate")
+_ERRORS = ("ClusterkitError", "ExternalError", "RecipeError", "RecipeErrors", "RunNotFound", "SSHError",
+           "SchedulerError", "SubmitError", "UsageError", "UserError", "WaitTimeout")
 _PUBLIC = {
-    "ClusterkitError": "clusterkit.errors",
-    "ExternalError": "clusterkit.errors",
-    "RecipeError": "clusterkit.errors",
-    "RecipeErrors": "clusterkit.errors",
-    "UserError": "clusterkit.errors",
+    **dict.fromkeys(_API, "clusterkit.api"),
+    **dict.fromkeys(_ERRORS, "clusterkit.errors"),
     "LoadedRecipe": "clusterkit.load.loader",
     "load_recipe": "clusterkit.load.loader",
     "RenderedJob": "clusterkit.render.job",
-    "render_job": "clusterkit.render.job",
 }
 
 __all__ = ["__version__", *sorted(_PUBLIC)]
 
 if TYPE_CHECKING:
-    from clusterkit.errors import ClusterkitError, ExternalError, RecipeError, RecipeErrors, UserError
+    from clusterkit.api import (Run, SubmitChoices, Validation, dry_run, find_run, list_runs, load, render_job,
+                                statuses, submit, validate)
+    from clusterkit.errors import (ClusterkitError, ExternalError, RecipeError, RecipeErrors, RunNotFound, SchedulerError,
+                                   SSHError, SubmitError, UsageError, UserError, WaitTimeout)
     from clusterkit.load.loader import LoadedRecipe, load_recipe
-    from clusterkit.render.job import RenderedJob, render_job
+    from clusterkit.render.job import RenderedJob
 
 
 def __getattr__(name: str) -> Any:

@@ -128,6 +128,10 @@ class SchedulerError(ExternalError, RuntimeError):
     """A scheduler command (squeue, scontrol, scancel) failed or did not answer; the message holds its stderr."""
 
 
+class WaitTimeout(ExternalError, TimeoutError):
+    """A run did not end within the time a caller waited for it (the run itself goes on)."""
+
+
 class SSHError(ExternalError, RuntimeError):
     """Connecting or running a command on the login node failed; the message says what to do."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from clusterkit.errors import UsageError, printable
-from clusterkit.load.loader import LoadedRecipe, Override, load_recipe
+from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, load_recipe
 from clusterkit.load.sweep import load_sweep
 from clusterkit.render.job import render_job
 from clusterkit.render.sweep import render_sweep
@@ -20,7 +20,6 @@ from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import read_record
 from clusterkit.spec.resolved import ArrayPlacement
 from clusterkit.schedulers.api import SubmitRequest, dry_run
-from clusterkit.spec.profile import expanded
 
 
 @dataclass(frozen=True)
@@ -47,13 +46,6 @@ class Prepared:
     loaded: LoadedRecipe
     request: SubmitRequest
     notes: list[str] = field(default_factory=list)  # what the user should be told (not errors)
-
-
-def cluster_override(reference: str) -> Override:
-    """``--cluster X``; a path is taken relative to here, not to the recipe."""
-    if "/" in reference or reference.endswith((".yaml", ".yml")):
-        reference = str(expanded(reference).absolute())
-    return Override(("cluster",), reference)
 
 
 def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str | None = None) -> Prepared:

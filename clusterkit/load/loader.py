@@ -21,7 +21,7 @@ import msgspec
 from clusterkit.load import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
-from clusterkit.spec.profile import ClusterProfile, available_profiles, find_profile
+from clusterkit.spec.profile import ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
@@ -59,6 +59,13 @@ class Override:
     def __str__(self) -> str:
         """``key.path=value``, with the value as JSON (which YAML reads back as the same value)."""
         return ".".join(map(str, self.key_path)) + "=" + json.dumps(self.value)
+
+
+def cluster_override(reference: str) -> Override:
+    """``--cluster X``; a path is taken relative to here, not to the recipe."""
+    if "/" in reference or reference.endswith((".yaml", ".yml")):
+        reference = str(expanded(reference).absolute())
+    return Override(("cluster",), reference)
 
 
 def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
@@ -166,15 +173,23 @@ def _copy_locations_below(src: SourceMap, dst: SourceMap, path: KeyPath, value: 
         _copy_locations_below(src, dst, path + (key,), child)
 
 
+def parse_key_path(key: str, display: str | None = None) -> KeyPath:
+    """``"resources.nodes"`` → ("resources", "nodes"); a number is a list index (``ports.0``)."""
+    parts = tuple(key.strip().split("."))
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
+        raise RecipeError(Finding(Location(display or f"{OVERRIDE_PREFIX}{key}"), (),
+                                  "expected key.path=value, e.g. resources.nodes=4"))
+    return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
 def parse_override(override: str) -> tuple[KeyPath, Any, SourceMap]:
     """``"resources.nodes=4"`` → (("resources", "nodes"), 4, its source map). The value is read as
     YAML, as the recipe file is (no base-60 numbers; an env value keeps its text)."""
     display = f"{OVERRIDE_PREFIX}{override}"
     key, sep, raw = override.partition("=")
-    parts = tuple(key.strip().split("."))
-    if not sep or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
+    if not sep:
         raise RecipeError(Finding(Location(display), (), "expected key.path=value, e.g. resources.nodes=4"))
-    key_path = tuple(int(p) if p.isdigit() else p for p in parts)
+    key_path = parse_key_path(key, display)
     if not raw.strip():
         return key_path, "", SourceMap(Location(display))
     value, value_source = parse_yaml_text(raw, display, root=key_path, line=None)

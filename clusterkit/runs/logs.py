@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import IO, Callable, Protocol, Sequence
+from typing import IO, BinaryIO, Callable, Protocol, Sequence
 
 from clusterkit.runs.layout import (STREAMS, deepspeed_rank_log, mpirun_output, mpirun_rank_logs, node_dir, node_log,
                                     torchrun_rank_logs)
@@ -33,15 +33,17 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     return torchrun or deepspeed
 
 
-def stream_run(record: RunRecord, rank: int | None, follow: bool, done: Callable[[], bool]) -> int:
+def stream_run(record: RunRecord, rank: int | None, follow: bool, done: Callable[[], bool],
+               out: BinaryIO | None = None) -> int:
     """A run directory on this machine: its logs, until ``done()`` with ``follow``."""
-    return stream(lambda: log_files(record, rank), done, follow, base=record.run_dir)
+    return stream(lambda: log_files(record, rank), done, follow, base=record.run_dir, out=out)
 
 
 def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], follow: bool, base: str,
-           poll_s: float = 1.0) -> int:
-    """Print what the files hold beyond what was printed, each under a header naming it (relative
-    to ``base``); with ``follow``, until ``done()``."""
+           poll_s: float = 1.0, out: BinaryIO | None = None) -> int:
+    """Write what the files hold beyond what was written, each under a header naming it (relative
+    to ``base``), to ``out`` (default stdout); with ``follow``, until ``done()``."""
+    out = out or sys.stdout.buffer
     offsets: dict[str, int] = {}
     while True:
         for path in files():
@@ -51,9 +53,9 @@ def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], fo
                 chunk = handle.read()
             if chunk:
                 if key not in offsets:
-                    print(f"==> {key.removeprefix(base.rstrip('/') + '/')} <==", flush=True)
-                sys.stdout.write(chunk.decode("utf-8", "replace"))
-                sys.stdout.flush()
+                    out.write(f"==> {key.removeprefix(base.rstrip('/') + '/')} <==\n".encode())
+                out.write(chunk)
+                out.flush()
             offsets[key] = offsets.get(key, 0) + len(chunk)
         if not follow or done():
             return 0

@@ -43,6 +43,7 @@ class RunRecord:
     tasks: tuple[int, ...] = ()
     # A chain's record: its number of links (array tasks 0..links-1, one at a time, all in run_dir).
     links: int = 0
+    cluster: str | None = None  # the cluster profile's name (records from before it was kept: None)
 
     @property
     def path(self) -> Path:

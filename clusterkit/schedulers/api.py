@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Iterator, Mapping, Protocol
+from typing import BinaryIO, Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
 from clusterkit.load.loader import LoadedRecipe
@@ -59,6 +59,7 @@ class SubmitRequest:
     task_overrides: tuple[tuple[str, ...], ...] = ()  # a sweep: each task's overrides (its point's values)
     array_throttle: int | None = None  # the array's %N: at most N tasks at once
     links: int = 0  # a chain (an array run one task at a time in one run directory): its links
+    cluster: str | None = None  # the cluster profile's name, kept in the run record
 
     @property
     def script(self) -> str:
@@ -70,7 +71,7 @@ class SubmitRequest:
         job = RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
                         run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
-                        tasks=self.tasks, links=self.links)
+                        tasks=self.tasks, links=self.links, cluster=self.cluster)
         return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
                                            overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
                        for k, index in enumerate(self.tasks))]
@@ -85,8 +86,9 @@ class Scheduler(Protocol):
 
     def cancel(self, record: RunRecord) -> None: ...
 
-    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
-        """Print the run's logs (one rank's, with ``rank``), as they grow with ``follow``; the exit code."""
+    def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
+        """Write the run's logs (one rank's, with ``rank``) to ``out`` (default stdout), as they grow
+        with ``follow``; the exit code."""
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         """A file of the run directory, wherever the run lives."""
@@ -115,11 +117,26 @@ def login_of(record: RunRecord) -> Login | None:
 
 
 def default_scheduler(profile: ClusterProfile) -> str:
-    """SLURM where ``sbatch`` is on PATH (a login node); else over SSH when the profile names a
-    login node (a laptop); else the local executor."""
+    """Where the cluster is, not merely what this machine has: over SSH when the profile names a
+    login node that is not this host (an ``sbatch`` here would queue the job on another cluster:
+    this machine's); else SLURM where ``sbatch`` is on PATH; else the local executor. ``--executor
+    slurm`` still submits here."""
+    if profile.login and not is_this_host(profile.login.host):
+        return "ssh"
     if shutil.which("sbatch"):
         return "slurm"
     return "ssh" if profile.login else "local"
+
+
+def is_this_host(name: str) -> bool:
+    """Whether a login node's name is this machine's (its host name or FQDN, short or full). An
+    address such as 127.0.0.1 or localhost is not taken as this host: with a port it is often a
+    tunnel to the cluster (ssh -L), and SSH reaches it either way."""
+    import socket
+
+    wanted = name.lower().rstrip(".")
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return wanted in names or wanted in {full.split(".")[0] for full in names}
 
 
 class SchedulerUnavailable(UserError, LookupError):
@@ -173,7 +190,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         runs_dir=runs_dir, login=profile.login if scheduler == "ssh" else None, uploads=uploads,
         script_name=job.script_name, tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
-        links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0,
+        links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
     )
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SHIM_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
@@ -147,8 +147,8 @@ class LocalScheduler:
         terminate((f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),
                   grace_s)
 
-    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
-        return stream_run(record, rank, follow, done=lambda: self.status(record).done)
+    def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
+        return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         return record.path / name

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import re
 import time
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
 from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD
@@ -134,8 +134,8 @@ class SlurmScheduler:
         except SchedulerError as exc:
             raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
 
-    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
-        return stream_run(record, rank, follow, done=lambda: self.status(record).done)
+    def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
+        return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         return record.path / name

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Sequence, TypeVar
+from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import msgspec
 
@@ -171,7 +171,7 @@ class SSHScheduler(SlurmScheduler):
         self._connected()
         super().cancel(record)
 
-    def logs(self, record: RunRecord, rank: int | None, follow: bool) -> int:
+    def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         """The run's logs printed here, as they grow with ``follow`` (not retried then: output would repeat)."""
         host = self._connected()
         if host.has_clusterkit:
@@ -179,7 +179,7 @@ class SSHScheduler(SlurmScheduler):
 
             def run(on: SSHHost) -> int:
                 return on.session.run(command_line(on.clusterkit(*args), cwd=on.workdir), timeout=7 * 24 * 3600,
-                                      stdout=sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
+                                      stdout=out or sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
 
             return run(host) if follow else self._read(run)
         if rank is not None:
@@ -192,18 +192,19 @@ class SSHScheduler(SlurmScheduler):
                     for stream_name in STREAMS for name in sorted(names)
                     if fnmatch.fnmatchcase(name, node_log(record.job_id, "*", stream_name))]
 
-        return stream(node_logs, lambda: self.status(record).done, follow, base=record.run_dir)
+        return stream(node_logs, lambda: self.status(record).done, follow, base=record.run_dir, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> RemoteFile:
         return RemoteFile(self._connected().session, f"{record.run_dir}/{name}")
 
-    def list_runs(self, runs_dir: str, limit: int) -> int:
+    def list_runs(self, runs_dir: str, limit: int, as_json: bool = False) -> int:
         """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""
         def remote_ls(host: SSHHost) -> int:
             if not host.has_clusterkit:
                 raise SSHError(f"ls --cluster needs clusterkit on {host.name} (login.python names its interpreter); "
                                f"`clusterkit ls` lists the runs submitted from this machine")
-            return host.session.run(command_line(host.clusterkit("ls", "--runs-dir", runs_dir, "--limit", str(limit)),
+            ls = host.clusterkit("ls", "--runs-dir", runs_dir, "--limit", str(limit), *(["--json"] if as_json else []))
+            return host.session.run(command_line(ls,
                                                  cwd=host.workdir),
                                     stdout=sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
 

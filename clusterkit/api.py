@@ -1,0 +1,265 @@
+"""The Python API: what the ``clusterkit`` command does, as typed functions and a :class:`Run`
+handle (submitit's ``Job``, torchx's runner). The CLI is a thin layer over it: it parses flags,
+calls these and prints what they return.
+
+    import clusterkit
+
+    loaded = clusterkit.load("recipes/tiny-gpt2-cpu.yaml", {"resources.nodes": 2})  # raises RecipeError
+    files = clusterkit.render_job(loaded).files           # pure: name -> text, nothing written
+    run = clusterkit.submit(loaded, executor="local")   # a Run
+    final = run.wait(timeout=600)                       # JobStatus; WaitTimeout if still running
+    rows = run.metrics()                                # metrics.jsonl as dicts
+    clusterkit.find_run(run.job_id).logs(rank=0)
+
+Errors are typed (:mod:`clusterkit.errors`): a :class:`~clusterkit.errors.UserError` (the recipe, an
+argument or a path is wrong; the CLI exits 2) or an :class:`~clusterkit.errors.ExternalError` (SLURM,
+the login node or this machine failed; exit 1). Importing this module imports no Jinja, rich,
+paramiko or torch; each function imports what it needs when called.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+
+from clusterkit.errors import UsageError, WaitTimeout
+from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, load_recipe, parse_key_path
+from clusterkit.runs.layout import METRICS
+from clusterkit.runs.record import RunRecord, metric_records
+from clusterkit.runs.status import JobStatus
+
+if TYPE_CHECKING:
+    from clusterkit.render.job import RenderedJob
+    from clusterkit.schedulers.api import SubmitRequest
+
+# Overrides as a mapping {"resources.nodes": 2} (typed values, nothing parsed) or as --set texts
+# ["resources.nodes=2"] (YAML values), applied in order.
+Overrides = Union[Mapping[str, Any], Sequence[str], None]
+RecipeRef = Union[str, "PathLike[str]", LoadedRecipe]
+DEFAULT_POLL_S = 2.0
+
+
+def overrides_of(overrides: Overrides) -> list[str | Override]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        raise UsageError(f"overrides: give a mapping or a list of key.path=value texts, not the text {overrides!r}")
+    if isinstance(overrides, Mapping):
+        return [Override(parse_key_path(key), value) for key, value in overrides.items()]
+    return list(overrides)
+
+
+def load(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> LoadedRecipe:
+    """Load, validate and resolve a recipe; raises :class:`~clusterkit.errors.RecipeError` (each
+    finding ``file:line: key: message``). ``cluster``: a profile name or file instead of the recipe's."""
+    return load_recipe(recipe, [*overrides_of(overrides), *([cluster_override(cluster)] if cluster else [])])
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A valid recipe: its warnings (``file:line: warning: key: message``) and its sweep's size."""
+
+    path: str
+    warnings: list[str]
+    sweep_points: int | None = None  # a sweep: how many points (each one validated too)
+
+
+def validate(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> Validation:
+    """Check a recipe and, for a sweep, every point; raises :class:`~clusterkit.errors.RecipeError`
+    (:class:`~clusterkit.errors.RecipeErrors` for several findings, ``.findings``)."""
+    from clusterkit.load.sweep import load_sweep
+
+    loaded = load(recipe, overrides, cluster)
+    sweep = load_sweep(loaded)
+    return Validation(str(recipe), [str(warning) for warning in loaded.warnings], len(sweep.points) if sweep else None)
+
+
+def _loaded(recipe: RecipeRef, overrides: Overrides, cluster: str | None) -> LoadedRecipe:
+    if isinstance(recipe, LoadedRecipe):
+        if overrides or cluster:
+            raise UsageError("overrides and cluster go with a recipe path; this recipe is already loaded")
+        return recipe
+    return load(recipe, overrides, cluster)
+
+
+def render_job(recipe: RecipeRef, overrides: Overrides = None, cluster: str | None = None,
+           template_dirs: Sequence[str] = ()) -> RenderedJob:
+    """The job's files in memory (``.files``: name -> text, ``.summary``); nothing is written. A
+    sweep renders its array driver and each point's files."""
+    from clusterkit.load.sweep import load_sweep
+    from clusterkit.render.job import render_job as render_one
+    from clusterkit.render.sweep import render_sweep
+
+    loaded = _loaded(recipe, overrides, cluster)
+    sweep = load_sweep(loaded)
+    return render_sweep(sweep, tuple(template_dirs)) if sweep else render_one(loaded, tuple(template_dirs))
+
+
+@dataclass(frozen=True)
+class SubmitChoices:
+    """How to submit, beyond the recipe: the CLI's submit flags as keyword arguments."""
+
+    executor: str | None = None  # slurm, ssh or local; default: see schedulers.api.default_scheduler
+    template_dirs: Sequence[str] = ()
+    resume: str | None = None  # a run directory to continue from its newest checkpoint
+    from_scratch: bool = False
+    grid: Sequence[str] = ()  # key.path=v1,v2: a sweep
+    max_parallel: int | None = None
+    chain: int | None = None
+    after: Sequence[str] = ()  # job ids, array tasks 123_4 or run directories
+    after_type: str = "afterok"
+    singleton: bool = False
+
+
+def prepare(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
+            choices: SubmitChoices = SubmitChoices(), extra: Sequence[Override] = (), one_job: str | None = None):
+    """The loaded recipe and the exact request (a :class:`~clusterkit.launch.prepare.Prepared`)."""
+    from clusterkit.launch.prepare import SubmitOptions, prepare as prepare_request
+
+    if isinstance(recipe, LoadedRecipe):  # loaded once more with the submit's own overrides (resume, chain)
+        overrides = [*recipe.overrides, *overrides_of(overrides)]
+        recipe = str(recipe.path)
+    options = SubmitOptions(recipe=None if recipe is None else str(recipe), overrides=tuple(overrides_of(overrides)),
+                            cluster=cluster, executor=choices.executor, template_dirs=tuple(choices.template_dirs),
+                            resume=choices.resume, from_scratch=choices.from_scratch, grid=tuple(choices.grid),
+                            max_parallel=choices.max_parallel, chain=choices.chain, after=tuple(choices.after),
+                            after_type=choices.after_type, singleton=choices.singleton)
+    return prepare_request(options, extra, one_job)
+
+
+def dry_run(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
+            **choices: Any) -> SubmitRequest:
+    """The exact request :func:`submit` would send (``.argv``, ``.script``, ``.files``), sending nothing."""
+    return prepare(recipe, overrides, cluster, SubmitChoices(**choices)).request
+
+
+def submit(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
+           accept_new_host_key: bool = False, **choices: Any) -> Run:
+    """Validate, render and submit; the :class:`Run`. ``choices``: see :class:`SubmitChoices`."""
+    from clusterkit.schedulers.api import schedule
+
+    request = dry_run(recipe, overrides, cluster, **choices)
+    return Run(schedule(request, accept_new_host_key), accept_new_host_key)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A submitted run, wherever it lives (this machine, SLURM here, or a login node over SSH)."""
+
+    record: RunRecord
+    accept_new_host_key: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return self.record.job_id
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def run_dir(self) -> str:
+        """The run directory: on this machine, or (an ssh run) on the login node."""
+        return self.record.run_dir
+
+    @property
+    def tasks(self) -> list[Run]:
+        """A job array's tasks (a sweep's points), each a run of its own."""
+        from clusterkit.runs.arrays import task_record
+
+        return [Run(task_record(self.record, index), self.accept_new_host_key) for index in self.record.tasks]
+
+    def _scheduler(self):
+        from clusterkit.schedulers.api import login_of, open_scheduler
+
+        return open_scheduler(self.record.scheduler, login_of(self.record), self.accept_new_host_key)
+
+    def status(self) -> JobStatus:
+        with self._scheduler() as scheduler:
+            return scheduler.status(self.record)
+
+    def logs(self, rank: int | None = None) -> str:
+        """Every node's launcher output, or one global rank's own output, as text."""
+        world = self.record.nodes * self.record.ranks_per_node
+        if self.record.tasks:
+            raise UsageError(f"job {self.job_id} is an array: ask one of its .tasks for logs")
+        if rank is not None and not 0 <= rank < world:
+            raise UsageError(f"rank {rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
+        sink = io.BytesIO()
+        with self._scheduler() as scheduler:
+            scheduler.logs(self.record, rank, False, sink)
+        return sink.getvalue().decode("utf-8", "replace")
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The rows of metrics.jsonl written so far (step, loss, samples/s, ...); none yet: []."""
+        with self._scheduler() as scheduler:
+            try:
+                with scheduler.run_file(self.record, METRICS).open("rb") as handle:
+                    text = handle.read().decode("utf-8", "replace")
+            except FileNotFoundError:
+                return []
+        return metric_records(text)
+
+    def wait(self, timeout: float | None = None, poll_s: float = DEFAULT_POLL_S) -> JobStatus:
+        """Until the run ends: its final status. :class:`~clusterkit.errors.WaitTimeout` after
+        ``timeout`` seconds (the run goes on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._scheduler() as scheduler:
+            while True:
+                status = scheduler.status(self.record)
+                if status.done:
+                    return status
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeout(f"job {self.job_id} is still {status.state} after {timeout:g} s")
+                time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
+
+    def cancel(self) -> bool:
+        """Cancel the run unless it has ended; whether it was cancelled."""
+        with self._scheduler() as scheduler:
+            if scheduler.status(self.record).done:
+                return False
+            scheduler.cancel(self.record)
+            return True
+
+
+def find_run(job: str, runs_dir: str | PathLike[str] = "./runs", accept_new_host_key: bool = False) -> Run:
+    """A run by job id (an array task ``123_4`` too) under ``runs_dir``, or by its run directory;
+    :class:`~clusterkit.errors.RunNotFound` if there is none."""
+    from clusterkit.errors import RunNotFound
+    from clusterkit.runs.arrays import task_record
+    from clusterkit.runs.record import find_run as find_record
+
+    try:
+        return Run(find_record(job, Path(runs_dir)), accept_new_host_key)
+    except RunNotFound:
+        # A task of an array whose tasks have no record here (submitted over SSH): the array's says it.
+        array_id, _, index = job.rpartition("_")
+        if not (array_id and index.isdigit()):
+            raise
+        array = find_record(array_id, Path(runs_dir))
+        if int(index) not in array.tasks:
+            raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
+        return Run(task_record(array, int(index)), accept_new_host_key)
+
+
+def list_runs(runs_dir: str | PathLike[str] = "./runs", limit: int | None = None) -> list[Run]:
+    """The runs under ``runs_dir``, newest first (a damaged record is skipped with a warning)."""
+    from clusterkit.runs.record import list_runs as list_records
+
+    return [Run(record) for record in list_records(Path(runs_dir))[:limit]]
+
+
+def statuses(found: Sequence[Run], unreachable_ok: bool = False) -> list[JobStatus]:
+    """Each run's status, asking each scheduler (and login node) once for all of its runs."""
+    from clusterkit.schedulers.api import statuses as scheduler_statuses
+
+    return scheduler_statuses([run.record for run in found], any(run.accept_new_host_key for run in found),
+                              unreachable_ok)
+
+
+__all__ = ["Overrides", "Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load", "render_job", "statuses",
+           "submit", "validate"]
