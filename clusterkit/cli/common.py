@@ -20,17 +20,50 @@ def template_dirs(args: argparse.Namespace) -> tuple[str, ...]:
     return (*(args.template_dir or ()), *from_env)
 
 
+def submit_choices(args: argparse.Namespace):
+    """The flags of a submitting command as the API's typed choices."""
+    from clusterkit.api import SubmitChoices
+
+    return SubmitChoices(executor=args.executor, template_dirs=template_dirs(args), resume=getattr(args, "resume", None),
+                         from_scratch=getattr(args, "from_scratch", False), grid=tuple(getattr(args, "grid", None) or ()),
+                         max_parallel=getattr(args, "max_parallel", None), chain=getattr(args, "chain", None),
+                         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",") if job),
+                         after_type=getattr(args, "after_type", "afterok"), singleton=getattr(args, "singleton", False))
+
+
 def submit_options(args: argparse.Namespace):
-    """The flags of a submitting command as the typed options the launch layer takes."""
+    """The same flags as the options the launch layer takes (bench submits through it)."""
+    import dataclasses
+
     from clusterkit.launch.prepare import SubmitOptions
 
     return SubmitOptions(recipe=args.recipe, overrides=tuple(args.set or ()), cluster=args.cluster,
-                         executor=args.executor, template_dirs=template_dirs(args),
-                         resume=getattr(args, "resume", None), from_scratch=getattr(args, "from_scratch", False),
-                         grid=tuple(getattr(args, "grid", None) or ()), max_parallel=getattr(args, "max_parallel", None),
-                         chain=getattr(args, "chain", None),
-                         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",") if job),
-                         after_type=getattr(args, "after_type", "afterok"), singleton=getattr(args, "singleton", False))
+                         **dataclasses.asdict(submit_choices(args)))
+
+
+def record_json(record) -> dict:
+    """A run record as --json prints it (docs/json.md: "run")."""
+    import dataclasses
+
+    return dataclasses.asdict(record)
+
+
+def status_json(status) -> dict:
+    """A job status as --json prints it (docs/json.md: "status")."""
+    import dataclasses
+
+    return dataclasses.asdict(status)
+
+
+def print_json(value: object) -> None:
+    """One JSON document on stdout: the shapes are documented in docs/json.md and kept stable."""
+    import json
+
+    print(json.dumps(value, indent=2))
+
+
+def with_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output (shapes: docs/json.md)")
 
 
 def print_columns(rows: list[tuple[str, ...]]) -> None:

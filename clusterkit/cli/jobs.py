@@ -7,15 +7,16 @@ import argparse
 import json
 import sys
 
-from clusterkit.cli.common import EXIT_USAGE, int_list, submit_options, whole_number, with_host_keys, with_local_target, with_overrides
+from clusterkit.cli.common import (EXIT_USAGE, int_list, print_json, record_json, status_json, submit_choices, submit_options,
+                                  whole_number, with_host_keys, with_json, with_local_target, with_overrides)
 from clusterkit.errors import UsageError
 from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
 
 
 def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):
-    from clusterkit.launch.prepare import prepare
+    from clusterkit import api
 
-    prepared = prepare(submit_options(args), extra, one_job)
+    prepared = api.prepare(args.recipe, args.set, args.cluster, submit_choices(args), extra, one_job)
     for line in [*prepared.notes, *map(str, prepared.loaded.warnings)]:
         print(line, file=sys.stderr)
     return prepared
@@ -23,16 +24,32 @@ def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):
 
 def _print_submitted(record) -> None:
     where = f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
-    print(f"submitted job {record.job_id} ({record.scheduler} executor)")
+    print(f"submitted job {record.job_id} to cluster {record.cluster} ({executor_words(record)})")
     print(f"run dir: {where}")
     print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
 
 
+def executor_words(record) -> str:
+    """Which executor sent the run where: "slurm executor", "ssh executor, login node X"."""
+    return f"{record.scheduler} executor" + (f", login node {record.login['host']}" if record.login else "")
+
+
+def request_json(request) -> dict:
+    """``submit --dry-run --json``: the exact request, as it would be sent."""
+    return {"scheduler": request.scheduler, "argv": list(request.argv), "script": request.script_name,
+            "files": dict(request.files), "runs_root": request.runs_root,
+            "login_host": request.login.host if request.login else None}
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    from clusterkit import api
     from clusterkit.schedulers.api import open_scheduler
 
     request = _prepare(args).request
     if args.dry_run:
+        if args.json:
+            print_json(request_json(request))
+            return 0
         where = f" (in {request.login.remote_workdir} on {request.login.host})" if request.login else ""
         print(f"# would run: {' '.join(request.argv)}{where}", file=sys.stderr)
         sys.stdout.write(request.script)
@@ -40,6 +57,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # One adapter (one SSH connection) for submitting and following.
     with open_scheduler(request.scheduler, request.login, args.accept_new_host_key) as scheduler:
         record = scheduler.submit(request)
+        if args.json:  # no progress display: the record, and with --follow the final status once ended
+            final = api.Run(record, args.accept_new_host_key).wait() if args.follow else None
+            print_json({"run": record_json(record), "status": None if final is None else status_json(final)})
+            return 0 if final is None or final.state == "COMPLETED" else 1
         _print_submitted(record)
         if not args.follow:
             return 0
@@ -74,6 +95,7 @@ def _follow_array(record, scheduler, poll_s: float = 2.0) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Submit only the preflight benchmark of a recipe's layout, wait for it and print its results."""
+    from clusterkit import api
     from clusterkit.load.loader import Override
     from clusterkit.runs.follow import follow
     from clusterkit.runs.preflight_report import format_report
@@ -87,11 +109,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                          "with preflight: {enabled: true, only: true}")
     with open_scheduler(request.scheduler) as scheduler:
         record = scheduler.submit(request)
-        _print_submitted(record)
-        final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
+        if args.json:
+            final = api.Run(record).wait()
+        else:
+            _print_submitted(record)
+            final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
     result_file = record.path / PREFLIGHT_RESULT
-    if result_file.is_file():
-        print(format_report(json.loads(result_file.read_text())))
+    result = json.loads(result_file.read_text()) if result_file.is_file() else None
+    if args.json:
+        print_json({"run": record_json(record), "status": status_json(final), "result": result})
+    elif result is not None:
+        print(format_report(result))
         print(f"results: {result_file}")
     return 0 if final.state == COMPLETED else 1
 
@@ -100,9 +128,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime
     from pathlib import Path
 
-    from rich.console import Console
-    from rich.table import Table
-
     from clusterkit.diagnose.bench import read_result, run_scales, table_rows, with_scaling, write_outputs
 
     warmup = args.warmup if args.warmup is not None else min(max(1, args.steps // 5), args.steps - 1)
@@ -110,29 +135,39 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"clusterkit bench: --warmup {warmup}: give 0 to {args.steps - 1} (fewer than --steps {args.steps})",
               file=sys.stderr)
         return EXIT_USAGE
-    submitted = run_scales(submit_options(args), args.nodes, args.gpus_per_node, args.steps)
+    progress = (lambda line: print(line, file=sys.stderr)) if args.json else print  # stdout: the JSON only
+    submitted = run_scales(submit_options(args), args.nodes, args.gpus_per_node, args.steps, report=progress)
     base = submitted.records[0]
     results = with_scaling([read_result(scale, record, submitted.states[record.job_id], warmup)
                             for scale, record in zip(submitted.scales, submitted.records)])
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.output) if args.output else Path(base.run_dir).parent / f"bench-{stamp}"
+    meta = {"name": base.name, "recipe": str(submitted.recipe_path), "steps": args.steps, "warmup_steps": warmup,
+            "submitted_as": submitted.how}
+    written = write_outputs(results, out_dir, meta)
+    ok = all(state == "COMPLETED" for state in submitted.states.values())
+    if args.json:  # bench.json's content, and where it and the plot were written
+        print_json({**json.loads(written[0].read_text()), "outputs": [str(path) for path in written]})
+        return 0 if ok else 1
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("GPUs", "nodes x GPUs", "samples/s", "speedup", "efficiency", "comm share", "state",
                   title=f"{base.name}: {args.steps} steps per scale, first {warmup} excluded")
     for row in table_rows(results):
         table.add_row(*row)
     Console().print(table)
     print("comm share: n/a: DDP overlaps its all-reduces with the backward pass, so the runner cannot time them apart")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(args.output) if args.output else Path(base.run_dir).parent / f"bench-{stamp}"
-    meta = {"name": base.name, "recipe": str(submitted.recipe_path), "steps": args.steps, "warmup_steps": warmup,
-            "submitted_as": submitted.how}
-    for path in write_outputs(results, out_dir, meta):
+    for path in written:
         print(f"wrote {path}")
-    return 0 if all(state == "COMPLETED" for state in submitted.states.values()) else 1
+    return 0 if ok else 1
 
 
 def _where_to_submit(p: argparse.ArgumentParser) -> None:
     """submit's and sweep's: where the job goes, which templates, which values."""
     p.add_argument("--executor", choices=("slurm", "local", "ssh"),
-                   help="default: slurm if sbatch is on PATH, else ssh if the cluster profile names a login node, else local")
+                   help="default: ssh if the cluster profile names a login node other than this host, else slurm if "
+                        "sbatch is on PATH, else local")
     p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
     p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
     with_overrides(p)
@@ -148,6 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)")
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
+    with_json(p)
     p.add_argument("--after", action="append", metavar="JOB[,JOB]",
                    help="start only after these jobs (ids, array tasks 123_4, or run directories) ended as --after-type says")
     p.add_argument("--after-type", choices=("afterok", "afterany", "afternotok"), default="afterok",
@@ -167,11 +203,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-parallel", type=whole_number(100_000), metavar="N", help="at most N points at once (the array's %%N)")
     p.add_argument("--dry-run", action="store_true", help="print the array's script (each point's own is in its render)")
     p.add_argument("--follow", action="store_true", help="wait for every point, then print the results; exit 1 if one failed")
+    with_json(p)
     _where_to_submit(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("preflight", help="run only the all-reduce preflight on a recipe's layout; print bus bandwidth per size and node")
     p.add_argument("recipe", metavar="RECIPE")
+    with_json(p)
     with_local_target(p)
     p.set_defaults(func=cmd_preflight)
 
@@ -182,5 +220,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=whole_number(1_000_000_000), default=20, help="training steps per scale (default 20)")
     p.add_argument("--warmup", type=int, metavar="STEPS", help="steps left out of the measurement (default steps/5)")
     p.add_argument("-o", "--output", metavar="DIR", help="where bench.json and bench.png go (default beside the runs)")
+    with_json(p)
     with_local_target(p)
     p.set_defaults(func=cmd_bench)

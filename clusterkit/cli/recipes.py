@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from clusterkit.cli.common import EXIT_USAGE, print_table, template_dirs, whole_number, with_overrides
-from clusterkit.errors import LocatedError, RecipeError
+from clusterkit.cli.common import EXIT_USAGE, print_json, print_table, template_dirs, whole_number, with_json, with_overrides
+from clusterkit.errors import LocatedError, RecipeError, format_key_path
 
 
 def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
@@ -33,44 +33,56 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from clusterkit.load.loader import load_recipe
-    from clusterkit.load.sweep import load_sweep
+    from clusterkit import api
 
-    failed = 0
     files, bases_skipped = _recipe_files(args.recipes)
+    reports = []
     for path in files:
         try:
-            loaded = load_recipe(path, args.set or ())
-            sweep = load_sweep(loaded)  # a sweep's every point must be valid too
+            checked = api.validate(path, args.set)
         except RecipeError as exc:
-            failed += 1
-            print(exc, file=sys.stderr)
+            reports.append({"path": str(path), "ok": False, "errors": findings_json(exc), "warnings": [],
+                            "sweep_points": None})
+            if not args.json:
+                print(exc, file=sys.stderr)
             continue
-        for warning in loaded.warnings:
+        reports.append({"path": str(path), "ok": True, "errors": [], "warnings": checked.warnings,
+                        "sweep_points": checked.sweep_points})
+        if args.json:
+            continue
+        for warning in checked.warnings:
             print(warning, file=sys.stderr)
         if not args.quiet:
-            print(f"{path}: ok" + (f" ({len(sweep.points)} sweep points)" if sweep else ""))
-    if (len(files) > 1 or bases_skipped) and not args.quiet:
+            print(f"{path}: ok" + (f" ({checked.sweep_points} sweep points)" if checked.sweep_points else ""))
+    valid = sum(report["ok"] for report in reports)
+    if args.json:
+        print_json({"recipes": reports, "valid": valid, "total": len(files), "base_files_skipped": bases_skipped})
+    elif (len(files) > 1 or bases_skipped) and not args.quiet:
         skipped = f" ({bases_skipped} base file{'s' if bases_skipped != 1 else ''} skipped)" if bases_skipped else ""
-        print(f"{len(files) - failed} of {len(files)} recipes valid{skipped}")
-    return EXIT_USAGE if failed else 0
+        print(f"{valid} of {len(files)} recipes valid{skipped}")
+    return EXIT_USAGE if valid < len(files) else 0
+
+
+def findings_json(error: RecipeError) -> list[dict]:
+    """Each finding of a recipe error as ``{file, line, key, message}``."""
+    return [{"file": finding.location.file, "line": finding.location.line, "key": format_key_path(finding.key_path),
+             "message": finding.message} for finding in getattr(error, "findings", [error.finding])]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from clusterkit import __version__
-    from clusterkit.load.loader import load_recipe
-    from clusterkit.load.sweep import load_sweep
-    from clusterkit.render.job import render_job
+    from clusterkit import __version__, api
     from clusterkit.render.output_dir import write_render
-    from clusterkit.render.sweep import render_sweep
 
-    loaded = load_recipe(args.recipe, args.set or ())
-    sweep = load_sweep(loaded)
-    job = render_sweep(sweep, template_dirs(args)) if sweep else render_job(loaded, template_dirs(args))
+    loaded = api.load(args.recipe, args.set)
+    job = api.render_job(loaded, template_dirs=template_dirs(args))
     out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
                            f"clusterkit {__version__} render of {loaded.path}")
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
+    if args.json:
+        print_json({"name": job.name, "output_dir": str(out_dir), "script": job.script_name,
+                    "files": sorted(job.files), "summary": dict(job.summary)})
+        return 0
     print_table(job.summary)
     shown = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in job.files})
     print(f"wrote {', '.join(shown)} to {out_dir}/")
@@ -88,7 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except PlanError as exc:  # said of this recipe
         raise LocatedError(f"{loaded.path}: {exc.args[0]}") from None
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print_json(result.to_json())
     else:
         print_plan(loaded, result)
     if args.apply is not None:
@@ -111,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check recipes (files or folders); exit 2 on any error")
     p.add_argument("recipes", nargs="+", metavar="RECIPE")
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
+    with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_validate)
 
@@ -119,6 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="DIR", help="output directory (default ./render/<name>)")
     p.add_argument("--template-dir", action="append", metavar="DIR",
                    help="look up templates here first (repeatable); see also $CLUSTERKIT_TEMPLATES")
+    with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_render)
 
@@ -128,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=whole_number(100_000_000), help="plan for another global batch size")
     p.add_argument("--apply", nargs="?", const="", metavar="PATH",
                    help="write the best layout into a copy of the recipe (default <recipe>.planned.yaml)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_plan)
 

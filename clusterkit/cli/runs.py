@@ -4,31 +4,21 @@ the adapter its record names (:func:`clusterkit.schedulers.api.open_scheduler`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-from clusterkit.cli.common import DEFAULT_RUNS_DIR, print_columns, whole_number, with_host_keys, with_job
+from clusterkit.cli.common import (DEFAULT_RUNS_DIR, print_columns, print_json, record_json, status_json, whole_number,
+                                  with_host_keys, with_job, with_json)
 from clusterkit.errors import UsageError
 from clusterkit.runs.layout import EXPORT_DIR
 
 
 def _find(args: argparse.Namespace):
-    from clusterkit.errors import RunNotFound
-    from clusterkit.runs.arrays import task_record
-    from clusterkit.runs.record import find_run
+    from clusterkit import api
 
-    try:
-        return find_run(args.job, Path(args.runs_dir))
-    except RunNotFound:
-        # A task of an array whose tasks have no record here (submitted over SSH): the array's says it.
-        array_id, _, index = args.job.rpartition("_")
-        if not (array_id and index.isdigit()):
-            raise
-        array = find_run(array_id, Path(args.runs_dir))
-        if int(index) not in array.tasks:
-            raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
-        return task_record(array, int(index))
+    return api.find_run(args.job, args.runs_dir, args.accept_new_host_key).record
 
 
 def print_results(record, scheduler, as_csv: bool = False) -> None:
@@ -60,8 +50,6 @@ def _adapter(record, args: argparse.Namespace):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from clusterkit.runs.record import list_runs
     from clusterkit.schedulers.api import statuses
 
@@ -72,9 +60,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError("--csv is for a job array's results table: give its job id")
     found = statuses(records, args.accept_new_host_key, unreachable_ok=not args.job)
     if args.json:
-        as_json = [dataclasses.asdict(status) for status in found]
-        print(json.dumps(as_json[0] if args.job else [
-            {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **s} for r, s in zip(records, as_json)]))
+        # One job: its status alone (a login node's clusterkit answers the SSH adapter with it).
+        print(json.dumps(status_json(found[0]) if args.job else [
+            {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **status_json(s)} for r, s in zip(records, found)]))
         return 0
     if not records:
         print(f"no runs under {args.runs_dir}")
@@ -97,8 +85,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _array_status(record, args: argparse.Namespace) -> int:
     """A job array: its state over all tasks, then the results table (or the table alone as CSV, or
     the state with a ``tasks`` list as JSON)."""
-    import dataclasses
-
     from clusterkit.runs.arrays import results, results_json, task_record
 
     with _adapter(record, args) as scheduler:
@@ -109,7 +95,7 @@ def _array_status(record, args: argparse.Namespace) -> int:
         if args.json:
             tasks = [task_record(record, index) for index in record.tasks]
             rows = results(record, tasks, [scheduler.status(task) for task in tasks], scheduler.run_file)
-            print(json.dumps({**dataclasses.asdict(status), "tasks": results_json(rows)}))
+            print(json.dumps({**status_json(status), "tasks": results_json(rows)}))
             return 0
         print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
         print(f"  run dir: {_where(record)}")
@@ -122,17 +108,21 @@ def _array_status(record, args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     import datetime
 
-    from clusterkit.runs.record import list_runs
-    from clusterkit.schedulers.api import statuses
+    from clusterkit import api
 
     if args.cluster:
         return _ls_on_login_node(args)
-    records = list_runs(Path(args.runs_dir))[: args.limit]
-    if not records:
+    found = api.list_runs(args.runs_dir, args.limit)
+    states = api.statuses(found, unreachable_ok=True)
+    if args.json:
+        print_json([{"run": record_json(run.record), "status": status_json(status)} for run, status in zip(found, states)])
+        return 0
+    if not found:
         print(f"no runs under {args.runs_dir}")
         return 0
     rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
-    for record, status in zip(records, statuses(records, args.accept_new_host_key, unreachable_ok=True)):
+    for run, status in zip(found, states):
+        record = run.record
         when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
         rows.append((record.job_id, record.name, status.state, when,
                      f"{record.nodes}x{record.ranks_per_node} {record.launcher}", _where(record)))
@@ -150,7 +140,7 @@ def _ls_on_login_node(args: argparse.Namespace) -> int:
         raise UsageError(f"{profile_path}: cluster profile {profile.name!r} names no login node (login: {{host: ...}})")
     runs_dir = args.runs_dir if args.runs_dir != DEFAULT_RUNS_DIR else (profile.runs_dir or DEFAULT_RUNS_DIR)
     with open_scheduler("ssh", profile.login, args.accept_new_host_key) as scheduler:
-        return scheduler.list_runs(runs_dir, args.limit)
+        return scheduler.list_runs(runs_dir, args.limit, args.json)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -172,13 +162,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a job that has not ended; one that has is left as it is, and said so."""
-    record = _find(args)
-    with _adapter(record, args) as scheduler:
-        status = scheduler.status(record)
-        if not status.done:
-            scheduler.cancel(record)
-    print(f"job {record.job_id} already ended ({status.state}): nothing cancelled" if status.done
-          else f"cancelled job {record.job_id}")
+    from clusterkit import api
+
+    run = api.find_run(args.job, args.runs_dir, args.accept_new_host_key)
+    cancelled = run.cancel()
+    if args.json:
+        print_json({"job_id": run.job_id, "cancelled": cancelled, "status": status_json(run.status())})
+    elif cancelled:
+        print(f"cancelled job {run.job_id}")
+    else:
+        print(f"job {run.job_id} already ended ({run.status().state}): nothing cancelled")
     return 0
 
 
@@ -187,8 +180,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     out_dir = Path(args.output) if args.output else run_dir / EXPORT_DIR
-    checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
-    print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
+    # With --json, stdout is the JSON alone: what the libraries print while loading (DeepSpeed's
+    # accelerator notice) goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        checkpoint = export_model(run_dir, out_dir, Path(args.checkpoint) if args.checkpoint else None)
+    if args.json:
+        print_json({"checkpoint": str(checkpoint), "output_dir": str(out_dir)})
+    else:
+        print(f"exported {checkpoint} to {out_dir}/ (load with from_pretrained({str(out_dir)!r}))")
     return 0
 
 
@@ -196,7 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="state of one job, or of the recent runs")
     with_job(p, required=False)
     p.add_argument("--limit", type=whole_number(1_000_000), default=10, help="how many recent runs (default 10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output (a job array: its results table)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (a job array: with its results table; "
+                                                       "shapes: docs/json.md)")
     p.add_argument("--csv", action="store_true", help="a job array's results table as CSV")
     p.set_defaults(func=cmd_status)
 
@@ -204,6 +204,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
     p.add_argument("--limit", type=whole_number(1_000_000), default=20, help="how many recent runs (default 20)")
     p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
+    with_json(p)
     with_host_keys(p)
     p.set_defaults(func=cmd_ls)
 
@@ -215,10 +216,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("cancel", help="cancel a job")
     with_job(p)
+    with_json(p)
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
     p.add_argument("-o", "--output", metavar="DIR", help=f"default RUN_DIR/{EXPORT_DIR}")
+    with_json(p)
     p.set_defaults(func=cmd_export)
