@@ -33,27 +33,26 @@ def _spare_types_at_exit() -> None:
 atexit.register(_spare_types_at_exit)
 
 # Public name → the module that defines it.
-# (``render_job`` and ``list_runs``, not ``render`` and ``runs``: those name subpackages.)
-_API = ("Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load", "render_job", "statuses",
-        "submit", "validate")
+# No name of a subpackage (load, render, runs...): importing the subpackage would replace the function.
+_API = ("Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load_recipe", "render_job",
+        "statuses", "submit", "validate")
 _ERRORS = ("ClusterkitError", "ExternalError", "RecipeError", "RecipeErrors", "RunNotFound", "SSHError",
            "SchedulerError", "SubmitError", "UsageError", "UserError", "WaitTimeout")
 _PUBLIC = {
     **dict.fromkeys(_API, "clusterkit.api"),
     **dict.fromkeys(_ERRORS, "clusterkit.errors"),
     "LoadedRecipe": "clusterkit.load.loader",
-    "load_recipe": "clusterkit.load.loader",
     "RenderedJob": "clusterkit.render.job",
 }
 
 __all__ = ["__version__", *sorted(_PUBLIC)]
 
 if TYPE_CHECKING:
-    from clusterkit.api import (Run, SubmitChoices, Validation, dry_run, find_run, list_runs, load, render_job,
+    from clusterkit.api import (Run, SubmitChoices, Validation, dry_run, find_run, list_runs, load_recipe, render_job,
                                 statuses, submit, validate)
     from clusterkit.errors import (ClusterkitError, ExternalError, RecipeError, RecipeErrors, RunNotFound, SchedulerError,
                                    SSHError, SubmitError, UsageError, UserError, WaitTimeout)
-    from clusterkit.load.loader import LoadedRecipe, load_recipe
+    from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
 
 

@@ -4,7 +4,7 @@ calls these and prints what they return.
 
     import clusterkit
 
-    loaded = clusterkit.load("recipes/tiny-gpt2-cpu.yaml", {"resources.nodes": 2})  # raises RecipeError
+    loaded = clusterkit.load_recipe("recipes/tiny-gpt2-cpu.yaml", {"resources.nodes": 2})  # raises RecipeError
     files = clusterkit.render_job(loaded).files           # pure: name -> text, nothing written
     run = clusterkit.submit(loaded, executor="local")   # a Run
     final = run.wait(timeout=600)                       # JobStatus; WaitTimeout if still running
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from clusterkit.errors import UsageError, WaitTimeout
-from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, load_recipe, parse_key_path
+from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, parse_key_path
+from clusterkit.load.loader import load_recipe as load_resolved
 from clusterkit.runs.layout import METRICS
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import JobStatus
@@ -53,10 +54,10 @@ def overrides_of(overrides: Overrides) -> list[str | Override]:
     return list(overrides)
 
 
-def load(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> LoadedRecipe:
+def load_recipe(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> LoadedRecipe:
     """Load, validate and resolve a recipe; raises :class:`~clusterkit.errors.RecipeError` (each
     finding ``file:line: key: message``). ``cluster``: a profile name or file instead of the recipe's."""
-    return load_recipe(recipe, [*overrides_of(overrides), *([cluster_override(cluster)] if cluster else [])])
+    return load_resolved(recipe, [*overrides_of(overrides), *([cluster_override(cluster)] if cluster else [])])
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def validate(recipe: str | PathLike[str], overrides: Overrides = None, cluster: 
     (:class:`~clusterkit.errors.RecipeErrors` for several findings, ``.findings``)."""
     from clusterkit.load.sweep import load_sweep
 
-    loaded = load(recipe, overrides, cluster)
+    loaded = load_recipe(recipe, overrides, cluster)
     sweep = load_sweep(loaded)
     return Validation(str(recipe), [str(warning) for warning in loaded.warnings], len(sweep.points) if sweep else None)
 
@@ -83,7 +84,7 @@ def _loaded(recipe: RecipeRef, overrides: Overrides, cluster: str | None) -> Loa
         if overrides or cluster:
             raise UsageError("overrides and cluster go with a recipe path; this recipe is already loaded")
         return recipe
-    return load(recipe, overrides, cluster)
+    return load_recipe(recipe, overrides, cluster)
 
 
 def render_job(recipe: RecipeRef, overrides: Overrides = None, cluster: str | None = None,
@@ -261,5 +262,5 @@ def statuses(found: Sequence[Run], unreachable_ok: bool = False) -> list[JobStat
                               unreachable_ok)
 
 
-__all__ = ["Overrides", "Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load", "render_job", "statuses",
+__all__ = ["Overrides", "Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load_recipe", "render_job", "statuses",
            "submit", "validate"]

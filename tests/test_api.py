@@ -29,24 +29,24 @@ def _script_recipe(tmp_path: Path, seconds: float) -> Path:
 
 
 def test_importing_the_api_pulls_in_nothing_heavy() -> None:
-    code = ("import sys, clusterkit; clusterkit.load; clusterkit.Run; "
+    code = ("import sys, clusterkit; clusterkit.load_recipe; clusterkit.Run; "
             "print(sorted(m for m in ('jinja2', 'rich', 'paramiko', 'torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.strip() == "[]"
 
 
 def test_load_with_a_dict_of_typed_overrides_and_typed_errors(tmp_path: Path) -> None:
-    loaded = clusterkit.load(TINY, {"resources.nodes": 1, "parallelism.micro_batch_size": 2})
+    loaded = clusterkit.load_recipe(TINY, {"resources.nodes": 1, "parallelism.micro_batch_size": 2})
     assert (loaded.recipe.resources.nodes, loaded.recipe.parallelism.micro_batch_size) == (1, 2)
     # Values are taken as they are, never parsed: a string stays a string (and is refused here).
     with pytest.raises(clusterkit.RecipeError) as caught:
-        clusterkit.load(TINY, {"resources.nodes": "1; rm -rf ~"})
+        clusterkit.load_recipe(TINY, {"resources.nodes": "1; rm -rf ~"})
     assert "resources.nodes" in str(caught.value) and isinstance(caught.value, clusterkit.UserError)
     with pytest.raises(clusterkit.RecipeError, match="expected key.path=value"):
-        clusterkit.load(TINY, {"resources nodes": 1})
+        clusterkit.load_recipe(TINY, {"resources nodes": 1})
     with pytest.raises(clusterkit.UsageError):
-        clusterkit.load(TINY, "resources.nodes=1")  # a lone string is neither a mapping nor a list of texts
-    assert clusterkit.load(TINY, ["resources.nodes=1"]).recipe.resources.nodes == 1  # --set texts work too
+        clusterkit.load_recipe(TINY, "resources.nodes=1")  # a lone string is neither a mapping nor a list of texts
+    assert clusterkit.load_recipe(TINY, ["resources.nodes=1"]).recipe.resources.nodes == 1  # --set texts work too
     checked = clusterkit.validate(TINY)
     assert checked.warnings == [] and checked.sweep_points is None
 
@@ -55,7 +55,7 @@ def test_render_is_in_memory_and_dry_run_is_what_submit_sends(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     job = clusterkit.render_job(TINY, {"resources.nodes": 1})
     assert "#SBATCH --nodes=1" in job.files["job.sbatch"] and list(tmp_path.iterdir()) == []
-    loaded = clusterkit.load(TINY, {"resources.nodes": 1})
+    loaded = clusterkit.load_recipe(TINY, {"resources.nodes": 1})
     request = clusterkit.dry_run(loaded, executor="local")
     assert request.files["job.sbatch"] == job.files["job.sbatch"] and list(tmp_path.iterdir()) == []
     with pytest.raises(clusterkit.UsageError, match="already loaded"):
@@ -125,3 +125,11 @@ def test_submit_goes_to_the_cluster_the_profile_names(tmp_path: Path, login_host
     assert request.scheduler == expected and request.cluster == "other"
     if expected == "ssh":
         assert request.login.host == login_host and request.argv[0] == "sbatch"  # sbatch, on the login node
+
+
+def test_no_public_name_is_shadowed_by_a_subpackage() -> None:
+    """``import clusterkit.load.loader`` sets the attribute ``clusterkit.load`` to the subpackage: a
+    public function of that name would turn into a module once anything imported it."""
+    subpackages = {path.name for path in (REPO / "clusterkit").iterdir() if (path / "__init__.py").is_file()}
+    modules = {path.stem for path in (REPO / "clusterkit").glob("*.py")}
+    assert not set(clusterkit.__all__) & (subpackages | modules)

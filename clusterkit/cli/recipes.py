@@ -73,7 +73,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from clusterkit import __version__, api
     from clusterkit.render.output_dir import write_render
 
-    loaded = api.load(args.recipe, args.set)
+    loaded = api.load_recipe(args.recipe, args.set)
     job = api.render_job(loaded, template_dirs=template_dirs(args))
     out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
                            f"clusterkit {__version__} render of {loaded.path}")
