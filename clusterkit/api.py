@@ -87,10 +87,11 @@ def _loaded(recipe: RecipeRef, overrides: Overrides, cluster: str | None) -> Loa
     return load_recipe(recipe, overrides, cluster)
 
 
-def render_job(recipe: RecipeRef, overrides: Overrides = None, cluster: str | None = None,
-           template_dirs: Sequence[str] = ()) -> RenderedJob:
-    """The job's files in memory (``.files``: name -> text, ``.summary``); nothing is written. A
-    sweep renders its array driver and each point's files."""
+def render_job(recipe: RecipeRef, template_dirs: Sequence[str] = (), *, overrides: Overrides = None,
+               cluster: str | None = None) -> RenderedJob:
+    """The job's files in memory (``.files``: name -> text, ``.summary``); nothing is written.
+    ``template_dirs`` are looked up first (as ``--template-dir``). A sweep renders its array driver
+    and each point's files."""
     from clusterkit.load.sweep import load_sweep
     from clusterkit.render.job import render_job as render_one
     from clusterkit.render.sweep import render_sweep

@@ -53,13 +53,13 @@ def test_load_with_a_dict_of_typed_overrides_and_typed_errors(tmp_path: Path) ->
 
 def test_render_is_in_memory_and_dry_run_is_what_submit_sends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    job = clusterkit.render_job(TINY, {"resources.nodes": 1})
+    job = clusterkit.render_job(TINY, overrides={"resources.nodes": 1})
     assert "#SBATCH --nodes=1" in job.files["job.sbatch"] and list(tmp_path.iterdir()) == []
     loaded = clusterkit.load_recipe(TINY, {"resources.nodes": 1})
     request = clusterkit.dry_run(loaded, executor="local")
     assert request.files["job.sbatch"] == job.files["job.sbatch"] and list(tmp_path.iterdir()) == []
     with pytest.raises(clusterkit.UsageError, match="already loaded"):
-        clusterkit.render_job(loaded, {"resources.nodes": 2})
+        clusterkit.render_job(loaded, overrides={"resources.nodes": 2})
 
 
 def test_submit_wait_metrics_logs_and_find_from_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
