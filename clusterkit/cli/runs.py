@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from clusterkit.cli.common import DEFAULT_RUNS_DIR, print_columns, whole_number, with_host_keys, with_job
+from clusterkit.cli.common import DEFAULT_RUNS_DIR, RUNS_DIR_HELP, print_columns, whole_number, with_host_keys, with_job
 from clusterkit.errors import UsageError
 from clusterkit.runs.layout import EXPORT_DIR
 
@@ -16,19 +16,51 @@ from clusterkit.runs.layout import EXPORT_DIR
 def _find(args: argparse.Namespace):
     from clusterkit.errors import RunNotFound
     from clusterkit.runs.arrays import task_record
-    from clusterkit.runs.record import find_run
 
     try:
-        return find_run(args.job, Path(args.runs_dir))
+        return _find_run(args.job, Path(args.runs_dir))
     except RunNotFound:
         # A task of an array whose tasks have no record here (submitted over SSH): the array's says it.
         array_id, _, index = args.job.rpartition("_")
         if not (array_id and index.isdigit()):
             raise
-        array = find_run(array_id, Path(args.runs_dir))
+        array = _find_run(array_id, Path(args.runs_dir))
         if int(index) not in array.tasks:
             raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
         return task_record(array, int(index))
+
+
+def _find_run(reference: str, runs_dir: Path):
+    """Under ``runs_dir`` first (or the run directory given), then in the run index of every run
+    submitted from this machine."""
+    from clusterkit.errors import RunNotFound
+    from clusterkit.runs.index import find_indexed
+    from clusterkit.runs.record import find_run
+
+    try:
+        return find_run(reference, runs_dir)
+    except RunNotFound:
+        found = find_indexed(reference)
+        if found is None:
+            raise
+        return found
+
+
+def _recent(runs_dir: str, limit: int):
+    """The newest ``limit`` runs under ``runs_dir``; where there is no such directory here, those
+    of the run index (every run submitted from this machine)."""
+    import itertools
+
+    from clusterkit.runs.index import indexed_runs
+    from clusterkit.runs.record import list_runs
+
+    if Path(runs_dir).is_dir():
+        return list_runs(Path(runs_dir))[:limit]
+    return list(itertools.islice(indexed_runs(), limit))
+
+
+def _none_found(runs_dir: str) -> str:
+    return f"no runs under {runs_dir}" + ("" if Path(runs_dir).is_dir() else " nor in the run index")
 
 
 def print_results(record, scheduler, as_csv: bool = False) -> None:
@@ -62,10 +94,9 @@ def _adapter(record, args: argparse.Namespace):
 def cmd_status(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from clusterkit.runs.record import list_runs
     from clusterkit.schedulers.api import statuses
 
-    records = [_find(args)] if args.job else list_runs(Path(args.runs_dir))[: args.limit]
+    records = [_find(args)] if args.job else _recent(args.runs_dir, args.limit)
     if args.job and records[0].tasks:
         return _array_status(records[0], args)
     if args.csv:
@@ -77,7 +108,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **s} for r, s in zip(records, as_json)]))
         return 0
     if not records:
-        print(f"no runs under {args.runs_dir}")
+        print(_none_found(args.runs_dir))
         return 0
     for record, status in zip(records, found):
         line = f"{record.job_id}  {record.name}  {status.state}"
@@ -122,14 +153,13 @@ def _array_status(record, args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     import datetime
 
-    from clusterkit.runs.record import list_runs
     from clusterkit.schedulers.api import statuses
 
     if args.cluster:
         return _ls_on_login_node(args)
-    records = list_runs(Path(args.runs_dir))[: args.limit]
+    records = _recent(args.runs_dir, args.limit)
     if not records:
-        print(f"no runs under {args.runs_dir}")
+        print(_none_found(args.runs_dir))
         return 0
     rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
     for record, status in zip(records, statuses(records, args.accept_new_host_key, unreachable_ok=True)):
@@ -201,7 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("ls", help="recent runs with their state")
-    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--limit", type=whole_number(1_000_000), default=20, help="how many recent runs (default 20)")
     p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
     with_host_keys(p)

@@ -99,14 +99,20 @@ def load_user_config() -> LoadedConfig:
 
 
 def _parse(path: Path, from_env: bool) -> LoadedConfig:
-    from clusterkit.load.loader import _convert  # the recipe's file:line error wording (a lazy import: no cycle)
-
     data, source = load_yaml_file(path)
     if data is None:  # an empty file (or comments only)
         data = {}
     if not isinstance(data, dict):
         raise RecipeError(Finding(source.default, (), "the user config must be a mapping of keys to values"))
-    return LoadedConfig(_convert(data, UserConfig, source), path, from_env, source)
+    try:
+        config = msgspec.convert(data, UserConfig, strict=True)
+    except msgspec.ValidationError:
+        # Worded as the recipe's errors are; imported only now (the loader is slow to import, and
+        # imports this module).
+        from clusterkit.load.loader import _convert
+
+        config = _convert(data, UserConfig, source)
+    return LoadedConfig(config, path, from_env, source)
 
 
 def fill_recipe_defaults(data: dict[str, Any], source: SourceMap) -> None:
