@@ -81,7 +81,7 @@ class _locked:
 
     def __enter__(self):
         while True:
-            self.handle = open(self.path, "ab")
+            self.handle = open(self.path, "a+b")  # read too: the last byte is checked
             fcntl.flock(self.handle, fcntl.LOCK_EX)
             try:
                 if os.stat(self.path).st_ino == os.fstat(self.handle.fileno()).st_ino:
