@@ -180,3 +180,19 @@ def test_an_empty_or_unreadable_config(tmp_path: Path) -> None:
     done = run_cli("config", env=_env(tmp_path))
     assert done.returncode == 2 and done.stderr.startswith(f"{config}: <top level>: cannot read"), done.stderr
     shutil.rmtree(config)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", {}),
+    ("ssh: {transport: openssh}\n", {"transport": "openssh"}),
+    ("ssh: {control_persist: yes}\n", {"control_persist": True}),  # YAML 1.1's yes: ssh's own word too
+    ("ssh: {control_persist: 1h30m, transport: auto}\n", {"control_persist": "1h30m", "transport": "auto"}),
+    ("ssh: {control_persist: 0}\n", {"control_persist": 0}),
+])
+def test_ssh_settings_are_what_the_file_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: dict) -> None:
+    from clusterkit.load.user_config import load_user_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    monkeypatch.setenv("CLUSTERKIT_CONFIG", str(config))
+    assert load_user_config().ssh_settings() == expected

@@ -22,7 +22,7 @@ The user config is $CLUSTERKIT_CONFIG, else $XDG_CONFIG_HOME/clusterkit/config.y
   runs_dir: DIR              where runs go (unless the recipe says) and where status, logs,
                              cancel and ls look (unless --runs-dir says)
   ssh: {transport: auto|openssh|paramiko, control_persist: 10m}
-                             how login nodes are reached, where a profile's login: does not say"""
+                             how this machine reaches login nodes (over a profile's login:)"""
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ ControlPersistTime = Annotated[str, msgspec.Meta(pattern=r"^(yes|no|([0-9]+[smhd
 
 
 class SSHOptions(_Struct):
-    """How a login node is reached, for every cluster profile whose ``login:`` does not say.
-    Unset (null) leaves the choice to the profile, then to clusterkit."""
+    """How this machine reaches login nodes. A value set here wins over a cluster profile's
+    ``login:`` (it is this machine's choice, as the precedence says); unset (null) leaves it to the
+    profile, then to clusterkit."""
 
     # auto: OpenSSH when an ``ssh`` client is on PATH, else paramiko.
     transport: Optional[Literal["auto", "openssh", "paramiko"]] = None
@@ -65,6 +66,11 @@ class LoadedConfig:
         for key in key_path:
             value = getattr(value, str(key))
         return value not in (None, [])
+
+    def ssh_settings(self) -> dict[str, Any]:
+        """The ``ssh:`` values set here, by name: what replaces a profile's ``login:`` fields."""
+        return {name: value for name in SSHOptions.__struct_fields__
+                if (value := getattr(self.config.ssh, name)) is not None}
 
     def profile_directories(self) -> list[Path]:
         return [self.path.parent / Path(text).expanduser() for text in self.config.profile_dirs]
