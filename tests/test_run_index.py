@@ -183,3 +183,22 @@ def test_compaction_keeps_only_runs_still_on_disk(tmp_path: Path, state: Path, m
     index.add_run(read_record(kept), kept)
     assert [json.loads(line)["job_id"] for line in state.read_text().splitlines()] == ["2"]
     assert index.indexed_job_ids() == ["2"] and index.find_indexed("1") is None
+
+
+def test_a_hung_lock_holder_does_not_hold_the_submit_up(tmp_path: Path, state: Path) -> None:
+    _submit(tmp_path, "waits")  # once with the index free: it is written, the recipe is there
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\nf = open(sys.argv[1], 'ab')\n"
+                               "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)", str(state)],
+                              stdout=subprocess.PIPE, text=True)
+    where = tmp_path / "submit"
+    try:
+        assert holder.stdout.readline() == "held\n"
+        start = time.monotonic()
+        done = run_cli("submit", str(where / "waits.yaml"), "--executor", "local", cwd=where)
+        assert time.monotonic() - start < index.LOCK_WAIT_S + 30
+        assert done.returncode == 0 and "submitted job" in done.stdout
+        assert "cannot add job" in done.stderr and "locked by another process for 5 s" in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert state.read_text().count("\n") == 1  # the second was given up on

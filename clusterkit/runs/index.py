@@ -13,10 +13,12 @@ submit (a read-only or full state dir is a warning), and a run directory deleted
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -31,6 +33,7 @@ INDEX_NAME = "runs.jsonl"
 # Past this size an add rewrites the file with only the runs still on disk, the newest KEEP of them.
 COMPACT_BYTES = 1 << 20
 KEEP = 5000
+LOCK_WAIT_S = 5  # an add gives up (with a warning) after waiting this long for the lock
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,14 @@ class _locked:
         self.path = path
 
     def __enter__(self):
+        deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             self.handle = open(self.path, "a+b")  # read too: the last byte is checked
-            fcntl.flock(self.handle, fcntl.LOCK_EX)
+            while not _try_lock(self.handle):
+                if time.monotonic() > deadline:  # a hung holder must not hold the submit up
+                    self.handle.close()
+                    raise TimeoutError(errno.EWOULDBLOCK, f"locked by another process for {LOCK_WAIT_S} s")
+                time.sleep(0.01)
             try:
                 if os.stat(self.path).st_ino == os.fstat(self.handle.fileno()).st_ino:
                     return self.handle
@@ -92,6 +100,14 @@ class _locked:
 
     def __exit__(self, *exc) -> None:
         self.handle.close()  # releases the lock
+
+
+def _try_lock(handle) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def _compact(path: Path) -> None:
