@@ -13,6 +13,7 @@ submit (a read-only or full state dir is a warning), and a run directory deleted
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -21,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 import msgspec
 
@@ -75,31 +76,20 @@ def add_run(record: RunRecord, record_dir: Path, warn: Callable[[str], None] = _
              f"clusterkit status finds it only with --runs-dir")
 
 
-class _locked:
-    """The index opened for appending under an exclusive lock; reopened when a compaction replaced
-    the file while this process waited for the lock (it would write into the old one)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            self.handle = open(self.path, "a+b")  # read too: the last byte is checked
-            while not _try_lock(self.handle):
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[IO[bytes]]:
+    """The index opened for appending under an exclusive lock; opened again when a compaction
+    replaced the file while this process waited (it would write into the old one)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        with open(path, "a+b") as handle:  # read too: the last byte is checked
+            while not _try_lock(handle):
                 if time.monotonic() > deadline:  # a hung holder must not hold the submit up
-                    self.handle.close()
                     raise TimeoutError(errno.EWOULDBLOCK, f"locked by another process for {LOCK_WAIT_S} s")
                 time.sleep(0.01)
-            try:
-                if os.stat(self.path).st_ino == os.fstat(self.handle.fileno()).st_ino:
-                    return self.handle
-            except FileNotFoundError:
-                pass
-            self.handle.close()
-
-    def __exit__(self, *exc) -> None:
-        self.handle.close()  # releases the lock
+            if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                yield handle
+                return
 
 
 def _try_lock(handle) -> bool:
