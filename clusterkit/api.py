@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 Overrides = Union[Mapping[str, Any], Sequence[str], None]
 RecipeRef = Union[str, "PathLike[str]", LoadedRecipe]
 DEFAULT_POLL_S = 2.0
+DEFAULT_RUNS_DIR = "./runs"
 
 
 def overrides_of(overrides: Overrides) -> list[str | Override]:
@@ -228,31 +229,60 @@ class Run:
             return True
 
 
-def find_run(job: str, runs_dir: str | PathLike[str] = "./runs", accept_new_host_key: bool = False) -> Run:
-    """A run by job id (an array task ``123_4`` too) under ``runs_dir``, or by its run directory;
-    :class:`~clusterkit.errors.RunNotFound` if there is none."""
+def default_runs_dir() -> str:
+    """Where runs are looked for when no directory is given: the user config's runs_dir, else ./runs."""
+    from clusterkit.load.user_config import load_user_config
+
+    return load_user_config().config.runs_dir or DEFAULT_RUNS_DIR
+
+
+def _record(job: str, runs_dir: Path) -> RunRecord:
+    """Under ``runs_dir`` first (or the run directory given), then in the run index of every run
+    submitted from this machine (so a job id is found from any directory)."""
     from clusterkit.errors import RunNotFound
-    from clusterkit.runs.arrays import task_record
+    from clusterkit.runs.index import find_indexed
     from clusterkit.runs.record import find_run as find_record
 
     try:
-        return Run(find_record(job, Path(runs_dir)), accept_new_host_key)
+        return find_record(job, runs_dir)
+    except RunNotFound:
+        found = find_indexed(job)
+        if found is None:
+            raise
+        return found
+
+
+def find_run(job: str, runs_dir: str | PathLike[str] | None = None, accept_new_host_key: bool = False) -> Run:
+    """A run by job id (an array task ``123_4`` too) under ``runs_dir`` or in the run index, or by
+    its run directory; :class:`~clusterkit.errors.RunNotFound` if there is none."""
+    from clusterkit.errors import RunNotFound
+    from clusterkit.runs.arrays import task_record
+
+    where = Path(runs_dir or default_runs_dir())
+    try:
+        return Run(_record(job, where), accept_new_host_key)
     except RunNotFound:
         # A task of an array whose tasks have no record here (submitted over SSH): the array's says it.
         array_id, _, index = job.rpartition("_")
         if not (array_id and index.isdigit()):
             raise
-        array = find_record(array_id, Path(runs_dir))
+        array = _record(array_id, where)
         if int(index) not in array.tasks:
             raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
         return Run(task_record(array, int(index)), accept_new_host_key)
 
 
-def list_runs(runs_dir: str | PathLike[str] = "./runs", limit: int | None = None) -> list[Run]:
-    """The runs under ``runs_dir``, newest first (a damaged record is skipped with a warning)."""
+def list_runs(runs_dir: str | PathLike[str] | None = None, limit: int | None = None) -> list[Run]:
+    """The runs under ``runs_dir``, newest first (a damaged record is skipped with a warning); where
+    there is no such directory here, those of the run index (every run submitted from this machine)."""
+    import itertools
+
+    from clusterkit.runs.index import indexed_runs
     from clusterkit.runs.record import list_runs as list_records
 
-    return [Run(record) for record in list_records(Path(runs_dir))[:limit]]
+    where = Path(runs_dir or default_runs_dir())
+    records = list_records(where)[:limit] if where.is_dir() else list(itertools.islice(indexed_runs(), limit))
+    return [Run(record) for record in records]
 
 
 def statuses(found: Sequence[Run], unreachable_ok: bool = False) -> list[JobStatus]:

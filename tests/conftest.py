@@ -46,3 +46,13 @@ def dev_cluster() -> Iterator[str]:
 def _torch_extensions_cache() -> None:
     # DeepSpeed JIT-compiles its CPU comm op once (~33 s); keep it across tests and runs.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".torch-extensions"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_config_and_state(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The suite neither reads the user's config (~/.config/clusterkit) nor adds to their run
+    index (~/.local/state/clusterkit): both are XDG dirs of its own, empty, for every process."""
+    home = tmp_path_factory.mktemp("xdg")
+    os.environ.pop("CLUSTERKIT_CONFIG", None)
+    os.environ["XDG_CONFIG_HOME"] = str(home / "config")
+    os.environ["XDG_STATE_HOME"] = str(home / "state")

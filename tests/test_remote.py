@@ -128,6 +128,9 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
     listing = remote.cli("ls")
     assert job_id in listing.stdout and "COMPLETED" in listing.stdout
+    # From a directory without runs/: the run index has the local record (scheduler ssh).
+    away = run_cli("status", job_id, cwd=remote.home, env=remote.env())
+    assert f"{job_id}  tiny-gpt2  COMPLETED" in away.stdout and f"cluster-login:{run_dir}" in away.stdout, away.stderr
     # --resume with the local record continues the run on the cluster, from its newest checkpoint there.
     resumed = remote.cli("submit", "--resume", str(remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login"),
                          "--set", "task.trainer.args.max_steps=35", "--follow")

@@ -11,6 +11,8 @@ EXIT_FAILURE = 1  # an external failure: the scheduler, the login node or this m
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 TEMPLATES_ENV = "CLUSTERKIT_TEMPLATES"  # colon-separated ops template directories
 DEFAULT_RUNS_DIR = "./runs"
+# Left None by the parser: cli.config.fill_runs_dir puts in the user config's (a flag wins over it).
+RUNS_DIR_HELP = "where runs are looked up (default: the user config's runs_dir, else ./runs; a job id not there is looked up in the run index)"
 
 
 def template_dirs(args: argparse.Namespace) -> tuple[str, ...]:
@@ -123,5 +125,5 @@ def with_local_target(p: argparse.ArgumentParser) -> None:
 
 def with_job(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("job", nargs=None if required else "?", metavar="JOB", help="job id or run directory")
-    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     with_host_keys(p)

@@ -11,11 +11,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from clusterkit.cli import jobs, node, recipes, runs
+from clusterkit.cli import completion, config, jobs, node, recipes, runs
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.errors import ClusterkitError, FileSystemError, LocatedError, PathError, UserError, is_users_path_error
 
-COMMAND_GROUPS = (recipes, jobs, runs, node)
+COMMAND_GROUPS = (recipes, jobs, runs, node, config, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    completion.complete(parser)  # when the shell asks for completions: answers them and exits
     args = parser.parse_args(argv)
     try:
+        config.fill_runs_dir(args)
         return args.func(args)
     except ClusterkitError as exc:
         return report(exc)

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from clusterkit.cli.common import (DEFAULT_RUNS_DIR, print_columns, print_json, record_json, status_json, whole_number,
+from clusterkit.cli.common import (DEFAULT_RUNS_DIR, RUNS_DIR_HELP, print_columns, print_json, record_json, status_json, whole_number,
                                   with_host_keys, with_job, with_json)
 from clusterkit.errors import UsageError
 from clusterkit.runs.layout import EXPORT_DIR
@@ -19,6 +19,10 @@ def _find(args: argparse.Namespace):
     from clusterkit import api
 
     return api.find_run(args.job, args.runs_dir, args.accept_new_host_key).record
+
+
+def _none_found(runs_dir: str) -> str:
+    return f"no runs under {runs_dir}" + ("" if Path(runs_dir).is_dir() else " nor in the run index")
 
 
 def print_results(record, scheduler, as_csv: bool = False) -> None:
@@ -50,10 +54,10 @@ def _adapter(record, args: argparse.Namespace):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from clusterkit.runs.record import list_runs
+    from clusterkit import api
     from clusterkit.schedulers.api import statuses
 
-    records = [_find(args)] if args.job else list_runs(Path(args.runs_dir))[: args.limit]
+    records = [_find(args)] if args.job else [run.record for run in api.list_runs(args.runs_dir, args.limit)]
     if args.job and records[0].tasks:
         return _array_status(records[0], args)
     if args.csv:
@@ -65,7 +69,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **status_json(s)} for r, s in zip(records, found)]))
         return 0
     if not records:
-        print(f"no runs under {args.runs_dir}")
+        print(_none_found(args.runs_dir))
         return 0
     for record, status in zip(records, found):
         line = f"{record.job_id}  {record.name}  {status.state}"
@@ -118,7 +122,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print_json([{"run": record_json(run.record), "status": status_json(status)} for run, status in zip(found, states)])
         return 0
     if not found:
-        print(f"no runs under {args.runs_dir}")
+        print(_none_found(args.runs_dir))
         return 0
     rows = [("JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN DIR")]
     for run, status in zip(found, states):
@@ -201,7 +205,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("ls", help="recent runs with their state")
-    p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are looked up (default ./runs)")
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--limit", type=whole_number(1_000_000), default=20, help="how many recent runs (default 20)")
     p.add_argument("--cluster", metavar="PROFILE", help="list the runs on that cluster's login node instead (over SSH)")
     with_json(p)

@@ -24,6 +24,7 @@ from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.spec.profile import ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
+from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
 _MAX_EXTENDS_DEPTH = 16
@@ -77,6 +78,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
         raise RecipeError(Finding(source.default, (), "a recipe must be a mapping of keys to values"))
     for override in overrides:
         _apply_override(data, source, override)
+    fill_recipe_defaults(data, source)
     data.pop("extends", None)
     recipe = _convert(data, Recipe, source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
@@ -319,9 +321,10 @@ def _descend(annotation: Any, part: str | int) -> Any:
 def load_profile(reference: str, base_dir: Path, where: Location | None = None) -> tuple[ClusterProfile, Path, SourceMap]:
     """A cluster profile by name or path (``cluster:`` in a recipe, ``--cluster`` on the command
     line); ``where`` is what an unknown name is reported against."""
-    profile_path = find_profile(reference, base_dir)
+    user_dirs = load_user_config().profile_directories()
+    profile_path = find_profile(reference, base_dir, user_dirs)
     if profile_path is None:
-        known = available_profiles(base_dir)
+        known = available_profiles(base_dir, user_dirs)
         close = difflib.get_close_matches(reference, known, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise RecipeError(

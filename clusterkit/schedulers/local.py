@@ -15,6 +15,7 @@ from typing import BinaryIO, Iterator
 
 from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SHIM_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
+from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.status import (CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, JobStatus, exit_code_from_run_dir,
@@ -129,6 +130,7 @@ class LocalScheduler:
             terminate(job_markers(run_dir))
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
+        add_run(record, run_dir)
         return record
 
     def status(self, record: RunRecord) -> JobStatus:

@@ -19,12 +19,14 @@ import dataclasses
 import json
 import re
 import time
+from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
 from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.logs import Readable, stream_run
+from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
 from clusterkit.spec.arrays import task_job_id
@@ -77,6 +79,8 @@ class SlurmScheduler:
         except BaseException:
             self._undo(request, job_id)
             raise
+        if isinstance(host, LocalHost):  # over SSH, the local record is indexed where it is written
+            add_run(record, Path(record.run_dir))
         return record
 
     def _undo(self, request: SubmitRequest, job_id: str | None) -> None:

@@ -27,6 +27,7 @@ import msgspec
 from clusterkit.errors import SSHError
 from clusterkit.runs.layout import STREAMS, node_log
 from clusterkit.runs.logs import stream
+from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.api import SubmitRequest
@@ -152,6 +153,7 @@ class SSHScheduler(SlurmScheduler):
         local_dir = local_record_dir(request, record.job_id)
         local_dir.mkdir(parents=True, exist_ok=True)
         record.write(local_dir)
+        add_run(record, local_dir)
         return record
 
     def status(self, record: RunRecord) -> JobStatus:

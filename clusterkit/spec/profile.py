@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Sequence
 
 from msgspec import Meta, field
 
@@ -105,20 +105,24 @@ def expanded(text: str) -> Path:
         return Path(text)
 
 
-def profile_search_path(recipe_dir: Path) -> list[Path]:
-    """Where ``cluster: NAME`` is looked up, first match wins: $CLUSTERKIT_CLUSTERS (colon-separated
-    ops directories), ``clusters/`` beside the recipe, then the profiles shipped with clusterkit."""
-    extra = [Path(p) for p in os.environ.get("CLUSTERKIT_CLUSTERS", "").split(os.pathsep) if p]
-    return [*extra, recipe_dir / "clusters", BUILTIN_CLUSTERS_DIR]
+CLUSTERS_ENV = "CLUSTERKIT_CLUSTERS"  # colon-separated ops directories of cluster profiles
 
 
-def find_profile(reference: str, recipe_dir: Path) -> Path | None:
+def profile_search_path(recipe_dir: Path, user_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Where ``cluster: NAME`` is looked up, first match wins: $CLUSTERKIT_CLUSTERS, ``clusters/``
+    beside the recipe, ``user_dirs`` (the user config's profile_dirs), then the profiles shipped
+    with clusterkit."""
+    extra = [Path(p) for p in os.environ.get(CLUSTERS_ENV, "").split(os.pathsep) if p]
+    return [*extra, recipe_dir / "clusters", *user_dirs, BUILTIN_CLUSTERS_DIR]
+
+
+def find_profile(reference: str, recipe_dir: Path, user_dirs: Sequence[Path] = ()) -> Path | None:
     """Resolve a ``cluster:`` value: a path (relative to the recipe) or a profile name."""
     if "/" in reference or reference.endswith((".yaml", ".yml")):
         path = expanded(reference)
         path = path if path.is_absolute() else recipe_dir / path
         return path if path.is_file() else None
-    for directory in profile_search_path(recipe_dir):
+    for directory in profile_search_path(recipe_dir, user_dirs):
         for suffix in (".yaml", ".yml"):
             candidate = directory / f"{reference}{suffix}"
             if candidate.is_file():
@@ -126,9 +130,9 @@ def find_profile(reference: str, recipe_dir: Path) -> Path | None:
     return None
 
 
-def available_profiles(recipe_dir: Path) -> list[str]:
+def available_profiles(recipe_dir: Path, user_dirs: Sequence[Path] = ()) -> list[str]:
     names = set()
-    for directory in profile_search_path(recipe_dir):
+    for directory in profile_search_path(recipe_dir, user_dirs):
         if directory.is_dir():
             names.update(p.stem for p in directory.glob("*.y*ml"))
     return sorted(names)
