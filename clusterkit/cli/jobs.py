@@ -102,6 +102,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from clusterkit.diagnose.bench import read_result, run_scales, table_rows, with_scaling, write_outputs
 
@@ -115,9 +116,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results = with_scaling([read_result(scale, record, submitted.states[record.job_id], warmup)
                             for scale, record in zip(submitted.scales, submitted.records)])
     table = Table("GPUs", "nodes x GPUs", "samples/s", "speedup", "efficiency", "comm share", "state",
-                  title=f"{base.name}: {args.steps} steps per scale, first {warmup} excluded")
+                  title=Text(f"{base.name}: {args.steps} steps per scale, first {warmup} excluded"))
     for row in table_rows(results):
-        table.add_row(*row)
+        table.add_row(*map(Text, row))  # text, not rich markup: the recipe's name, the scheduler's states
     Console().print(table)
     print("comm share: n/a: DDP overlaps its all-reduces with the backward pass, so the runner cannot time them apart")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
