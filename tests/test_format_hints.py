@@ -4,7 +4,6 @@ another field, nor a regex, nor msgspec's `Expected str | null`."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
