@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from clusterkit.errors import MissingPackage
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -96,10 +98,11 @@ def meta_device_count(config: dict[str, Any]) -> int:
 def meta_device_shape(config: dict[str, Any], seq_len: int | None) -> ModelShape:
     try:
         params = meta_device_count(config)
-    except ImportError:
-        raise UnknownArchitecture(
-            f"no closed form for model_type {config.get('model_type')!r} and no torch/transformers here to count it"
-        ) from None
+    except ImportError as exc:
+        raise MissingPackage(
+            f"model_type {config.get('model_type')!r} has no closed form here ({', '.join(sorted(_FAMILIES))}); counting "
+            f"its parameters on the meta device needs torch and transformers, and {exc.name or 'one'} is not "
+            "importable: pip install 'clusterkit[train]'") from None
     except (ValueError, TypeError, KeyError) as exc:  # transformers refused the config
         first_sentence = str(exc).split(". ", 1)[0][:200]
         raise UnknownArchitecture(f"cannot build model_type {config.get('model_type')!r} from its config: {first_sentence}") from None
