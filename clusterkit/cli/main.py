@@ -14,6 +14,7 @@ import sys
 from typing import Sequence
 
 from clusterkit.cli import jobs, node, recipes, runs
+from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_USAGE
 from clusterkit.errors import ClusterkitError, FileSystemError, LocatedError, PathError, UserError, is_users_path_error
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(sub)
+    add_examples(parser, sub)
     return parser
 
 
