@@ -9,7 +9,6 @@ from typing import Callable
 EXIT_USAGE = 2  # a user error: the input, an argument or a chosen path is wrong
 EXIT_FAILURE = 1  # an external failure: the scheduler, the login node or this machine
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
-EXIT_READER_GONE = 141  # the reader of our output went away (`| head -1`), as a shell reports SIGPIPE
 TEMPLATES_ENV = "CLUSTERKIT_TEMPLATES"  # colon-separated ops template directories
 DEFAULT_RUNS_DIR = "./runs"
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from clusterkit.cli import jobs, node, recipes, runs
 from clusterkit.cli.examples import add_examples
-from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_USAGE
+from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.errors import ClusterkitError, FileSystemError, LocatedError, PathError, UserError, is_users_path_error
 
 COMMAND_GROUPS = (recipes, jobs, runs, node)
@@ -43,10 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             sys.stdout.flush()  # output still buffered meets a reader that went away here, not at exit
     except BrokenPipeError:
-        # `clusterkit schema | head -1`: the reader has what it wanted. The Python docs' recipe:
-        # stdout goes to /dev/null so the interpreter's own flush at exit cannot fail again.
+        # `clusterkit schema | head -1`: the reader has what it wanted. The Python docs' recipe, as
+        # rich's Console does it for the tables: stdout goes to /dev/null so the interpreter's own
+        # flush at exit cannot fail again, and the status is 1.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_READER_GONE
+        return EXIT_FAILURE
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
