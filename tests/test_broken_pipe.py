@@ -62,3 +62,17 @@ def test_long_ls_into_head(tmp_path: Path) -> None:
     out, err, status = _into_head(f"ls --limit 1500 --runs-dir {shlex.quote(str(runs))}", tmp_path, reader_first=False)
     assert out.split() == ["JOB", "NAME", "STATE", "SUBMITTED", "LAYOUT", "RUN", "DIR"]
     assert err == "" and status == 1
+
+
+def test_a_broken_pipe_of_our_own_is_still_reported(tmp_path: Path) -> None:
+    """A connection of ours that breaks (an SSH channel) while stdout is fine is a failure to say."""
+    code = ("import errno, sys\n"
+            "import clusterkit.cli.recipes as commands\n"
+            "def broken(args): raise BrokenPipeError(errno.EPIPE, 'Broken pipe')\n"
+            "commands.cmd_schema = broken\n"
+            "from clusterkit.cli.main import main\n"
+            "sys.exit(main(['schema']))\n")
+    with (tmp_path / "out").open("w") as stdout:
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    assert done.returncode == 1 and done.stderr == "clusterkit: Broken pipe\n"
