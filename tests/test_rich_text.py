@@ -30,7 +30,8 @@ def test_follow_prints_job_text_verbatim(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(record) + "\n" for record in (
         {"event": "start", "step": 0, "max_steps": 10, "world_size": 2},
-        {"event": "log", "step": 5, "max_steps": 10, "loss": MARKUP_LIKE, "world_size": "[/]"},
+        {"event": "log", "step": 4, "max_steps": 10, "loss": 2.5, "world_size": MARKUP_LIKE},
+        {"event": "log", "step": 5, "max_steps": 10, "loss": MARKUP_LIKE, "world_size": "[/]"},  # a runner's own values
         {"event": "log", "step": "[/bold]", "max_steps": "[/]", "loss": 1.25, "samples_per_s": 3.0, "world_size": 2},
     )))
     record = RunRecord(job_id="42", name="[/]name", scheduler="local", run_dir=str(tmp_path), recipe="r.yaml",
@@ -40,6 +41,7 @@ def test_follow_prints_job_text_verbatim(tmp_path: Path) -> None:
     final = follow(record, lambda _: next(answers), metrics, console=Console(file=out, width=400), poll_s=0)
     text = out.getvalue()
     assert final.state == FAILED
+    assert f"step 4, loss 2.5000, world {MARKUP_LIKE}\n" in text
     assert f"step 5, loss {MARKUP_LIKE}, world [/]" in text
     assert "step [/bold], loss 1.2500, 3.0 samples/s, world 2" in text
     assert f"job 42 {FAILED} (exit code 1)" in text
