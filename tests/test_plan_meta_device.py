@@ -61,3 +61,16 @@ def test_plan_without_torch_says_what_to_install(tmp_path: Path) -> None:
         assert done.stderr == ("clusterkit: model_type 'qwen3' has no closed form here (gpt2, llama, mistral, qwen2); "
                                "counting its parameters on the meta device needs torch and transformers, and torch is "
                                "not importable: pip install 'clusterkit[train]'\n")
+
+
+def test_what_the_config_leaves_out_is_transformers_default(tmp_path: Path) -> None:
+    """`{model_type: bert}` alone: the model is built, and its shape read, with BertConfig's
+    defaults; transformers' own advice on building it does not reach the user."""
+    recipe = tmp_path / "bert.yaml"
+    recipe.write_text("name: bert\ncluster: infiniband-h100\nresources: {nodes: 1, gpus_per_node: 8, time: '60'}\n"
+                      "task: {script: train.py, model_config: {model_type: bert}}\n")
+    done = run_cli("plan", str(recipe), "--json", cwd=REPO)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    model = json.loads(done.stdout)["model"]
+    assert (model["layers"], model["hidden"], model["heads"], model["vocab"]) == (12, 768, 12, 30522)
+    assert model["params"] == meta_device_count({"model_type": "bert"})
