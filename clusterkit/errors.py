@@ -136,6 +136,11 @@ class SSHError(ExternalError, RuntimeError):
     """Connecting or running a command on the login node failed; the message says what to do."""
 
 
+class MissingPackage(ExternalError):
+    """This machine lacks a Python package the command needs (torch on a login node); the message
+    says what to install."""
+
+
 class FileSystemError(ExternalError, RuntimeError):
     """This machine's file system failed a write (a full disk, an I/O error, a quota)."""
 

@@ -151,11 +151,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("GPUs", "nodes x GPUs", "samples/s", "speedup", "efficiency", "comm share", "state",
-                  title=f"{base.name}: {args.steps} steps per scale, first {warmup} excluded")
+                  title=Text(f"{base.name}: {args.steps} steps per scale, first {warmup} excluded"))
     for row in table_rows(results):
-        table.add_row(*row)
+        table.add_row(*map(Text, row))  # text, not rich markup: the recipe's name, the scheduler's states
     Console().print(table)
     print("comm share: n/a: DDP overlaps its all-reduces with the backward pass, so the runner cannot time them apart")
     for path in written:

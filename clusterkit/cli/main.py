@@ -8,10 +8,13 @@ they must start fast on a login node. Each command imports what it needs when it
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 from typing import Sequence
 
 from clusterkit.cli import completion, config, jobs, node, recipes, runs
+from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.errors import ClusterkitError, FileSystemError, LocatedError, PathError, UserError, is_users_path_error
 
@@ -29,11 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(sub)
+    add_examples(parser, sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        try:
+            return run(build_parser(), argv)
+        finally:
+            sys.stdout.flush()  # output still buffered meets a reader that went away here, not at exit
+    except BrokenPipeError:
+        # `clusterkit schema | head -1`: the reader has what it wanted. The Python docs' recipe, as
+        # rich's Console does it for the tables: stdout goes to /dev/null so the interpreter's own
+        # flush at exit cannot fail again, and the status is 1.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     completion.complete(parser)  # when the shell asks for completions: answers them and exits
     args = parser.parse_args(argv)
     try:
@@ -42,10 +59,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterkitError as exc:
         return report(exc)
     except OSError as exc:  # one that no command turned into ours: the user's path, or this machine's
+        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
+            raise
         error = PathError if is_users_path_error(exc) else FileSystemError
         return report(error(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def stdout_reader_gone() -> bool:
+    """Whether nothing reads our stdout any more (a pipe or socket whose other end closed), as
+    opposed to a broken pipe of our own, such as an SSH connection, which is a failure to report."""
+    poller = select.poll()
+    try:
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # stdout is no file (a test's capture)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def report(error: ClusterkitError) -> int:

@@ -368,11 +368,15 @@ def to_json(checks: list[Check]) -> list[dict]:
 def print_report(checks: list[Check]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # Cells are Text, never markup: a fix like ``pip install 'clusterkit[train]'`` or an env value
+    # holding ``[/]`` is shown as written.
     styles = {PASS: "green", WARN: "yellow", FAIL: "bold red", INFO: "cyan"}
     table = Table("check", "verdict", "detail", "fix", show_lines=False)
     for check in checks:
-        table.add_row(check.name, f"[{styles[check.verdict]}]{check.verdict}", check.detail, check.fix)
+        table.add_row(Text(check.name), Text(check.verdict, style=styles[check.verdict]), Text(check.detail),
+                      Text(check.fix))
     console = Console()
     console.print(table)
     counts = {verdict: sum(c.verdict == verdict for c in checks) for verdict in (PASS, WARN, FAIL)}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from clusterkit.errors import MissingPackage
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -82,30 +84,39 @@ def model_shape(config: dict[str, Any], seq_len: int | None = None) -> ModelShap
 
 def meta_device_count(config: dict[str, Any]) -> int:
     """Parameters counted by building the model on the meta device (no memory, no weights)."""
+    return _meta_device_count(config)[0]
+
+
+def _meta_device_count(config: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The count, and the config as transformers completes it (its defaults for what ``config``
+    leaves out, which the model was built with)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging
 
+    logging.set_verbosity_error()  # its advice on building the model (is_decoder=True) is not the user's
     settings = dict(config)
     hf_config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
     # Tied weights are one tensor: count each storage once, as the optimizer sees them.
-    return sum({id(p): p.numel() for p in model.parameters()}.values())
+    return sum({id(p): p.numel() for p in model.parameters()}.values()), hf_config.to_dict()
 
 
 def meta_device_shape(config: dict[str, Any], seq_len: int | None) -> ModelShape:
     try:
-        params = meta_device_count(config)
-    except ImportError:
-        raise UnknownArchitecture(
-            f"no closed form for model_type {config.get('model_type')!r} and no torch/transformers here to count it"
-        ) from None
+        params, full = _meta_device_count(config)
+    except ImportError as exc:
+        raise MissingPackage(
+            f"model_type {config.get('model_type')!r} has no closed form here ({', '.join(sorted(_FAMILIES))}); counting "
+            f"its parameters on the meta device needs torch and transformers, and {exc.name or 'one'} is not "
+            "importable: pip install 'clusterkit[train]'") from None
     except (ValueError, TypeError, KeyError) as exc:  # transformers refused the config
-        first_sentence = str(exc).split(". ", 1)[0][:200]
+        first_sentence = (str(exc).splitlines() or [""])[0].split(". ", 1)[0][:200]
         raise UnknownArchitecture(f"cannot build model_type {config.get('model_type')!r} from its config: {first_sentence}") from None
-    d = _get(config, "hidden_size", "n_embd", "d_model")
-    return ModelShape(params, _get(config, "num_hidden_layers", "n_layer", "num_layers"), d,
-                      _get(config, "num_attention_heads", "n_head", "num_heads"), _get(config, "vocab_size"),
-                      seq_len or _get(config, "max_position_embeddings", "n_positions", default=2048),
-                      config.get("intermediate_size") or 4 * d, _get(config, "vocab_size") * d,
+    d = _get(full, "hidden_size", "n_embd", "d_model")
+    return ModelShape(params, _get(full, "num_hidden_layers", "n_layer", "num_layers"), d,
+                      _get(full, "num_attention_heads", "n_head", "num_heads"), _get(full, "vocab_size"),
+                      seq_len or _get(full, "max_position_embeddings", "n_positions", default=2048),
+                      full.get("intermediate_size") or 4 * d, _get(full, "vocab_size") * d,
                       str(config.get("model_type")))

@@ -267,7 +267,38 @@ def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any
         # msgspec quotes the pattern as Python's repr does
         pattern = message.split("matching regex ", 1)[1].strip("'").replace("\\\\", "\\")
         message = f"must be {PATTERN_HINTS.get(pattern, 'text matching ' + pattern)}"
+    elif message.startswith("Expected `") and (pattern := _pattern_at(root, path)) in PATTERN_HINTS:
+        # A number or a list where text of a format was meant (mem: 4.5, time: true): say the format.
+        got = re.search(r"got `(\w+)`", message)
+        if got is None:  # a number out of range (time: 0)
+            message = f"must be {PATTERN_HINTS[pattern]}; {message[0].lower()}{message[1:]}"
+        else:
+            quote = " (quote it to make it text)" if got[1] in ("int", "float", "bool") else ""
+            message = f"must be {PATTERN_HINTS[pattern]}, not {_KINDS.get(got[1], got[1])}{quote}"
     return Finding(source.locate(tuple(path)), tuple(path), message)
+
+
+# msgspec's names of what a value was, as a recipe's reader knows them.
+_KINDS = {"int": "a whole number", "float": "a decimal number", "bool": "true/false", "array": "a list",
+          "object": "a mapping", "null": "empty"}
+
+
+def _pattern_at(root: Any, path: list[str | int]) -> str | None:
+    """The pattern of the text field at ``path`` (of a text field that also takes a number, as
+    resources.time does); None for a list or mapping of patterned text, or a field with none."""
+    current: Any = root
+    for part in path:
+        current = _descend(current, part)
+    return _pattern_of(current)
+
+
+def _pattern_of(annotation: Any) -> str | None:
+    if typing.get_origin(annotation) in (list, dict):
+        return None
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, msgspec.Meta) and meta.pattern:
+            return meta.pattern
+    return next(filter(None, map(_pattern_of, typing.get_args(annotation))), None)
 
 
 def _entry_with_key(data: Any, path: list[str | int], key: str) -> str | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout
@@ -19,33 +20,35 @@ def _gib(value: int) -> str:
 
 
 def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = None) -> None:
+    """Every piece of text is a rich Text, never markup: names and notes come from the recipe."""
     console = console or Console()
     shape, memory = result.shape, result.current_memory
-    console.print(f"[bold]{loaded.recipe.name}[/bold] on {loaded.profile.name}: {shape.params / 1e9:.3f} B parameters "
-                  f"({shape.family}, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, vocab {shape.vocab}, "
-                  f"sequence {shape.seq_len})")
+    console.print(Text.assemble((loaded.recipe.name, "bold"),
+                                f" on {loaded.profile.name}: {shape.params / 1e9:.3f} B parameters "
+                                f"({shape.family}, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
+                                f"vocab {shape.vocab}, sequence {shape.seq_len})"))
     table = Table(title=f"per-GPU memory, recipe layout {result.current.describe()}")
     for column in ("weights", "gradients", "optimizer", "activations", "overhead", "total GiB", "GPU GiB", "fits"):
         table.add_column(column, justify="right")
     fits = memory.total <= result.gpu_memory
     table.add_row(_gib(memory.weights), _gib(memory.gradients), _gib(memory.optimizer), _gib(memory.activations),
                   _gib(memory.overhead), _gib(memory.total), _gib(result.gpu_memory),
-                  f"[green]yes, {_gib(result.gpu_memory - memory.total)} spare[/green]" if fits
-                  else f"[red]no, {_gib(memory.total - result.gpu_memory)} short[/red]")
+                  Text(f"yes, {_gib(result.gpu_memory - memory.total)} spare", style="green") if fits
+                  else Text(f"no, {_gib(memory.total - result.gpu_memory)} short", style="red"))
     console.print(table)
     if memory.host_per_node:
-        console.print(f"host RAM per node for offloaded states: {_gib(memory.host_per_node)} GiB")
+        console.print(Text(f"host RAM per node for offloaded states: {_gib(memory.host_per_node)} GiB"))
     for advice in result.advice:
-        console.print(f"- {advice.text}")
+        console.print(Text(f"- {advice.text}"))
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(Text(f"note: {note}", style="dim"))
     ranked = Table(title="best layouts (estimated)")
     for column in ("#", "layout", "memory/GPU GiB", "step s", "tokens/s", "why"):
         ranked.add_column(column)
     for index, row in enumerate(result.ranked, 1):
         ranked.add_row(str(index), row.layout.describe(), _gib(row.memory.total), f"{row.step_s:.3f}",
-                       f"{row.tokens_per_s:,.0f}", row.why)
-    console.print(ranked if result.ranked else "[red]no layout fits on this cluster[/red]")
+                       f"{row.tokens_per_s:,.0f}", Text(row.why))
+    console.print(ranked if result.ranked else Text("no layout fits on this cluster", style="red"))
 
 
 def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> Path:

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from clusterkit.runs.status import COMPLETED, JobStatus
 from clusterkit.runs.logs import Readable
@@ -32,12 +33,18 @@ class MetricsTail:
         return metric_records(complete.decode("utf-8", "replace"))
 
 
+def _number(value: Any, digits: int) -> str:
+    """A metric as a number with ``digits`` decimals; a value that is not one (a runner that logs
+    its own things) as the text it is."""
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _describe(record: dict[str, Any]) -> str:
-    parts = [f"step {record['step']}"]
+    parts = [f"step {record.get('step')}"]
     if record.get("loss") is not None:
-        parts.append(f"loss {record['loss']:.4f}")
+        parts.append(f"loss {_number(record['loss'], 4)}")
     if record.get("samples_per_s"):
-        parts.append(f"{record['samples_per_s']:.1f} samples/s")
+        parts.append(f"{_number(record['samples_per_s'], 1)} samples/s")
     parts.append(f"world {record.get('world_size')}")
     return ", ".join(parts)
 
@@ -48,18 +55,22 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
     ``metrics`` the run's metrics.jsonl wherever it lives."""
     console = console or Console()
     tail = MetricsTail(metrics)
-    columns = (TextColumn("[bold]{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    # Everything shown comes from the job or the scheduler: printed as Text, never read as rich
+    # markup (a "[rank1]:" would vanish, a "[/]" would raise).
+    columns = (TextColumn("{task.fields[state]}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(record.name, total=None, state="PENDING", info="")
         while True:
             status = status_of(record)
             for metric in tail.new_records():
-                if metric.get("max_steps", 0) > 0:
-                    progress.update(bar, total=metric["max_steps"])
-                progress.update(bar, completed=metric.get("step", 0), info=_describe(metric))
+                max_steps = metric.get("max_steps")
+                if isinstance(max_steps, int) and max_steps > 0:
+                    progress.update(bar, total=max_steps)
+                step = metric.get("step")
+                progress.update(bar, completed=step if isinstance(step, int) else 0, info=_describe(metric))
                 if metric.get("event") == "log":
-                    progress.console.print(f"  {_describe(metric)}")
+                    progress.console.print(Text(f"  {_describe(metric)}"))
             progress.update(bar, state=status.state)
             if status.done:
                 break
@@ -67,10 +78,10 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
     # The job may have ended between the last read and the status check: report what it wrote.
     for metric in tail.new_records():
         if metric.get("event") == "log":
-            console.print(f"  {_describe(metric)}")
+            console.print(Text(f"  {_describe(metric)}"))
     style = "green" if status.state == COMPLETED else "red"
-    console.print(f"[{style}]job {record.job_id} {status.state}[/{style}]"
-                  + (f" (exit code {status.exit_code})" if status.exit_code is not None else ""))
+    console.print(Text.assemble((f"job {record.job_id} {status.state}", style),
+                                f" (exit code {status.exit_code})" if status.exit_code is not None else ""))
     if status.failure:
-        console.print(f"[red]first failure: {status.failure}[/red]")
+        console.print(Text(f"first failure: {status.failure}", style="red"))
     return status

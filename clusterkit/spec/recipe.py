@@ -23,7 +23,7 @@ LINE_BREAKING = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
 LINE_PATTERN = f"^[^{LINE_BREAKING}]*{END}"
 NON_EMPTY_LINE_PATTERN = f"^[^{LINE_BREAKING}]+{END}"
 NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}{END}"
-ENV_NAME_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"
+IDENTIFIER_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"  # environment variable and class names
 MEMORY_PATTERN = rf"^\d+[KMGT]?{END}"
 SBATCH_FLAG_PATTERN = f"^[a-z][a-z0-9-]*{END}"
 WORD_PATTERN = rf"^[^\s{LINE_BREAKING}]+{END}"
@@ -36,8 +36,9 @@ PATTERN_HINTS = {
     LINE_PATTERN: "a single line of text without control characters or line breaks",
     NON_EMPTY_LINE_PATTERN: "a non-empty single line of text without control characters or line breaks",
     NAME_PATTERN: "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
-    ENV_NAME_PATTERN: "a valid environment variable name",
-    MEMORY_PATTERN: "a SLURM memory size such as 480G, or 0 for all",
+    IDENTIFIER_PATTERN: "letters, digits and '_' only, not starting with a digit",
+    MEMORY_PATTERN: "a SLURM memory size: a whole number of megabytes, or one with a K, M, G or T suffix "
+                    "(e.g. 4000M, 4G, 480G); 0 for all of a node's memory",
     SBATCH_FLAG_PATTERN: "a long sbatch option name without dashes, e.g. mail-type",
     WORD_PATTERN: "one word without spaces (give a list for a command with arguments, e.g. [python3, -u])",
     NO_NUL_PATTERN: "text without NUL characters",
@@ -54,7 +55,7 @@ Name = Annotated[
         description="Job and run-directory name: letters, digits, '.', '_' and '-', at most 64.",
     ),
 ]
-EnvName = Annotated[str, Meta(pattern=ENV_NAME_PATTERN)]
+EnvName = Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)]
 # Environment values reach the shell quoted, line breaks included; only NUL cannot be carried at all.
 EnvText = Annotated[str, Meta(pattern=NO_NUL_PATTERN)]
 
@@ -73,14 +74,17 @@ EnvMap = dict[EnvName, EnvValue]
 PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
 # SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
 SLURM_TIME_PATTERN = rf"^(\d+-\d{{1,2}}(:\d{{1,2}}){{0,2}}|\d+(:\d{{1,2}}){{0,2}}){END}"
-PATTERN_HINTS[SLURM_TIME_PATTERN] = "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+PATTERN_HINTS[SLURM_TIME_PATTERN] = ("a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+                                     "(e.g. 90, 1:30:00, 2-00:00:00)")
 SlurmTime = Union[
     Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)],
     Annotated[int, Meta(ge=1)],
 ]
 # An interpreter: one word, or an argv list such as [python3, -u] (each item one word of the command).
 PythonCommand = Union[Annotated[str, Meta(pattern=WORD_PATTERN)], list[NonEmptyLine]]
-Memory = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, e.g. 480G; 0 = all")]
+MemoryText = Annotated[str, Meta(pattern=MEMORY_PATTERN, description="SLURM memory, e.g. 480G; 0 = all")]
+# A bare number is megabytes, as sbatch --mem reads it (`mem: 0`, all of a node's, as YAML writes it).
+Memory = Union[MemoryText, Annotated[int, Meta(ge=0)]]
 Offload = Literal["none", "cpu", "nvme"]
 # none: clusterkit sets no network variable at all (the site's modules or container set them).
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
@@ -170,7 +174,7 @@ class Fsdp(_Struct):
     shard_size: Optional[PositiveInt] = None  # default: every rank (full shard)
     # The transformer block class to wrap (e.g. LlamaDecoderLayer); default: the model's own
     # _no_split_modules, as transformers picks them.
-    auto_wrap: Optional[Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(?![\s\S])")]] = None
+    auto_wrap: Optional[Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)]] = None
     reshard_after_forward: bool = True
     cpu_offload: bool = False
     activation_checkpointing: bool = False
@@ -305,7 +309,7 @@ class Service(_Struct):
     nodes: PositiveInt = 1  # beside resources.nodes (the training nodes); the allocation's last ones
     ready_timeout_s: Annotated[int, Meta(ge=1, le=86_400)] = 600
     # The variable that tells training where the service is: <first service host>:<port>.
-    address_env: Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] = "SERVICE_ADDR"
+    address_env: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] = "SERVICE_ADDR"
 
 
 SweepValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]

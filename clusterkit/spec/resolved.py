@@ -23,7 +23,7 @@ from clusterkit.spec.recipe import (
     Hooks,
     Launcher,
     Line,
-    Memory,
+    MemoryText,
     Name,
     NetworkProfileName,
     NonEmptyLine,
@@ -57,7 +57,7 @@ class ResolvedResources(_Struct):
     nodes: int
     gpus_per_node: int
     cpus_per_task: int
-    mem: Optional[Memory]
+    mem: Optional[MemoryText]  # always text, as for time
     # Always text: a number of minutes written as 60 becomes "60", as SLURM reads it.
     time: Optional[Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)]]
     partition: Optional[NonEmptyLine]
@@ -181,11 +181,12 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
     cpus_per_task is per srun task: a node's launcher gets the node's CPUs, a task per GPU its share."""
     gpus_per_node = r.gpus_per_node or profile.gpus_per_node
     tasks = tasks_per_node(process_model, gpus_per_node)
+    mem = r.mem if r.mem is not None else profile.mem_per_node
     return ResolvedResources(
         nodes=r.nodes,
         gpus_per_node=gpus_per_node,
         cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks),
-        mem=r.mem if r.mem is not None else profile.mem_per_node,
+        mem=str(mem) if mem is not None else None,
         time=str(r.time) if r.time is not None else None,
         partition=r.partition or profile.partition,
         account=r.account or profile.account,

@@ -1,0 +1,117 @@
+"""The examples that end ``clusterkit --help`` and each ``clusterkit COMMAND --help``: one table,
+applied to the parser once every command group has registered its commands, so the groups need
+not know of it. tests/test_help_examples.py parses every line with the real parser and checks the
+files it names exist, so an example cannot outlive the option or the recipe it shows."""
+
+from __future__ import annotations
+
+import argparse
+
+HEADING = "examples:"
+
+TOP_LEVEL = (
+    "clusterkit validate recipes/                           # every recipe in a folder",
+    "clusterkit plan recipes/llama-7b-zero3-ib.yaml         # memory per GPU, the best layouts",
+    "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",
+    "clusterkit ls",
+)
+TOP_LEVEL_NOTE = "Each command's --help ends with examples of its own."
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "validate": (
+        "clusterkit validate recipes/llama-7b-zero3-ib.yaml",
+        "clusterkit validate recipes/ recipes/ported/              # every recipe in the folders",
+        "clusterkit validate -q recipes/tiny-gpt2-cpu.yaml --set resources.nodes=4",
+    ),
+    "render": (
+        "clusterkit render recipes/tiny-gpt2-cpu.yaml -o tiny-job   # then read tiny-job/job.sbatch",
+        "clusterkit render recipes/llama-7b-zero3-ib.yaml --set resources.nodes=4 --set resources.time=120",
+    ),
+    "plan": (
+        "clusterkit plan recipes/llama-7b-zero3-ib.yaml",
+        "clusterkit plan recipes/llama-1b-efa.yaml --top 3 --json",
+        "clusterkit plan recipes/llama-7b-zero3-ib.yaml --global-batch 1024 --apply   # writes *.planned.yaml",
+    ),
+    "schema": (
+        "clusterkit schema > recipe.schema.json   # point your editor's YAML schema setting at it",
+        "clusterkit schema | jq '.\"$defs\".Resources.properties.time'   # what one field takes",
+    ),
+    "submit": (
+        "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",
+        "clusterkit submit recipes/llama-7b-zero3-ib.yaml --dry-run",
+        "clusterkit submit recipes/llama-1b-efa.yaml --executor ssh --chain 3",
+        "clusterkit submit --resume runs/llama-7b-zero3/4242 --set resources.time=2-00:00:00",
+    ),
+    "sweep": (
+        "clusterkit sweep recipes/tiny-gpt2-cpu.yaml --grid task.trainer.args.learning_rate=1e-3,3e-4 --follow",
+        "clusterkit sweep recipes/tiny-gpt2-cpu.yaml --grid parallelism.micro_batch_size=2,4 --max-parallel 1 --dry-run",
+    ),
+    "preflight": (
+        "clusterkit preflight recipes/llama-7b-zero3-ib.yaml",
+        "clusterkit preflight recipes/tiny-gpt2-cpu.yaml --executor local",
+    ),
+    "bench": (
+        "clusterkit bench recipes/tiny-gpt2-cpu.yaml --nodes 1,2 --executor local",
+        "clusterkit bench recipes/llama-1b-efa.yaml --nodes 1,2,4 --steps 50 -o bench-1b",
+    ),
+    "status": (
+        "clusterkit status                    # the recent runs",
+        "clusterkit status 4242 --json",
+        "clusterkit status runs/tiny-gpt2/4242 --csv   # a sweep's points, one row each",
+    ),
+    "ls": (
+        "clusterkit ls",
+        "clusterkit ls --runs-dir /shared/runs --limit 50",
+        "clusterkit ls --cluster aws-efa      # the runs on that cluster's login node",
+    ),
+    "logs": (
+        "clusterkit logs 4242 -f",
+        "clusterkit logs 4242 --rank 3",
+    ),
+    "cancel": (
+        "clusterkit cancel 4242",
+        "clusterkit cancel runs/llama-7b-zero3/4242",
+    ),
+    "export": (
+        "clusterkit export runs/tiny-gpt2/4242 -o tiny-gpt2-hf",
+        "clusterkit export runs/llama-7b-zero3/4242 --checkpoint runs/llama-7b-zero3/4242/checkpoints/checkpoint-1000",
+    ),
+    "config": (
+        "clusterkit config                     # every setting, its value and where it came from",
+        "clusterkit config recipes/tiny-gpt2-cpu.yaml --cluster dev --json",
+    ),
+    "completion": (
+        "clusterkit completion bash > ~/.local/share/bash-completion/completions/clusterkit",
+        "clusterkit completion zsh > ~/.zfunc/_clusterkit",
+        "clusterkit completion fish > ~/.config/fish/completions/clusterkit.fish",
+    ),
+    "doctor": (
+        "clusterkit doctor",
+        "clusterkit doctor --json",
+        "srun --nodes 2 --ntasks-per-node 1 clusterkit doctor --in-job   # inside an allocation",
+    ),
+}
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's own formatter, but an examples block keeps its lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(HEADING):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples_block(lines: tuple[str, ...], note: str = "") -> str:
+    return "\n".join((HEADING, *(f"  {line}" for line in lines), *(["", note] if note else ())))
+
+
+def add_examples(parser: argparse.ArgumentParser, commands: argparse._SubParsersAction) -> None:
+    """Examples to the top-level help and to each command's (a command missing from the table
+    gets none, and the test says so)."""
+    for command_parser, lines, note in ((parser, TOP_LEVEL, TOP_LEVEL_NOTE),
+                                        *((commands.choices[name], EXAMPLES.get(name), "") for name in commands.choices)):
+        if lines:
+            command_parser.epilog = examples_block(lines, note)
+            if command_parser.formatter_class is argparse.HelpFormatter:
+                command_parser.formatter_class = ExamplesFormatter
