@@ -121,3 +121,9 @@ def stop_masters(home: Path) -> None:
     for socket_path in masters(home):
         subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "--", "master"],
                        capture_output=True, timeout=10, check=False)
+
+
+def forget_client(home: Path) -> None:
+    """At the end: no master connection left for ``home``, nor its socket directory."""
+    stop_masters(home)
+    shutil.rmtree(runtime_dir(home), ignore_errors=True)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
-from sshd import SSHServer, client_env, client_home, free_port, keygen, stop_masters
+from sshd import SSHServer, client_env, client_home, forget_client, free_port, keygen, stop_masters
 from test_slurm_e2e import TINY, _assert_real_data_parallel, _rank_records
 
 pytestmark = pytest.mark.slurm
@@ -77,7 +77,7 @@ def remote(tmp_path_factory: pytest.TempPathFactory, dev_cluster: str) -> Iterat
         yield Remote(root, home, laptop, login, jump, outputs=[])
     finally:
         for client in (home, *root.glob("home-*")):
-            stop_masters(client)
+            forget_client(client)
         login.stop()
         jump.stop()
 

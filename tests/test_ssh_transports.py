@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
-from sshd import SSHServer, client_env, client_home, masters, runtime_dir, stop_masters
+from sshd import SSHServer, client_env, client_home, forget_client, masters, runtime_dir, stop_masters
 
 PASSPHRASE = "c0rrect h0rse; $(battery) staple"
 TRANSPORTS = ("openssh", "paramiko")
@@ -88,7 +88,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     finally:
         homes = [home, *root.glob("home-*")]
         for path in homes:
-            stop_masters(path)
+            stop_masters(path)  # the passphrase checks below read the socket directories too
         login.stop()
         jump.stop()
         for output in made.outputs:
@@ -97,11 +97,17 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
             if path.is_file() and not path.is_symlink():
                 assert PASSPHRASE.encode() not in path.read_bytes(), path
         for path in homes:
-            shutil.rmtree(runtime_dir(path), ignore_errors=True)
+            forget_client(path)
 
 
-def _sign_ins(server: SSHServer) -> int:
-    return server.log.read_text().count("Accepted publickey for ")
+def _sign_ins(client: Client, profile: Path, commands: int) -> int:
+    """How many times ``commands`` runs of ``clusterkit ls --cluster PROFILE`` signed in, as the login
+    node's sshd logs it."""
+    before = client.login.log.read_text().count("Accepted publickey for ")
+    for _ in range(commands):
+        done = client.cli("ls", "--cluster", str(profile))
+        assert done.returncode == 0, done.stderr
+    return client.login.log.read_text().count("Accepted publickey for ") - before
 
 
 def _one_line_error(done: subprocess.CompletedProcess[str], code: int = 1) -> str:
@@ -134,11 +140,7 @@ def test_openssh_signs_in_once_for_several_commands(client: Client) -> None:
     leaves a stale socket, and the next command signs in anew through it."""
     stop_masters(client.home)
     profile = client.profile("once", transport="openssh")
-    before = _sign_ins(client.login)
-    for _ in range(3):
-        done = client.cli("ls", "--cluster", str(profile))
-        assert done.returncode == 0, done.stderr
-    assert _sign_ins(client.login) - before == 1
+    assert _sign_ins(client, profile, 3) == 1
     [control] = masters(client.home)
     assert stat.S_IMODE(control.parent.stat().st_mode) == 0o700 and len(os.fsencode(control)) < 90
 
@@ -150,19 +152,16 @@ def test_openssh_signs_in_once_for_several_commands(client: Client) -> None:
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert control.is_socket()  # stale
-    for _ in range(2):
-        done = client.cli("ls", "--cluster", str(profile))
-        assert done.returncode == 0, done.stderr
-    assert _sign_ins(client.login) - before == 2
+    assert _sign_ins(client, profile, 2) == 1
 
 
-def test_paramiko_signs_in_for_each_command(client: Client) -> None:
-    profile = client.profile("each", transport="paramiko")
-    before = _sign_ins(client.login)
-    for _ in range(2):
-        done = client.cli("ls", "--cluster", str(profile))
-        assert done.returncode == 0, done.stderr
-    assert _sign_ins(client.login) - before == 2
+@pytest.mark.parametrize("transport, persist", [("paramiko", "10m"), ("openssh", "no")])
+def test_without_a_master_each_command_signs_in(client: Client, transport: str, persist: str) -> None:
+    stop_masters(client.home)
+    profile = client.profile(f"each-{transport}", transport=transport, control_persist=persist)
+    # paramiko: one connection per clusterkit command; ssh without a master: one per remote command.
+    assert _sign_ins(client, profile, 2) == 2 if transport == "paramiko" else _sign_ins(client, profile, 2) > 2
+    assert not masters(client.home)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -247,6 +246,18 @@ def test_without_ssh_include_is_refused_not_ignored(client: Client, tmp_path: Pa
     assert f"{client.home / '.ssh' / 'config'}:1: Include is not supported without OpenSSH" in refused
     needs = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-ssh-o", transport="openssh")), env=env))
     assert "needs OpenSSH's ssh client on PATH" in needs
+
+    # Without Include, paramiko reads the config itself: the alias resolves, BindAddress is refused.
+    home, _ = client_home(client.root / "home-no-include", PASSPHRASE)
+    shutil.copytree(client.home / ".ssh", home / ".ssh", dirs_exist_ok=True)
+    config = home / ".ssh" / "config"
+    config.write_text(config.read_text().replace("Include config.d/*.conf\n", ""))
+    env = {**client.env(home), "PATH": str(tmp_path)}
+    done = client.session(client.profile("no-ssh-alias"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "127.0.0.1"
+    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-ssh-bound", host="bound-login")), env=env))
+    assert "`bindaddress 127.0.0.1` is not supported by the paramiko transport" in refused
 
 
 def test_a_control_directory_others_can_enter_is_refused(client: Client) -> None:

@@ -2,10 +2,11 @@
 
 A laptop submits exactly what a login node would: the same request, the same argv, the same steps
 (:mod:`clusterkit.schedulers.slurm`), each one a quoted command over the SSH session (files too:
-cat, mv, find), whichever transport (:mod:`clusterkit.schedulers.ssh_transport`) carries it. The batch script is byte for byte the one ``submit --dry-run`` printed. A local
-``run.json`` (scheduler ``ssh``) remembers where the run lives, so ``status``, ``logs``, ``cancel``
-and ``ls`` reach it again. Where the login node has clusterkit, status and logs ask it (it reads the
-run directory there: the first failing rank, one rank's log); without it, SLURM and SFTP answer.
+cat, mv, find), whichever transport (:mod:`clusterkit.schedulers.ssh_transport`) carries it. The
+batch script is byte for byte the one ``submit --dry-run`` printed. A local ``run.json`` (scheduler
+``ssh``) remembers where the run lives, so ``status``, ``logs``, ``cancel`` and ``ls`` reach it again.
+Where the login node has clusterkit, status and logs ask it (it reads the run directory there: the
+first failing rank, one rank's log); without it, SLURM and the files themselves answer.
 """
 
 from __future__ import annotations

@@ -156,6 +156,7 @@ def _from_ssh(name: str, port: int | None, user: str | None, identity: str | Non
 def _from_paramiko(config: Any, name: str, port: int | None, user: str | None,
                    identity: str | None) -> tuple[Endpoint, str | None]:
     entry = config.lookup(name)  # paramiko has filled in ProxyCommand's tokens
+    unsupported(name, {key: value if isinstance(value, list) else [value] for key, value in entry.items()})
     named = [identity] if identity else list(entry.get("identityfile", []))
     endpoint = Endpoint(
         host=entry.get("hostname", name), port=port or int(entry.get("port", 22)),

@@ -54,7 +54,7 @@ SSH_HOP = f"(?:{SSH_USER}@)?{SSH_HOST}"
 SSHHost = Annotated[str, Meta(pattern=f"^{SSH_HOST}{END}")]
 SSHUser = Annotated[str, Meta(pattern=f"^{SSH_USER}{END}")]
 SSHJump = Annotated[str, Meta(pattern=f"^{SSH_HOP}(?:,{SSH_HOP})*{END}")]
-# OpenSSH's ControlPersist: no (every command signs in anew), yes (until the master is stopped) or a time
+# OpenSSH's ControlPersist: no (no master: every remote command signs in anew), yes (until the master is stopped) or a time
 # such as 10m or 1h30m after the last command.
 ControlPersist = Annotated[str, Meta(pattern=rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}")]
 
