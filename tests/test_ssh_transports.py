@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import stat
@@ -155,6 +157,50 @@ def test_openssh_signs_in_once_for_several_commands(client: Client) -> None:
     assert _sign_ins(client, profile, 2) == 1
 
 
+def _on_a_terminal(client: Client, env: dict[str, str], *args: str, answer: str) -> tuple[int, str, int]:
+    """The CLI on a pseudo-terminal of its own, as a user at a terminal runs it: each passphrase prompt
+    ssh writes there is answered with ``answer``. Returns (exit status, what the terminal showed, prompts)."""
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the terminal is its controlling tty and its stdin, stdout and stderr
+        os.chdir(client.root)
+        os.execve(sys.executable, [sys.executable, "-m", "clusterkit.cli.main", *args], env)
+    shown, prompts, deadline = b"", 0, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not select.select([terminal], [], [], 1)[0]:
+            continue
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # EIO: the child is gone
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if shown.count(b"Enter passphrase for key") > prompts:
+            prompts += 1
+            os.write(terminal, answer.encode() + b"\n")
+    os.close(terminal)
+    status = os.waitpid(pid, 0)[1]
+    text = shown.decode("utf-8", "replace")
+    client.outputs.append(text)
+    return os.waitstatus_to_exitcode(status), text, prompts
+
+
+def test_a_terminal_user_answers_once_per_session(client: Client) -> None:
+    """At a terminal (no $CLUSTERKIT_SSH_PASSPHRASE, no agent) ssh asks; the first clusterkit command
+    asks once, the next ones ask nothing: they go through the master connection. A second factor
+    is asked the same way, on the same terminal, by the same ssh."""
+    stop_masters(client.home)
+    profile = client.profile("terminal", transport="openssh")
+    env = client.env(passphrase=None)
+    before = client.login.log.read_text().count("Accepted publickey for ")
+    code, shown, prompts = _on_a_terminal(client, env, "ls", "--cluster", str(profile), answer=PASSPHRASE)
+    assert code == 0 and prompts == 1, shown
+    for _ in range(2):
+        code, shown, prompts = _on_a_terminal(client, env, "ls", "--cluster", str(profile), answer="never asked")
+        assert code == 0 and prompts == 0, shown
+    assert client.login.log.read_text().count("Accepted publickey for ") - before == 1
+
+
 @pytest.mark.parametrize("transport, persist", [("paramiko", "10m"), ("openssh", "no")])
 def test_without_a_master_each_command_signs_in(client: Client, transport: str, persist: str) -> None:
     stop_masters(client.home)
@@ -270,3 +316,13 @@ def test_a_control_directory_others_can_enter_is_refused(client: Client) -> None
     refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("shared", transport="openssh")), env=env))
     assert f"{shared} is not a private directory of yours" in refused
     assert not masters(home)
+
+
+def test_paramiko_not_installed_is_one_line_saying_what_to_install(client: Client, tmp_path: Path) -> None:
+    (tmp_path / "paramiko.py").write_text("raise ImportError('not installed')\n")
+    env = client.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-paramiko", transport="paramiko")), env=env))
+    assert "pip install 'clusterkit[ssh]'" in refused
+    stop_masters(client.home)
+    assert client.cli("ls", "--cluster", str(client.profile("no-paramiko-o")), env=env).returncode == 0  # auto: openssh
