@@ -121,7 +121,7 @@ def _one_line_error(done: subprocess.CompletedProcess[str], code: int = 1) -> st
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_commands_and_files_with_hostile_names(client: Client, transport: str) -> None:
-    profile = client.profile(f"files-{transport}", transport=transport)
+    profile = client.profile(f"files-{transport}", transport=transport, identity_file="~/.ssh/id_ed25519")
     done = client.session(profile)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

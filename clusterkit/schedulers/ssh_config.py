@@ -148,6 +148,8 @@ def _from_ssh(name: str, port: int | None, user: str | None, identity: str | Non
     settings = ssh_settings(name, port, user, identity)
     unsupported(name, settings)
     found, jumps = endpoint(name, settings, identity is not None)
+    if identity:  # login.identity_file alone, as before (ssh -G lists the config's files after it)
+        found = dataclasses.replace(found, identity_files=(identity,))
     if found.proxy_command:
         found = dataclasses.replace(found, proxy_command=_proxy_command(name, found))
     return found, jumps
