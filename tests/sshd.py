@@ -3,14 +3,21 @@ submission tests. Each instance has its own host key, config and log, all under 
 
 from __future__ import annotations
 
+import grp
+import hashlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
+import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+NSS_WRAPPER = [f"{directory}/libnss_wrapper.so" for directory in
+               (f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}", "/usr/lib64", "/usr/lib")]
 
 
 def free_port() -> int:
@@ -77,8 +84,46 @@ def client_home(root: Path, passphrase: str) -> tuple[Path, Path]:
 
 
 def client_env(home: Path, passphrase: str | None) -> dict[str, str]:
+    """The environment of a client whose home is ``home``. OpenSSH takes ``~`` from the account's passwd
+    entry, not from $HOME: nss_wrapper gives this client an account whose home is ``home``, so ssh reads
+    that ~/.ssh as it would a user's. Its master connections live in a short private directory of
+    their own ($XDG_RUNTIME_DIR), one per home; :func:`stop_masters` ends them."""
+    library = next((path for path in NSS_WRAPPER if os.path.exists(path)), None)
+    if library is None:
+        raise RuntimeError("the ssh tests need nss_wrapper: apt-get install libnss-wrapper (bin/setup installs it)")
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "CLUSTERKIT_SSH_PASSPHRASE")}
-    env["HOME"] = str(home)
+    accounts = home / ".nss"
+    accounts.mkdir(mode=0o700, exist_ok=True)
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    (accounts / "passwd").write_text(f"{user}:x:{os.getuid()}:{os.getgid()}:{user}:{home}:/bin/sh\n")
+    (accounts / "group").write_text(f"{group}:x:{os.getgid()}:\n")
+    env |= {"HOME": str(home), "LD_PRELOAD": library, "NSS_WRAPPER_PASSWD": str(accounts / "passwd"),
+            "NSS_WRAPPER_GROUP": str(accounts / "group"), "XDG_RUNTIME_DIR": str(runtime_dir(home))}
     if passphrase is not None:
         env["CLUSTERKIT_SSH_PASSPHRASE"] = passphrase
     return env
+
+
+def runtime_dir(home: Path) -> Path:
+    """A short directory for ``home``'s control sockets (a socket path holds about 104 bytes)."""
+    path = Path(tempfile.gettempdir()) / f"ckssh-{hashlib.sha256(bytes(home)).hexdigest()[:12]}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def masters(home: Path) -> list[Path]:
+    directory = runtime_dir(home) / "clusterkit-ssh"
+    return sorted(p for p in directory.glob("*") if p.is_socket()) if directory.is_dir() else []
+
+
+def stop_masters(home: Path) -> None:
+    """End the master connections clusterkit's ssh left for ``home`` (sshd keeps them when it stops)."""
+    for socket_path in masters(home):
+        subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "--", "master"],
+                       capture_output=True, timeout=10, check=False)
+
+
+def forget_client(home: Path) -> None:
+    """At the end: no master connection left for ``home``, nor its socket directory."""
+    stop_masters(home)
+    shutil.rmtree(runtime_dir(home), ignore_errors=True)

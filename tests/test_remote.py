@@ -1,11 +1,14 @@
 """Submitting and following jobs over SSH, against real OpenSSH servers on this machine: a login
 node (sshd on a free loopback port, key-only) in front of the dev SLURM cluster, and a second sshd as
 a ProxyJump bastion. The client has its own HOME: an encrypted key, ~/.ssh/config, known_hosts.
-Host keys are checked (RejectPolicy semantics) in every test."""
+Host keys are checked (RejectPolicy semantics) in every test. The default transport (the system ssh,
+with a master connection) carries everything; paramiko the plain submission, the auth errors and the
+ssh-agent. tests/test_ssh_transports.py has the transports' own tests (no SLURM needed)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
-from sshd import SSHServer, client_env, client_home, free_port, keygen
+from sshd import SSHServer, client_env, client_home, forget_client, free_port, keygen, stop_masters
 from test_slurm_e2e import TINY, _assert_real_data_parallel, _rank_records
 
 pytestmark = pytest.mark.slurm
@@ -40,7 +43,8 @@ class Remote:
         """The dev cluster's profile plus a login node; its jobs run this interpreter (the SSH session's
         PATH does not have it)."""
         data = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
-        data.update(name=name, python=sys.executable,
+        # The jobs run this checkout's clusterkit (the one that rendered job.json), wherever it is.
+        data.update(name=name, python=sys.executable, env={**data.get("env", {}), "PYTHONPATH": str(REPO)},
                     login={"host": "cluster-login", "remote_workdir": str(self.root / workdir), "python": python, **login})
         path = self.root / "profiles" / f"{name}.yaml"
         path.parent.mkdir(exist_ok=True)
@@ -72,6 +76,8 @@ def remote(tmp_path_factory: pytest.TempPathFactory, dev_cluster: str) -> Iterat
     try:
         yield Remote(root, home, laptop, login, jump, outputs=[])
     finally:
+        for client in (home, *root.glob("home-*")):
+            forget_client(client)
         login.stop()
         jump.stop()
 
@@ -149,27 +155,30 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     _assert_no_secret(remote)
 
 
-def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: Remote) -> None:
+@pytest.mark.parametrize("transport", ["openssh", "paramiko"])
+def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: Remote, transport: str) -> None:
     """/usr/bin/python3 (Debian's) has no clusterkit: the rendered script goes to sbatch directly,
     and the user's local task script is uploaded beside it."""
-    assert subprocess.run(["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True).returncode != 0
-    profile = remote.profile("plain", "remote-plain", python="/usr/bin/python3")
-    (remote.laptop / "tests" / "scripts").mkdir(parents=True)
+    without_checkout = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert subprocess.run(["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True,
+                          env=without_checkout).returncode != 0
+    profile = remote.profile(f"plain-{transport}", f"remote-plain-{transport}", python="/usr/bin/python3", transport=transport)
+    (remote.laptop / "tests" / "scripts").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "tests" / "scripts" / "echo_contract.py", remote.laptop / "tests" / "scripts")
     recipe = remote.laptop / "contract.yaml"
     shutil.copy(REPO / "tests" / "recipes" / "env-contract.yaml", recipe)
     done = remote.cli("submit", str(recipe), "--cluster", str(profile), "--executor", "ssh", "--follow")
     assert done.returncode == 0, done.stdout + done.stderr
     job_id = _job_id(done.stdout)
-    run_dir = remote.root / "remote-plain" / "runs" / "env-contract" / job_id
-    assert (remote.root / "remote-plain" / "tests" / "scripts" / "echo_contract.py").is_file()
+    run_dir = remote.root / f"remote-plain-{transport}" / "runs" / "env-contract" / job_id
+    assert (remote.root / f"remote-plain-{transport}" / "tests" / "scripts" / "echo_contract.py").is_file()
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
     assert len(ranks) == 4 and {r["node"] for r in ranks} == {"node1", "node2"}
     assert all(r["argv"] == ["--flag", "value with spaces", f"{run_dir}/out"] for r in ranks)
     assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
     status = remote.cli("status", job_id)
     assert f"{job_id}  env-contract  COMPLETED  exit 0" in status.stdout
-    for follow in ((), ("-f",)):  # node logs read over SFTP; -f polls the state through scontrol
+    for follow in ((), ("-f",)):  # node logs read with cat; -f polls the state through scontrol
         logs = remote.cli("logs", job_id, *follow, timeout=60)
         assert logs.returncode == 0 and f"clusterkit: job {job_id} on" in logs.stdout
         assert f"==> {job_id}_0_log.out <==" in logs.stdout
@@ -179,6 +188,7 @@ def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: R
 
 
 def test_proxy_jump_through_a_bastion(remote: Remote) -> None:
+    stop_masters(remote.home)  # a master connection to the login node itself would serve instead
     profile = remote.profile("bastion", "remote", proxy_jump=f"root@127.0.0.1:{remote.jump.port}")
     done = remote.cli("ls", "--cluster", str(profile))
     assert done.returncode == 0, done.stderr
@@ -190,6 +200,7 @@ def test_unknown_host_key_is_refused_until_accepted(remote: Remote) -> None:
     home, _ = client_home(remote.root / "home-new", PASSPHRASE)
     shutil.copy(remote.home / ".ssh" / "config", home / ".ssh" / "config")
     shutil.copy(remote.home / ".ssh" / "id_ed25519", home / ".ssh" / "id_ed25519")
+    shutil.copy(remote.home / ".ssh" / "id_ed25519.pub", home / ".ssh" / "id_ed25519.pub")  # ssh offers it first
     env = remote.env(home)
     profile = remote.profile("fresh", "remote-fresh")
     refused = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", env=env)
@@ -205,28 +216,37 @@ def test_unknown_host_key_is_refused_until_accepted(remote: Remote) -> None:
     assert remote.login.known_hosts_line.split()[2] in (home / ".ssh" / "known_hosts").read_text()
     assert remote.cli("ls", "--cluster", str(profile), env=env).returncode == 0
 
-    # A changed key (here: the bastion's key recorded for the login node) is refused even with the flag.
+    # A changed key (here: the bastion's key recorded for the login node) is refused even with the flag
+    # (once the master connection, whose key was checked when it signed in, is gone).
     _, key_type, key = remote.jump.known_hosts_line.split()
     (home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{remote.login.port} {key_type} {key}\n")
+    stop_masters(home)
     changed = remote.cli("ls", "--cluster", str(profile), "--accept-new-host-key", env=env)
     assert changed.returncode == 1 and "has CHANGED" in changed.stderr and "ssh-keygen -R" in changed.stderr
 
 
-def test_wrong_key_or_passphrase_is_a_clear_auth_error(remote: Remote) -> None:
-    home = remote.root / "home-wrong"
+@pytest.mark.parametrize("transport", ["openssh", "paramiko"])
+def test_wrong_key_or_passphrase_is_a_clear_auth_error(remote: Remote, transport: str) -> None:
+    home = remote.root / f"home-wrong-{transport}"
     (home / ".ssh").mkdir(parents=True)
     keygen(home / ".ssh" / "id_ed25519")  # a key the server has never seen
     shutil.copy(remote.home / ".ssh" / "config", home / ".ssh" / "config")
     shutil.copy(remote.home / ".ssh" / "known_hosts", home / ".ssh" / "known_hosts")
-    profile = remote.profile("wrongkey", "remote-wrong")
+    profile = remote.profile(f"wrongkey-{transport}", f"remote-wrong-{transport}", transport=transport)
     done = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", env=remote.env(home, None))
     assert done.returncode == 1 and "authentication failed" in done.stderr and "Traceback" not in done.stderr
-    assert not (remote.root / "remote-wrong").exists()
+    assert not (remote.root / f"remote-wrong-{transport}").exists()
 
+    stop_masters(remote.home)  # signed in already, a master would need no passphrase
     bad_passphrase = remote.cli("ls", "--cluster", str(profile), env=remote.env(passphrase="not-it"))
-    assert bad_passphrase.returncode == 1 and "wrong passphrase" in bad_passphrase.stderr
     locked = remote.cli("ls", "--cluster", str(profile), env=remote.env(passphrase=None))
-    assert locked.returncode == 1 and "is encrypted: add it to ssh-agent" in locked.stderr
+    for refused in (bad_passphrase, locked):
+        assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    if transport == "paramiko":
+        assert "wrong passphrase" in bad_passphrase.stderr and "is encrypted: add it to ssh-agent" in locked.stderr
+    else:  # ssh says only that the server refused: the message names the ways to unlock a key
+        assert all("authentication failed" in r.stderr and "CLUSTERKIT_SSH_PASSPHRASE" in r.stderr
+                   for r in (bad_passphrase, locked))
 
 
 def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
@@ -252,15 +272,16 @@ def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
     assert single.returncode == 1 and "connection refused" in single.stderr
 
 
-def test_ssh_agent_keys_are_used(remote: Remote) -> None:
+@pytest.mark.parametrize("transport", ["openssh", "paramiko"])
+def test_ssh_agent_keys_are_used(remote: Remote, transport: str) -> None:
     """No identity file at all: the only key is in a real ssh-agent."""
-    home = remote.root / "home-agent"
+    home = remote.root / f"home-agent-{transport}"
     (home / ".ssh").mkdir(parents=True)
     shutil.copy(remote.home / ".ssh" / "known_hosts", home / ".ssh" / "known_hosts")
-    agent_key = keygen(remote.root / "agent-key")
+    agent_key = keygen(remote.root / f"agent-key-{transport}")
     with open(remote.root / "authorized_keys", "a") as authorized:
         authorized.write(Path(f"{agent_key}.pub").read_text())
-    socket_path = remote.root / "agent.sock"
+    socket_path = remote.root / f"agent-{transport}.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
@@ -268,12 +289,16 @@ def test_ssh_agent_keys_are_used(remote: Remote) -> None:
             time.sleep(0.05)
         env = {**remote.env(home, passphrase=None), "SSH_AUTH_SOCK": str(socket_path)}
         subprocess.run(["ssh-add", str(agent_key)], env=env, check=True, capture_output=True)
-        profile = remote.profile("agent", "remote-agent", port=remote.login.port, user="root")
+        profile = remote.profile(f"agent-{transport}", "remote-agent", port=remote.login.port, user="root",
+                                 transport=transport)
         profile.write_text(profile.read_text().replace("host: cluster-login", "host: 127.0.0.1"))
         done = remote.cli("ls", "--cluster", str(profile), env=env)
         assert done.returncode == 0, done.stderr
+        stop_masters(home)
         without_agent = remote.cli("ls", "--cluster", str(profile), env=remote.env(home, passphrase=None))
-        assert without_agent.returncode == 1 and "no key (no ssh-agent keys, no identity file found)" in without_agent.stderr
+        assert without_agent.returncode == 1 and "authentication failed" in without_agent.stderr
+        if transport == "paramiko":
+            assert "no key (no ssh-agent keys, no identity file found)" in without_agent.stderr
     finally:
         agent.terminate()
         agent.wait(timeout=10)

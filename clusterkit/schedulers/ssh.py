@@ -1,21 +1,25 @@
 """The SSH adapter: the SLURM adapter with the cluster's login node as its host.
 
 A laptop submits exactly what a login node would: the same request, the same argv, the same steps
-(:mod:`clusterkit.schedulers.slurm`), each one an SFTP call or a quoted command over one SSH
-connection. The batch script is byte for byte the one ``submit --dry-run`` printed. A local
-``run.json`` (scheduler ``ssh``) remembers where the run lives, so ``status``, ``logs``, ``cancel``
-and ``ls`` reach it again. Where the login node has clusterkit, status and logs ask it (it reads the
-run directory there: the first failing rank, one rank's log); without it, SLURM and SFTP answer.
+(:mod:`clusterkit.schedulers.slurm`), each one a quoted command over the SSH session (files too:
+cat, mv, find), whichever transport (:mod:`clusterkit.schedulers.ssh_transport`) carries it. The
+batch script is byte for byte the one ``submit --dry-run`` printed. A local ``run.json`` (scheduler
+``ssh``) remembers where the run lives, so ``status``, ``logs``, ``cancel`` and ``ls`` reach it again.
+Where the login node has clusterkit, status and logs ask it (it reads the run directory there: the
+first failing rank, one rank's log); without it, SLURM and the files themselves answer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import functools
 import io
 import json
+import os
 import posixpath
+import shlex
 import sys
 import time
 from dataclasses import asdict
@@ -33,20 +37,22 @@ from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.api import SubmitRequest
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.slurm import SlurmScheduler
-from clusterkit.schedulers.ssh_transport import READ_ONLY_ATTEMPTS, SSHSession, Unreachable, command_line, connect
+from clusterkit.schedulers.ssh_transport import READ_ONLY_ATTEMPTS, Session, Unreachable, command_line, connect
 from clusterkit.spec.profile import Login
 
 T = TypeVar("T")
+# The exit status of a file command whose file is not there (cat and find would say so in words).
+MISSING = 66
 
 
 class RemoteFile:
     """A file on the login node with the one method readers here use: ``open("rb")``."""
 
-    def __init__(self, session: SSHSession, path: str):
-        self.session, self.path = session, path
+    def __init__(self, host: "SSHHost", path: str):
+        self.host, self.path = host, path
 
     def open(self, mode: str = "rb") -> IO[bytes]:
-        return self.session.sftp.open(self.path, mode)  # ENOENT arrives as FileNotFoundError
+        return self.host.open(self.path)
 
     def __str__(self) -> str:
         return self.path
@@ -54,9 +60,10 @@ class RemoteFile:
 
 class SSHHost:
     """The login node as a :class:`~clusterkit.schedulers.host.Host`: commands run in
-    ``remote_workdir``, relative paths are taken from there."""
+    ``remote_workdir``, relative paths are taken from there. Files are read, written and listed by
+    shell commands over the session (cat, mv, find), so any transport that runs a command serves."""
 
-    def __init__(self, session: SSHSession, login: Login):
+    def __init__(self, session: Session, login: Login):
         self.session, self.login = session, login
         self.name = session.endpoint.host
 
@@ -77,15 +84,18 @@ class SSHHost:
     def make_dirs(self, path: str) -> None:
         self.session.check(command_line(["mkdir", "-p", "--", self.absolute(path)]))
 
+    def _write(self, target: str, data: bytes, mode: int) -> None:
+        # A staging name then a rename: a reader (or a dropped connection) never sees half a file.
+        staging = shlex.quote(f"{target}.tmp")
+        self.session.check(f"cat > {staging} && chmod {mode:o} {staging} && mv -fT {staging} {shlex.quote(target)}",
+                           stdin=data)
+
     def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
-        target = self.absolute(path)
-        staging = f"{target}.tmp"
-        self.session.sftp.putfo(io.BytesIO(text.encode("utf-8")), staging)
-        self.session.sftp.chmod(staging, mode)
-        self.session.sftp.posix_rename(staging, target)
+        self._write(self.absolute(path), text.encode("utf-8"), mode)
 
     def rename(self, source: str, target: str) -> None:
-        self.session.sftp.rename(self.absolute(source), self.absolute(target))
+        # -T: onto an existing directory is an error, never a move into it.
+        self.session.check(command_line(["mv", "-T", "--", self.absolute(source), self.absolute(target)]))
 
     def remove_tree(self, path: str) -> None:
         try:
@@ -96,13 +106,29 @@ class SSHHost:
     def upload(self, local_path: str, path: str) -> None:
         target = self.absolute(path)
         self.make_dirs(posixpath.dirname(target))
-        self.session.sftp.put(local_path, target)
+        self._write(target, Path(local_path).read_bytes(), os.stat(local_path).st_mode & 0o777)
+
+    def _bytes(self, path: str, test: str, command: str) -> bytes:
+        """``command``'s raw output, for a ``path`` that passes ``test -<test>`` (else FileNotFoundError)."""
+        quoted = shlex.quote(path)
+        out, err = io.BytesIO(), io.BytesIO()
+        done = self.session.run(f"[ -{test} {quoted} ] || exit {MISSING}; {command}", stdout=out, stderr=err)
+        if done.returncode == MISSING:
+            raise FileNotFoundError(errno.ENOENT, f"no such file on {self.name}", path)
+        if done.returncode != 0:
+            detail = err.getvalue().decode("utf-8", "replace").strip().splitlines()
+            raise SSHError(f"on {self.name}: reading {path} failed: {detail[-1] if detail else done.returncode}")
+        return out.getvalue()
 
     def open(self, path: str) -> IO[bytes]:
-        return self.session.sftp.open(self.absolute(path), "rb")
+        target = shlex.quote(self.absolute(path))
+        return io.BytesIO(self._bytes(self.absolute(path), "f", f"exec cat -- {target}"))
 
     def listdir(self, path: str) -> list[str]:
-        return self.session.sftp.listdir(self.absolute(path))
+        target = self.absolute(path)
+        listing = self._bytes(target, "d", f"cd -- {shlex.quote(target)} && "
+                                           "find . -mindepth 1 -maxdepth 1 -exec printf '%s\\0' {} +")
+        return [os.fsdecode(name).removeprefix("./") for name in listing.split(b"\0") if name]
 
     @functools.cached_property
     def has_clusterkit(self) -> bool:
@@ -117,7 +143,7 @@ class SSHScheduler(SlurmScheduler):
 
     def __init__(self, login: Login, accept_new_host_key: bool = False):
         self.login, self.accept_new_host_key = login, accept_new_host_key
-        self._session: SSHSession | None = None
+        self._session: Session | None = None
         self._host: SSHHost | None = None
 
     @property
@@ -190,14 +216,14 @@ class SSHScheduler(SlurmScheduler):
 
         def node_logs() -> list[RemoteFile]:
             names = host.listdir(record.run_dir)
-            return [RemoteFile(host.session, f"{record.run_dir}/{name}")
+            return [RemoteFile(host, f"{record.run_dir}/{name}")
                     for stream_name in STREAMS for name in sorted(names)
                     if fnmatch.fnmatchcase(name, node_log(record.job_id, "*", stream_name))]
 
         return stream(node_logs, lambda: self.status(record).done, follow, base=record.run_dir, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> RemoteFile:
-        return RemoteFile(self._connected().session, f"{record.run_dir}/{name}")
+        return RemoteFile(self._connected(), f"{record.run_dir}/{name}")
 
     def list_runs(self, runs_dir: str, limit: int, as_json: bool = False) -> int:
         """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""

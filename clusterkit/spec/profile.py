@@ -19,6 +19,7 @@ from clusterkit.spec.recipe import (
     PositiveInt,
     PythonCommand,
     SlurmTime,
+    END,
     WORD_PATTERN,
     _Struct,
 )
@@ -45,17 +46,39 @@ class Container(_Struct):
     workdir: Optional[NonEmptyLine] = None
 
 
+# A host name, address or ~/.ssh/config alias, and a login name, as ssh takes them: never an ssh
+# option (no leading "-"), no spaces, quotes or shell characters. ProxyJump: [user@]host[:port], commas.
+SSH_HOST = r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]{0,252}"
+SSH_USER = r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}"
+SSH_HOP = f"(?:{SSH_USER}@)?{SSH_HOST}"
+SSHHost = Annotated[str, Meta(pattern=f"^{SSH_HOST}{END}")]
+SSHUser = Annotated[str, Meta(pattern=f"^{SSH_USER}{END}")]
+SSHJump = Annotated[str, Meta(pattern=f"^{SSH_HOP}(?:,{SSH_HOP})*{END}")]
+# OpenSSH's ControlPersist: no (no master: every remote command signs in anew), yes (until the master is stopped) or a time
+# such as 10m or 1h30m after the last command.
+ControlPersist = Annotated[str, Meta(pattern=rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}")]
+
+
 class Login(_Struct):
     """The login node that ``clusterkit submit`` reaches over SSH from a laptop. ``host`` may be an
-    alias from ~/.ssh/config, whose HostName, User, Port, IdentityFile and ProxyJump apply; a field
-    set here wins over the config, as a command-line option does for ssh."""
+    alias from ~/.ssh/config: its settings are resolved as OpenSSH resolves them (``ssh -G``:
+    ``Include``, ``Match``, ``ProxyCommand``, certificates); a field set here wins over the config,
+    as a command-line option does for ssh.
 
-    host: NonEmptyLine
+    ``transport``: ``openssh`` runs the system ``ssh``, which keeps one authenticated master
+    connection (ControlMaster) for ``control_persist`` after the last command, so a second factor is
+    asked once per session, not once per clusterkit command; ``paramiko`` (``pip install
+    clusterkit[ssh]``) signs in anew for every command and refuses, by name, the settings it cannot
+    honour; ``auto`` is ``openssh`` where ``ssh`` is on PATH, ``paramiko`` otherwise."""
+
+    host: SSHHost
     port: Optional[Annotated[int, Meta(ge=1, le=65535)]] = None
-    user: Optional[NonEmptyLine] = None
+    user: Optional[SSHUser] = None
     identity_file: Optional[NonEmptyLine] = None
     # [user@]host[:port], comma-separated for a chain of bastions, as ssh's -J.
-    proxy_jump: Optional[NonEmptyLine] = None
+    proxy_jump: Optional[SSHJump] = None
+    transport: Literal["auto", "openssh", "paramiko"] = "auto"
+    control_persist: ControlPersist = "10m"
     # Where uploaded runs live on the cluster: runs_dir and task scripts are relative to it.
     remote_workdir: NonEmptyLine = "clusterkit"
     # The interpreter that runs clusterkit on the login node (when installed there): one word.
