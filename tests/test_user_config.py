@@ -196,3 +196,25 @@ def test_ssh_settings_are_what_the_file_sets(tmp_path: Path, monkeypatch: pytest
     config.write_text(text)
     monkeypatch.setenv("CLUSTERKIT_CONFIG", str(config))
     assert load_user_config().ssh_settings() == expected
+
+
+def test_the_user_configs_ssh_section_reaches_the_ssh_adapter_over_the_profile(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a profile's login: says, unless this machine's config says otherwise; the options reach
+    ssh as it reads them (yes/no from YAML booleans, a number of seconds)."""
+    from clusterkit.schedulers import ssh
+    from clusterkit.schedulers.openssh_transport import ssh_argv
+    from clusterkit.spec.profile import Login, control_persist_option
+
+    config = tmp_path / "c.yaml"
+    config.write_text("ssh: {transport: paramiko, control_persist: no}\n")
+    monkeypatch.setenv("CLUSTERKIT_CONFIG", str(config))
+    with ssh.open_scheduler(Login(host="login.example", transport="openssh", control_persist="1h")) as scheduler:
+        assert (scheduler.login.transport, scheduler.login.control_persist) == ("paramiko", False)
+    config.write_text("")
+    with ssh.open_scheduler(Login(host="login.example", transport="openssh", control_persist="1h")) as scheduler:
+        assert (scheduler.login.transport, scheduler.login.control_persist) == ("openssh", "1h")
+    assert [control_persist_option(v) for v in (False, True, 0, 600, "10m")] == ["no", "yes", "0", "600", "10m"]
+    off = " ".join(ssh_argv(Login(host="h", control_persist=False), False, False, tmp_path))
+    assert "ControlMaster=no" in off and "ControlPath=none" in off
+    assert "ControlPersist=600" in " ".join(ssh_argv(Login(host="h", control_persist=600), False, False, tmp_path))

@@ -15,18 +15,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 import msgspec
 
 from clusterkit.errors import Finding, Location, RecipeError
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file
+from clusterkit.spec.profile import ControlPersist
 from clusterkit.spec.recipe import NonEmptyLine, _Struct
 
 CONFIG_ENV = "CLUSTERKIT_CONFIG"
 CONFIG_NAME = Path("clusterkit") / "config.yaml"
-# OpenSSH's ControlPersist: yes, no, seconds, or a time such as 10m or 1h30m.
-ControlPersistTime = Annotated[str, msgspec.Meta(pattern=r"^(yes|no|([0-9]+[smhdwSMHDW]?)+)$")]
 
 
 class SSHOptions(_Struct):
@@ -37,7 +36,7 @@ class SSHOptions(_Struct):
     # auto: OpenSSH when an ``ssh`` client is on PATH, else paramiko.
     transport: Optional[Literal["auto", "openssh", "paramiko"]] = None
     # How long an OpenSSH master connection outlives the last command (ssh's ControlPersist).
-    control_persist: Optional[Union[bool, Annotated[int, msgspec.Meta(ge=0)], ControlPersistTime]] = None
+    control_persist: Optional[ControlPersist] = None
 
 
 class UserConfig(_Struct):

@@ -41,7 +41,7 @@ from clusterkit.schedulers.ssh_transport import (
     changed_host_key,
     unknown_host_key,
 )
-from clusterkit.spec.profile import Login
+from clusterkit.spec.profile import Login, control_persist_option
 
 CONTROL_DIR = "clusterkit-ssh"
 # sun_path is 104 bytes on macOS (108 on Linux); ssh binds DIR/%C (40 hex digits) plus a 17-byte suffix.
@@ -93,10 +93,11 @@ def ssh_argv(login: Login, accept_new: bool, interactive: bool, directory: Path)
         "ConnectTimeout": f"{CONNECT_TIMEOUT_S:.0f}",
         "ServerAliveInterval": str(KEEPALIVE_S),
     }
-    if login.control_persist == "no":
+    persist = control_persist_option(login.control_persist)
+    if persist == "no":
         options |= {"ControlMaster": "no", "ControlPath": "none"}
     else:
-        options |= {"ControlMaster": "auto", "ControlPath": f"{directory}/%C", "ControlPersist": login.control_persist}
+        options |= {"ControlMaster": "auto", "ControlPath": f"{directory}/%C", "ControlPersist": persist}
     if not interactive:
         if PASSPHRASE_ENV in os.environ:
             options |= {"PasswordAuthentication": "no", "KbdInteractiveAuthentication": "no", "NumberOfPasswordPrompts": "1"}

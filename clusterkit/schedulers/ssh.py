@@ -29,6 +29,7 @@ from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence, TypeVar
 import msgspec
 
 from clusterkit.errors import SSHError
+from clusterkit.load.user_config import load_user_config
 from clusterkit.runs.layout import STREAMS, node_log
 from clusterkit.runs.logs import stream
 from clusterkit.runs.index import add_run
@@ -257,6 +258,9 @@ def local_record_dir(request: SubmitRequest, job_id: str) -> Path:
 def open_scheduler(login: Login | None, accept_new_host_key: bool = False) -> Iterator[SSHScheduler]:
     if login is None:
         raise SSHError("an ssh run names no login node")
+    # The user config's ssh: (this machine's choice of transport) wins over the profile's login:,
+    # for the submit and for every later status, logs or cancel of the run alike.
+    login = msgspec.structs.replace(login, **load_user_config().ssh_settings())
     scheduler = SSHScheduler(login, accept_new_host_key)
     try:
         yield scheduler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Sequence
+from typing import Annotated, Literal, Optional, Sequence, Union
 
 from msgspec import Meta, field
 
@@ -55,8 +55,13 @@ SSHHost = Annotated[str, Meta(pattern=f"^{SSH_HOST}{END}")]
 SSHUser = Annotated[str, Meta(pattern=f"^{SSH_USER}{END}")]
 SSHJump = Annotated[str, Meta(pattern=f"^{SSH_HOP}(?:,{SSH_HOP})*{END}")]
 # OpenSSH's ControlPersist: no (no master: every remote command signs in anew), yes (until the master is stopped) or a time
-# such as 10m or 1h30m after the last command.
-ControlPersist = Annotated[str, Meta(pattern=rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}")]
+# such as 10m or 1h30m (a bare number: seconds) after the last command. YAML reads an unquoted yes/no as true/false.
+ControlPersist = Union[bool, Annotated[int, Meta(ge=0)], Annotated[str, Meta(pattern=rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}")]]
+
+
+def control_persist_option(value: ControlPersist) -> str:
+    """The value as ssh's ``-o ControlPersist=`` takes it."""
+    return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 
 class Login(_Struct):
