@@ -125,6 +125,11 @@ def test_submit_goes_to_the_cluster_the_profile_names(tmp_path: Path, login_host
     assert request.scheduler == expected and request.cluster == "other"
     if expected == "ssh":
         assert request.login.host == login_host and request.argv[0] == "sbatch"  # sbatch, on the login node
+    from conftest import run_cli
+
+    dry = run_cli("submit", str(TINY), "--cluster", str(tmp_path / "other.yaml"), "--dry-run",
+                  *(["--executor", executor] if executor else []), cwd=tmp_path)
+    assert dry.returncode == 0 and f"# on cluster other with the {expected} executor\n" in dry.stderr, dry.stderr
 
 
 def test_no_public_name_is_shadowed_by_a_subpackage() -> None:

@@ -52,6 +52,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 0
         where = f" (in {request.login.remote_workdir} on {request.login.host})" if request.login else ""
         print(f"# would run: {' '.join(request.argv)}{where}", file=sys.stderr)
+        print(f"# on cluster {request.cluster} with the {request.scheduler} executor", file=sys.stderr)
         sys.stdout.write(request.script)
         return 0
     # One adapter (one SSH connection) for submitting and following.
