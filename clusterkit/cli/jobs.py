@@ -74,23 +74,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0 if final.state == COMPLETED else 1
 
 
-def _follow_array(record, scheduler, poll_s: float = 2.0) -> int:
+def _follow_array(record, scheduler) -> int:
     """Until every task of the array has ended: a line whenever the counts change, then the table."""
-    import time
-
-    from clusterkit.cli.runs import print_results
+    from clusterkit.cli.runs import array_results, print_results
+    from clusterkit.runs.poll import poll
     from clusterkit.runs.status import COMPLETED
 
     said = None
-    while True:
-        status = scheduler.status(record)
+    for status in poll(lambda: scheduler.status(record), lambda status: status.done):
         if status.reason != said:
             print(f"job {record.job_id}: {status.reason}", flush=True)
             said = status.reason
-        if status.done:
-            break
-        time.sleep(poll_s)
-    print_results(record, scheduler)
+    print_results(record, array_results(record, scheduler)[1])
     return 0 if status.state == COMPLETED else 1
 
 

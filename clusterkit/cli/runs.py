@@ -25,12 +25,19 @@ def _none_found(runs_dir: str) -> str:
     return f"no runs under {runs_dir}" + ("" if Path(runs_dir).is_dir() else " nor in the run index")
 
 
-def print_results(record, scheduler, as_csv: bool = False) -> None:
-    """A job array's table: each task's point, state, final loss, samples/s and run dir."""
-    from clusterkit.runs.arrays import results, results_csv, task_record
+def array_results(record, scheduler):
+    """A job array's state and each task's row, from one status call for the array and its tasks."""
+    from clusterkit.runs.arrays import results, task_record
 
     tasks = [task_record(record, index) for index in record.tasks]
-    rows = results(record, tasks, [scheduler.status(task) for task in tasks], scheduler.run_file)
+    status, *found = scheduler.statuses([record, *tasks])
+    return status, results(record, tasks, found, scheduler.run_file)
+
+
+def print_results(record, rows, as_csv: bool = False) -> None:
+    """A job array's table: each task's point, state, final loss, samples/s and run dir."""
+    from clusterkit.runs.arrays import results_csv
+
     if as_csv:
         sys.stdout.write(results_csv(rows))
         return
@@ -89,23 +96,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _array_status(record, args: argparse.Namespace) -> int:
     """A job array: its state over all tasks, then the results table (or the table alone as CSV, or
     the state with a ``tasks`` list as JSON)."""
-    from clusterkit.runs.arrays import results, results_json, task_record
+    from clusterkit.runs.arrays import results_json
 
     with _adapter(record, args) as scheduler:
-        if args.csv:
-            print_results(record, scheduler, as_csv=True)
-            return 0
-        status = scheduler.status(record)
-        if args.json:
-            tasks = [task_record(record, index) for index in record.tasks]
-            rows = results(record, tasks, [scheduler.status(task) for task in tasks], scheduler.run_file)
-            print(json.dumps({**status_json(status), "tasks": results_json(rows)}))
-            return 0
-        print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
-        print(f"  run dir: {_where(record)}")
-        print(f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "
-              f"{record.launcher}, {record.scheduler} executor")
-        print_results(record, scheduler)
+        status, rows = array_results(record, scheduler)
+    if args.csv:
+        print_results(record, rows, as_csv=True)
+        return 0
+    if args.json:
+        print(json.dumps({**status_json(status), "tasks": results_json(rows)}))
+        return 0
+    print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
+    print(f"  run dir: {_where(record)}")
+    print(f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "
+          f"{record.launcher}, {record.scheduler} executor")
+    print_results(record, rows)
     return 0
 
 

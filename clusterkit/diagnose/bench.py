@@ -12,7 +12,6 @@ tasks share one resource request and the scales differ in node count.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -20,10 +19,12 @@ from typing import Any, Callable
 from clusterkit.errors import UsageError
 from clusterkit.launch.prepare import SubmitOptions, prepare
 from clusterkit.load.loader import Override
-from clusterkit.schedulers.api import schedule, status_of
+from clusterkit.schedulers.api import schedule, statuses
 from clusterkit.spec.resolved import decode_job_file
 from clusterkit.runs.layout import JOB_JSON, METRICS
+from clusterkit.runs.poll import poll
 from clusterkit.runs.record import RunRecord, metric_records
+from clusterkit.runs.status import JobStatus
 
 
 @dataclass(frozen=True)
@@ -104,21 +105,25 @@ def read_result(scale: Scale, record: RunRecord, state: str, warmup: int) -> Sca
                        samples_per_s, steps)
 
 
-def wait_all(records: list[RunRecord], status_of: Callable[[RunRecord], Any], poll_s: float = 2.0,
+def wait_all(records: list[RunRecord], statuses: Callable[[list[RunRecord]], list[JobStatus]],
              report: Callable[[str], None] = print) -> dict[str, str]:
-    """Final state of every job, reporting each as it ends."""
-    states: dict[str, str] = {}
-    while len(states) < len(records):
-        for record in records:
-            if record.job_id in states:
-                continue
-            status = status_of(record)
+    """Final state of every job, reporting each as it ends: one ``statuses`` call per poll for all
+    the jobs still running, polled as :mod:`clusterkit.runs.poll` says."""
+    ended: dict[str, str] = {}
+
+    def ask() -> dict[str, str]:
+        waiting = [record for record in records if record.job_id not in ended]
+        states = {}
+        for record, status in zip(waiting, statuses(waiting)):
+            states[record.job_id] = status.state
             if status.done:
-                states[record.job_id] = status.state
+                ended[record.job_id] = status.state
                 report(f"  job {record.job_id} ({record.nodes}x{record.ranks_per_node}) {status.state}")
-        if len(states) < len(records):
-            time.sleep(poll_s)
-    return states
+        return {**states, **ended}
+
+    for _ in poll(ask, lambda _: len(ended) == len(records)):
+        pass
+    return ended
 
 
 def table_rows(results: list[ScaleResult]) -> list[tuple[str, ...]]:
@@ -195,10 +200,10 @@ def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int
             raise UsageError("clusterkit bench runs where sbatch is (or locally), not over SSH")
         records.append(schedule(request))
         if request.scheduler == "local":  # no queue to order them: one after another
-            states.update(wait_all(records[-1:], status_of, report=report))
+            states.update(wait_all(records[-1:], statuses, report=report))
     how = ("as dependent jobs (each after the previous ends: afterany), not a job array, whose tasks would "
            "share one node count" if records[0].scheduler == "slurm" else "one after another (local executor)")
     report(f"submitted {len(scales)} scales {how}: jobs {', '.join(r.job_id for r in records)}")
-    states.update(wait_all([r for r in records if r.job_id not in states], status_of, report=report))
+    states.update(wait_all([r for r in records if r.job_id not in states], statuses, report=report))
     return Submitted(scales, records, states, how, base.path)
 

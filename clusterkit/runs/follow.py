@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from clusterkit.runs.status import COMPLETED, JobStatus
 from clusterkit.runs.logs import Readable
+from clusterkit.runs.poll import FIRST_S, Backoff, poll
+from clusterkit.runs.status import COMPLETED, JobStatus
 from clusterkit.runs.record import RunRecord, metric_records
 
 
@@ -50,9 +50,10 @@ def _describe(record: dict[str, Any]) -> str:
 
 
 def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metrics: Readable,
-           console: Console | None = None, poll_s: float = 1.0) -> JobStatus:
+           console: Console | None = None, poll_s: float = FIRST_S) -> JobStatus:
     """Follow until the job ends; returns its final status. ``status_of`` is the run's scheduler's,
-    ``metrics`` the run's metrics.jsonl wherever it lives."""
+    ``metrics`` the run's metrics.jsonl wherever it lives. Asked every ``poll_s`` while the job logs
+    steps or changes state, less often while it does neither (:mod:`clusterkit.runs.poll`)."""
     console = console or Console()
     tail = MetricsTail(metrics)
     # Everything shown comes from the job or the scheduler: printed as Text, never read as rich
@@ -61,9 +62,9 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
                TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(record.name, total=None, state="PENDING", info="")
-        while True:
-            status = status_of(record)
-            for metric in tail.new_records():
+        for status, metrics_read in poll(lambda: (status_of(record), tail.new_records()),
+                                         lambda answer: answer[0].done, Backoff(first_s=poll_s)):
+            for metric in metrics_read:
                 max_steps = metric.get("max_steps")
                 if isinstance(max_steps, int) and max_steps > 0:
                     progress.update(bar, total=max_steps)
@@ -72,9 +73,6 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
                 if metric.get("event") == "log":
                     progress.console.print(Text(f"  {_describe(metric)}"))
             progress.update(bar, state=status.state)
-            if status.done:
-                break
-            time.sleep(poll_s)
     # The job may have ended between the last read and the status check: report what it wrote.
     for metric in tail.new_records():
         if metric.get("event") == "log":

@@ -7,6 +7,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from clusterkit.runs.layout import (
     EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
@@ -56,11 +57,10 @@ def exit_code_from_run_dir(run_dir: Path) -> int | None:
         return None
 
 
-def slurm_status(scontrol_returncode: int, scontrol_stdout: str, exit_code: int | None) -> JobStatus:
-    """The state from ``scontrol show job -o`` (while SLURM still knows the job) and the run
-    directory's exit code; used here and, over SSH, for a login node without clusterkit."""
-    fields = dict(re.findall(r"(\w+)=(\S*)", scontrol_stdout)) if scontrol_returncode == 0 else {}
-    if "JobState" in fields:
+def slurm_status(fields: Mapping[str, str] | None, exit_code: int | None) -> JobStatus:
+    """The state from what SLURM says of the job (scontrol's field names: JobState, Reason,
+    ExitCode; none once it has forgotten the job) and the run directory's exit code."""
+    if fields and "JobState" in fields:
         state = normalize_slurm_state(fields["JobState"])
         reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
         if exit_code is None and fields.get("ExitCode", "").split(":")[0].isdigit():

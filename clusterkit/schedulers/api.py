@@ -84,6 +84,9 @@ class Scheduler(Protocol):
 
     def status(self, record: RunRecord) -> JobStatus: ...
 
+    def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
+        """Each run's status, asking the scheduler once for all of them (never once per run)."""
+
     def cancel(self, record: RunRecord) -> None: ...
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
@@ -214,7 +217,7 @@ def statuses(records: list[RunRecord], accept_new_host_key: bool = False,
     for group in groups.values():
         try:
             with open_scheduler(group[0].scheduler, login_of(group[0]), accept_new_host_key) as scheduler:
-                found.update({id(record): scheduler.status(record) for record in group})
+                found.update(zip(map(id, group), scheduler.statuses(group)))
         except SSHError as exc:
             if not unreachable_ok:
                 raise

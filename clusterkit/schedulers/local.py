@@ -140,6 +140,9 @@ class LocalScheduler:
             return JobStatus(RUNNING, reason=f"a chain of {record.links} links")  # its links run one by one
         return explained(record, _batch_status(record))
 
+    def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
+        return [self.status(record) for record in records]  # no scheduler to ask: each run's processes and files
+
     def cancel(self, record: RunRecord, grace_s: float = KILL_WAIT_S) -> None:
         """Stop every process of the job (only those carrying its marker: a reused pid is left
         alone), SIGTERM first, SIGKILL after ``grace_s``; for a job array, of every task."""

@@ -20,7 +20,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator, Mapping
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
 from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD
@@ -32,6 +32,7 @@ from clusterkit.runs.status import JobStatus, explained, slurm_status
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
 from clusterkit.schedulers.host import Host, LocalHost, checked
+from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
 from clusterkit.spec.profile import Login
 
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
@@ -43,6 +44,12 @@ def parse_job_id(output: str) -> str:
     if answer is None:
         raise SubmitError(f"sbatch answered {output.strip()!r}, not a job id")
     return answer.group(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asking:
+    exit_codes: dict[str, int | None]  # the SLURM jobs asked about -> the exit code in their run directory
+    status: Callable[[Mapping[str, Fields]], JobStatus]  # the run's state from what SLURM said of them
 
 
 class SlurmScheduler:
@@ -95,19 +102,37 @@ class SlurmScheduler:
             pass
 
     def status(self, record: RunRecord) -> JobStatus:
+        return self.statuses([record])[0]
+
+    def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
+        """Each run's state from one squeue call for all of them (every array task and chain link
+        included), and one scontrol listing at most (:func:`~clusterkit.schedulers.slurm_queue.ask_slurm`)."""
+        asking = [self._asking(record) for record in records]
+        said = ask_slurm(self.host, {job_id: code for ask in asking for job_id, code in ask.exit_codes.items()})
+        return [ask.status(said) for ask in asking]
+
+    def _asking(self, record: RunRecord) -> _Asking:
+        """The SLURM jobs the run's state is made of, and how it is made from what SLURM says of them."""
         if record.tasks:
-            return array_status([self.status(task_record(record, index)) for index in record.tasks])
+            tasks = [self._asking(task_record(record, index)) for index in record.tasks]
+            return _Asking({job_id: code for task in tasks for job_id, code in task.exit_codes.items()},
+                           lambda said: array_status([task.status(said) for task in tasks]))
+        exit_code = self._exit_code(record)
         if record.links:
-            links = [self.scheduler_status(dataclasses.replace(record, job_id=task_job_id(record.job_id, link)))
-                     for link in range(record.links)]
-            return chain_status(links, explained(record, slurm_status(1, "", self._exit_code(record))))
+            links = [task_job_id(record.job_id, link) for link in range(record.links)]
+            return _Asking(dict.fromkeys(links, exit_code), lambda said: chain_status(
+                [slurm_status(said.get(link), exit_code) for link in links], explained(record, slurm_status(None, exit_code))))
         retry = self._latest_retry(record)
-        if retry is None:
-            return explained(record, self.scheduler_status(record))
-        # The run continues as the newest retry's job: its state is the run's.
-        status = explained(record, self.scheduler_status(dataclasses.replace(record, job_id=retry["job_id"])))
-        said = f"retry {retry['retry']} as job {retry['job_id']}" + (f", excluding {retry['excluded']}" if retry.get("excluded") else "")
-        return dataclasses.replace(status, reason=f"{said}; {status.reason}" if status.reason else said)
+        job_id = retry["job_id"] if retry else record.job_id  # a retried run goes on as its newest retry's job
+
+        def status(said: Mapping[str, Fields]) -> JobStatus:
+            status = explained(record, slurm_status(said.get(job_id), exit_code))
+            if retry is None:
+                return status
+            retried = f"retry {retry['retry']} as job {job_id}" + (f", excluding {retry['excluded']}" if retry.get("excluded") else "")
+            return dataclasses.replace(status, reason=f"{retried}; {status.reason}" if status.reason else retried)
+
+        return _Asking({job_id: exit_code}, status)
 
     def _latest_retry(self, record: RunRecord) -> dict | None:
         """The newest line of the run's retries.jsonl (each retry the batch script submitted)."""
@@ -118,11 +143,6 @@ class SlurmScheduler:
             return None
         valid = [line for line in lines if isinstance(line, dict) and re.fullmatch(r"[0-9]+", str(line.get("job_id", "")))]
         return valid[-1] if valid else None
-
-    def scheduler_status(self, record: RunRecord) -> JobStatus:
-        """What SLURM says (``scontrol show job``, while it still knows the job) and the run's exit code."""
-        done = self.host.run(["scontrol", "show", "job", "-o", record.job_id])
-        return slurm_status(done.returncode, done.stdout, self._exit_code(record))
 
     def _exit_code(self, record: RunRecord) -> int | None:
         try:

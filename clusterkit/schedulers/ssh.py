@@ -34,7 +34,7 @@ from clusterkit.runs.layout import STREAMS, node_log
 from clusterkit.runs.logs import stream
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.runs.status import JobStatus
+from clusterkit.runs.status import UNKNOWN, JobStatus
 from clusterkit.schedulers.api import SubmitRequest
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.slurm import SlurmScheduler
@@ -183,18 +183,23 @@ class SSHScheduler(SlurmScheduler):
         add_run(record, local_dir)
         return record
 
-    def status(self, record: RunRecord) -> JobStatus:
-        if record.tasks or record.links:
-            return super().status(record)  # each task or link, asked as below
-
-        def ask(host: SSHHost) -> JobStatus:
-            if host.has_clusterkit:
-                done = host.run(host.clusterkit("status", "--json", record.run_dir))
-                if done.returncode == 0:
-                    return JobStatus(**json.loads(done.stdout))
-            return self.scheduler_status(record)
+    def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
+        """One squeue on the login node for all the runs; a run that ended (or that SLURM has
+        forgotten) is then asked of the login node's clusterkit where it has one: it reads the run
+        directory there (the first failing rank, a preemption)."""
+        def ask(host: SSHHost) -> list[JobStatus]:
+            found = SlurmScheduler.statuses(self, records)
+            return [self._explained(host, record, status) for record, status in zip(records, found)]
 
         return self._read(ask)
+
+    @staticmethod
+    def _explained(host: SSHHost, record: RunRecord, status: JobStatus) -> JobStatus:
+        if (status.done or status.state == UNKNOWN) and not (record.tasks or record.links) and host.has_clusterkit:
+            done = host.run(host.clusterkit("status", "--json", record.run_dir))
+            if done.returncode == 0:
+                return JobStatus(**json.loads(done.stdout))
+        return status
 
     def cancel(self, record: RunRecord) -> None:
         self._connected()

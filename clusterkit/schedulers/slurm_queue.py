@@ -1,0 +1,78 @@
+"""What SLURM says about many jobs, in one call for all of them: ``squeue`` for every job id asked
+(each array task on a line of its own, ended jobs included for as long as the controller keeps them:
+MinJobAge), and ``scontrol show job`` only when squeue itself fails. No ``sacct``: a cluster
+without accounting (the dev cluster) has none; a job SLURM has forgotten is told by its run
+directory's exit code.
+
+The answer per job has scontrol's field names (JobState, Reason, ExitCode), so one function
+(:func:`clusterkit.runs.status.slurm_status`) reads both."""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from clusterkit.schedulers.host import Host
+
+Fields = Mapping[str, str]
+
+# squeue --Format fields, each printed whole (size 0) and ended by "|"; State and Reason are single
+# words, so "|" cannot occur inside a value.
+_SQUEUE_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "exit_code")
+SQUEUE_FORMAT = ",".join(f"{name}:0|" for name in _SQUEUE_FIELDS)
+
+
+def squeue_argv(job_ids: list[str]) -> list[str]:
+    # --array: an array's pending tasks one per line, not folded into "123_[4-9]".
+    return ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(job_ids)}", f"--Format={SQUEUE_FORMAT}"]
+
+
+def _squeue_name(job_id: str, array_job_id: str, task_id: str) -> str:
+    """The name clusterkit keeps for the job: ``<array id>_<index>`` for an array task, else its id."""
+    return f"{array_job_id}_{task_id}" if task_id.isdigit() else job_id
+
+
+def read_squeue(output: str) -> dict[str, dict[str, str]]:
+    """``squeue --Format`` lines as :data:`SQUEUE_FORMAT` asks, e.g. ``5|1|2|FAILED|NonZeroExitCode|512|``."""
+    jobs = {}
+    for line in output.splitlines():
+        values = [value.strip() for value in line.split("|")]
+        if len(values) < len(_SQUEUE_FIELDS):
+            continue  # not a job's line (a warning squeue printed)
+        job_id, array_job_id, task_id, state, reason, status = values[: len(_SQUEUE_FIELDS)]
+        # squeue's exit_code is the wait status (exit code << 8 | signal); scontrol writes "<code>:<signal>".
+        exit_code = f"{int(status) >> 8}:{int(status) & 0x7F}" if status.isdigit() else status
+        jobs[_squeue_name(job_id, array_job_id, task_id)] = {"JobState": state, "Reason": reason, "ExitCode": exit_code}
+    return jobs
+
+
+def read_scontrol(output: str) -> dict[str, dict[str, str]]:
+    """``scontrol --oneliner show job``: a line per job (an array's pending tasks may share one,
+    ``ArrayTaskId=4-9``: squeue lists those)."""
+    jobs = {}
+    for line in output.splitlines():
+        fields: dict[str, str] = {}
+        for key, value in re.findall(r"(\w+)=(\S*)", line):
+            fields.setdefault(key, value)  # SLURM's own field comes first; a "Key=" inside a path later
+        if "JobId" in fields:
+            jobs[_squeue_name(fields["JobId"], fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", ""))] = fields
+    return jobs
+
+
+def ask_slurm(host: Host, exit_codes: Mapping[str, int | None]) -> dict[str, dict[str, str]]:
+    """What SLURM says of each job named in ``exit_codes`` (job id, or ``<array id>_<index>``, ->
+    the exit code its run directory holds, if any) while it still knows the job: one squeue for
+    all. A job squeue leaves out is one the controller no longer holds (scontrol would not know it
+    either); only when squeue itself fails, and a job has no exit code to tell how it ended, does
+    one scontrol listing stand in."""
+    if not exit_codes:
+        return {}
+    done = host.run(squeue_argv(sorted({job_id.partition("_")[0] for job_id in exit_codes})))
+    if done.returncode == 0:
+        said = read_squeue(done.stdout)
+    elif all(exit_code is not None for exit_code in exit_codes.values()):
+        return {}
+    else:  # e.g. a lone job id SLURM has forgotten: "Invalid job id specified"
+        listing = host.run(["scontrol", "--all", "--oneliner", "show", "job"])
+        said = read_scontrol(listing.stdout) if listing.returncode == 0 else {}
+    return {job_id: said[job_id] for job_id in exit_codes if job_id in said}
