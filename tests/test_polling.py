@@ -20,6 +20,7 @@ from clusterkit.runs.layout import EXIT_CODE, RETRIES
 from clusterkit.runs.poll import FIRST_S, MAX_S, Backoff, poll
 from clusterkit.runs.record import RunRecord
 from clusterkit.schedulers.slurm import SlurmScheduler
+from clusterkit.schedulers.slurm_queue import MAX_JOB_IDS
 from conftest import REPO, run_cli
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -126,6 +127,17 @@ def test_an_array_task_gets_its_exit_code_from_squeue_when_its_run_dir_has_none(
     assert SlurmScheduler().status(task).exit_code == 3  # 768 = exit code 3 << 8
 
 
+def test_more_runs_than_one_argument_holds_list_every_job_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "calls.log"
+    ids = [str(5000 + n) for n in range(MAX_JOB_IDS + 1)]
+    _stand_ins(monkeypatch, tmp_path / "bin", log, "".join(f"{i}|{i}|N/A|RUNNING|None|0|\n" for i in ids))
+    records = [RunRecord(job_id=i, name="poll", scheduler="slurm", run_dir=str(tmp_path / "none" / i), recipe="r.yaml",
+                         submitted_at=0.0, nodes=1, ranks_per_node=1, launcher="python") for i in ids]
+    assert {status.state for status in SlurmScheduler().statuses(records)} == {"RUNNING"}
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and " --all " in calls[0] and "--jobs" not in calls[0]
+
+
 SCONTROL = """\
 JobId=100 JobName=poll JobState=RUNNING Reason=None ExitCode=0:0 WorkDir=/runs/a JobState=COMPLETED
 JobId=110 ArrayJobId=101 ArrayTaskId=0 JobName=poll JobState=COMPLETED Reason=None ExitCode=0:0
@@ -167,7 +179,8 @@ sys.exit(3 if index == 4 else 0)
 def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: str, tmp_path: Path) -> None:
     """Six one-CPU tasks (the two nodes run four at once), task 4 exits 3: the follow polls one squeue
     for all of them at most once a second, never scontrol (the controller still holds every task), and
-    the states are right; ``ls`` and ``status`` of the runs then ask once each."""
+    the states are right, whatever squeue settings the user's environment holds; ``ls`` and ``status``
+    of the runs then ask once each."""
     script = tmp_path / "task.py"
     script.write_text(TASK)
     recipe = tmp_path / "poll.yaml"
@@ -177,7 +190,9 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
         "task": {"script": str(script)}}))
     log = tmp_path / "calls.log"
     counting_shims(tmp_path / "shims", log)
-    env = {**os.environ, "PATH": f"{tmp_path / 'shims'}{os.pathsep}{os.environ['PATH']}"}
+    # A user's squeue settings that would hide the jobs or change squeue's lines, were they not set aside.
+    env = {**os.environ, "PATH": f"{tmp_path / 'shims'}{os.pathsep}{os.environ['PATH']}", "SQUEUE_PARTITION": "nosuch",
+           "SQUEUE_USERS": "nobody", "SQUEUE_FORMAT": "%i %j", "SQUEUE_FORMAT2": "JobID", "SQUEUE_STATES": "PENDING"}
     started = time.time()
     done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path, env=env, timeout=300)
     ended = time.time()

@@ -105,8 +105,8 @@ class SlurmScheduler:
         return self.statuses([record])[0]
 
     def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
-        """Each run's state from one squeue call for all of them (every array task and chain link
-        included), and one scontrol listing at most (:func:`~clusterkit.schedulers.slurm_queue.ask_slurm`)."""
+        """Each run's state from one squeue call for all of them, every array task, chain link and
+        retry included (:func:`~clusterkit.schedulers.slurm_queue.ask_slurm`)."""
         asking = [self._asking(record) for record in records]
         said = ask_slurm(self.host, {job_id: code for ask in asking for job_id, code in ask.exit_codes.items()})
         return [ask.status(said) for ask in asking]
