@@ -202,6 +202,8 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
     assert rows == {f"{array_id}_{i}": "COMPLETED" if i != 4 else "FAILED" for i in range(6)}, done.stdout
     assert re.search(rf"^{array_id}_4 .*FAILED \(exit 3\)", done.stdout, re.M), done.stdout
     assert f"job {array_id}: 5 COMPLETED, 1 FAILED" in done.stdout
+    # SLURM told every state on the way: a task it hid would be UNKNOWN until its exit code appeared.
+    assert "UNKNOWN" not in done.stdout, done.stdout
 
     calls = status_calls(log)
     assert calls and all(argv.startswith("squeue ") and f"--jobs={array_id} " in argv for _, argv in calls), calls
