@@ -209,16 +209,23 @@ class Run:
 
     def wait(self, timeout: float | None = None, poll_s: float = DEFAULT_POLL_S) -> JobStatus:
         """Until the run ends: its final status. :class:`~clusterkit.errors.WaitTimeout` after
-        ``timeout`` seconds (the run goes on)."""
+        ``timeout`` seconds (the run goes on). Asked every ``poll_s`` while its state changes, less
+        often while it does not (:mod:`clusterkit.runs.poll`)."""
+        from clusterkit.runs.poll import Backoff, poll
+
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def sleep(seconds: float) -> None:
+            time.sleep(seconds if deadline is None else max(0.0, min(seconds, deadline - time.monotonic())))
+
         with self._scheduler() as scheduler:
-            while True:
-                status = scheduler.status(self.record)
-                if status.done:
-                    return status
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeout(f"job {self.job_id} is still {status.state} after {timeout:g} s")
-                time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
+            for status in poll(lambda: scheduler.status(self.record),
+                               lambda status: status.done or deadline is not None and time.monotonic() >= deadline,
+                               Backoff(first_s=poll_s), sleep):
+                pass
+        if not status.done:
+            raise WaitTimeout(f"job {self.job_id} is still {status.state} after {timeout:g} s")
+        return status
 
     def cancel(self) -> bool:
         """Cancel the run unless it has ended; whether it was cancelled."""
