@@ -18,18 +18,17 @@ from typing import Any
 
 import msgspec
 
-import clusterkit.recipes
 from clusterkit.load import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
-from clusterkit.spec.profile import ClusterProfile, available_profiles, expanded, find_profile
+from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
 from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
 _MAX_EXTENDS_DEPTH = 16
-BUILTIN_RECIPES_DIR = Path(clusterkit.recipes.__file__).parent
+BUILTIN_RECIPES_DIR = BUILTIN_CLUSTERS_DIR.parent  # clusterkit.recipes: the examples, their profiles in clusters/
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout
 from clusterkit.plan.planner import Plan
 from clusterkit.load.yaml_source import load_yaml_file
+
+if TYPE_CHECKING:  # rich is imported to print only: `plan --json` and `--apply` need none of it
+    from rich.console import Console
 
 
 def _gib(value: int) -> str:
@@ -21,6 +22,10 @@ def _gib(value: int) -> str:
 
 def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = None) -> None:
     """Every piece of text is a rich Text, never markup: names and notes come from the recipe."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = console or Console()
     shape, memory = result.shape, result.current_memory
     console.print(Text.assemble((loaded.recipe.name, "bold"),
