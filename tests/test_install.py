@@ -107,6 +107,11 @@ def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["ranked"]
     assert _run(venv, outside, "plan", "llama-7b-zero3-ib").returncode == 0  # the table, printed with rich
+    package = {p.name for p in next(venv.glob("lib/python*/site-packages/clusterkit/recipes")).iterdir()}
+    applied = _run(venv, outside, "plan", "llama-7b-zero3-ib", "--apply")
+    assert applied.returncode == 0 and (outside / "llama-7b-zero3-ib.planned.yaml").is_file(), applied.stderr
+    assert _run(venv, outside, "validate", "llama-7b-zero3-ib.planned.yaml").returncode == 0
+    assert {p.name for p in next(venv.glob("lib/python*/site-packages/clusterkit/recipes")).iterdir()} == package
 
 
 def test_a_users_own_recipe_names_a_shipped_profile(venv: Path, outside: Path) -> None:

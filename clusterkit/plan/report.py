@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from clusterkit.load.loader import LoadedRecipe
+from clusterkit.load.loader import BUILTIN_RECIPES_DIR, LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout
 from clusterkit.plan.planner import Plan
 from clusterkit.load.yaml_source import load_yaml_file
@@ -71,7 +71,9 @@ def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> P
         trainer.setdefault("args", {})["gradient_checkpointing"] = layout.gradient_checkpointing
     if layout.zero_stage and data.get("launcher") != "deepspeed":
         data["launcher"] = "deepspeed"
-    target = target or loaded.path.with_name(f"{loaded.path.stem}.planned.yaml")
+    # Beside the recipe; a shipped recipe named as such (`plan llama-7b-zero3-ib`): here, not in the installed package.
+    folder = Path.cwd() if loaded.path.parent == BUILTIN_RECIPES_DIR else loaded.path.parent
+    target = target or folder / f"{loaded.path.stem}.planned.yaml"
     target.write_text(f"# {loaded.path.name} with the layout chosen by `clusterkit plan`\n"
                       + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return target
