@@ -146,3 +146,9 @@ def test_the_train_extra_keeps_the_sites_torch(wheel: Path, tmp_path: Path) -> N
                 "-c", str(constraint), f"clusterkit[train] @ {wheel.as_uri()}")
     installing = {item["metadata"]["name"].lower() for item in json.loads(done.stdout)["install"]}
     assert "clusterkit" in installing and "torch" not in installing, installing
+    # A site torch older than [train] allows: pip refuses instead of fetching another.
+    constraint.write_text("torch==2.0.0\n")
+    refused = subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "-q",
+                              "--dry-run", "-c", str(constraint), f"clusterkit[train] @ {wheel.as_uri()}"],
+                             capture_output=True, text=True, env=_env())
+    assert refused.returncode != 0 and "ResolutionImpossible" in refused.stderr, refused.stderr[-500:]
