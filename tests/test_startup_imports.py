@@ -28,6 +28,10 @@ COMMANDS = {
     # status goes through clusterkit.api, which imports the loader (PyYAML, msgspec) to be importable whole.
     "status --json": (["status", "--json", "--runs-dir", "{tmp}"], {"rich", "jinja2"}),
     "schema": (["schema"], {"rich", "jinja2", "yaml"}),
+    "validate --json": (["validate", "--json", str(RECIPES / "tiny-gpt2-cpu.yaml")], {"rich", "jinja2"}),
+    "ls --json": (["ls", "--json", "--runs-dir", "{tmp}"], {"rich", "jinja2"}),
+    "submit --dry-run --json": (["submit", "--dry-run", "--json", "--executor", "local", str(RECIPES / "tiny-gpt2-cpu.yaml")],
+                                {"rich"}),
 }
 
 
