@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from test_startup_imports import NEVER, NOT_FOR_HELP
+
 REPO = Path(__file__).resolve().parent.parent
 NOT_ON_A_LOGIN_NODE = ("paramiko", "cryptography", "torch", "transformers", "deepspeed", "datasets")
 
@@ -94,6 +96,15 @@ def test_a_plain_install_has_no_ssh_or_training_stack(venv: Path) -> None:
                           cwd=venv, check=True)
     where, found = done.stdout.splitlines()
     assert Path(where).is_relative_to(venv) and found == "[]", done.stdout
+
+
+def test_the_installed_help_imports_only_the_parser(venv: Path, outside: Path) -> None:
+    """As test_startup_imports, where no .pth file of a development install loads anything first."""
+    code = ("import sys\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sys.modules), file=sys.stderr)")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=_env())
+    loaded = set(done.stderr.split())
+    assert "clusterkit.cli.main" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
 
 
 def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(venv: Path, outside: Path) -> None:
