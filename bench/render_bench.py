@@ -32,7 +32,7 @@ task:
 """
 
 
-def _cli() -> list[str]:
+def cli_argv() -> list[str]:
     # The console script installed beside this interpreter (not a version-manager shim, which adds
     # its own start-up time), else the module.
     script = Path(sys.executable).parent / "clusterkit"
@@ -58,9 +58,9 @@ def main() -> None:
         for nodes in (64, 4096):
             recipe = Path(tmp) / f"bench-{nodes}.yaml"
             recipe.write_text(RECIPE.format(nodes=nodes))
-            commands[f"render {nodes:>4} nodes x 8 GPUs"] = [*_cli(), "render", str(recipe), "-o", f"{tmp}/out-{nodes}"]
+            commands[f"render {nodes:>4} nodes x 8 GPUs"] = [*cli_argv(), "render", str(recipe), "-o", f"{tmp}/out-{nodes}"]
         seven_b = Path(__file__).resolve().parent.parent / "recipes" / "llama-7b-zero3-ib.yaml"
-        commands["plan 7B on 2 x 8 GPUs"] = [*_cli(), "plan", str(seven_b), "--json"]
+        commands["plan 7B on 2 x 8 GPUs"] = [*cli_argv(), "plan", str(seven_b), "--json"]
         for label, command in commands.items():
             times = sorted(measure(command, args.runs))
             print(f"{label}: median {statistics.median(times) * 1000:.0f} ms, "

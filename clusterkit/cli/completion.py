@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 SHELLS = ("bash", "zsh", "fish")
@@ -34,6 +33,8 @@ def _profiles(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> Iterabl
     profile_dirs); a word with a ``/`` is a profile file."""
     if "/" in prefix:
         return _recipe_files(prefix)
+    from pathlib import Path
+
     from clusterkit.load.user_config import load_user_config
     from clusterkit.spec.profile import available_profiles
 
@@ -43,6 +44,8 @@ def _profiles(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> Iterabl
 
 def _job_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> Iterable[str]:
     """Job ids of the run index, then of the runs under --runs-dir (or the user config's, or ./runs)."""
+    from pathlib import Path  # here, not at the top: --help imports this module, and pathlib costs it ~2.5 ms
+
     from clusterkit.runs.index import indexed_job_ids
     from clusterkit.runs.layout import RUN_RECORD
 

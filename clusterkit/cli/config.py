@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from clusterkit.cli.common import DEFAULT_RUNS_DIR, print_columns
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PRECEDENCE = """\
 Which value wins, highest first:
@@ -25,8 +27,7 @@ The user config is $CLUSTERKIT_CONFIG, else $XDG_CONFIG_HOME/clusterkit/config.y
                              how this machine reaches login nodes (over a profile's login:)"""
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):  # not a dataclass: dataclasses (with inspect) would cost every --help ~5 ms
     key: str
     value: str | None
     source: str  # flag, env, recipe, user config, profile or default
@@ -43,6 +44,8 @@ def fill_runs_dir(args: argparse.Namespace) -> None:
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
+    from pathlib import Path
+
     from clusterkit.load.user_config import CONFIG_ENV, load_user_config
     from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, CLUSTERS_ENV, profile_search_path
 
@@ -109,7 +112,7 @@ def _from_recipe(args: argparse.Namespace, config_file: Path) -> list[Setting]:
 def cmd_config(args: argparse.Namespace) -> int:
     found = settings(args)
     if args.json:
-        print(json.dumps([asdict(setting) for setting in found], indent=2))
+        print(json.dumps([setting._asdict() for setting in found], indent=2))
         return 0
     rows = [("SETTING", "VALUE", "FROM")]
     rows += [(s.key, "-" if s.value is None else s.value, s.source + (f" ({s.where})" if s.where else "")) for s in found]

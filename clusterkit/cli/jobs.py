@@ -9,7 +9,6 @@ import sys
 
 from clusterkit.cli.common import (EXIT_USAGE, int_list, print_json, record_json, status_json, submit_choices, submit_options,
                                   whole_number, with_host_keys, with_json, with_local_target, with_overrides)
-from clusterkit.errors import UsageError
 from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
 
 
@@ -92,6 +91,7 @@ def _follow_array(record, scheduler) -> int:
 def cmd_preflight(args: argparse.Namespace) -> int:
     """Submit only the preflight benchmark of a recipe's layout, wait for it and print its results."""
     from clusterkit import api
+    from clusterkit.errors import UsageError
     from clusterkit.load.loader import Override
     from clusterkit.runs.follow import follow
     from clusterkit.runs.preflight_report import format_report

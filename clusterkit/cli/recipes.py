@@ -6,16 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from clusterkit.cli.common import EXIT_USAGE, print_json, print_table, template_dirs, whole_number, with_json, with_overrides
-from clusterkit.errors import LocatedError, RecipeError, format_key_path
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from clusterkit.errors import RecipeError
 
 
 def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
     """Recipe paths, expanding directories to the recipes inside (ops teams lint whole folders),
     and how many base files (extended by a recipe there, no recipe alone) a folder held."""
+    from pathlib import Path
+
     from clusterkit.load.loader import base_recipes
 
     files: list[Path] = []
@@ -34,6 +39,7 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from clusterkit import api
+    from clusterkit.errors import RecipeError
 
     files, bases_skipped = _recipe_files(args.recipes)
     reports = []
@@ -65,11 +71,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def findings_json(error: RecipeError) -> list[dict]:
     """Each finding of a recipe error as ``{file, line, key, message}``."""
+    from clusterkit.errors import format_key_path
+
     return [{"file": finding.location.file, "line": finding.location.line, "key": format_key_path(finding.key_path),
              "message": finding.message} for finding in getattr(error, "findings", [error.finding])]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from clusterkit import __version__, api
     from clusterkit.render.output_dir import write_render
 
@@ -90,6 +100,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from clusterkit.errors import LocatedError
     from clusterkit.load.loader import load_recipe
     from clusterkit.plan.planner import PlanError, plan
     from clusterkit.plan.report import apply_layout, print_plan

@@ -7,11 +7,9 @@ import argparse
 import contextlib
 import json
 import sys
-from pathlib import Path
 
 from clusterkit.cli.common import (DEFAULT_RUNS_DIR, RUNS_DIR_HELP, print_columns, print_json, record_json, status_json, whole_number,
                                   with_host_keys, with_job, with_json)
-from clusterkit.errors import UsageError
 from clusterkit.runs.layout import EXPORT_DIR
 
 
@@ -22,6 +20,8 @@ def _find(args: argparse.Namespace):
 
 
 def _none_found(runs_dir: str) -> str:
+    from pathlib import Path
+
     return f"no runs under {runs_dir}" + ("" if Path(runs_dir).is_dir() else " nor in the run index")
 
 
@@ -62,6 +62,7 @@ def _adapter(record, args: argparse.Namespace):
 
 def cmd_status(args: argparse.Namespace) -> int:
     from clusterkit import api
+    from clusterkit.errors import UsageError
     from clusterkit.schedulers.api import statuses
 
     records = [_find(args)] if args.job else [run.record for run in api.list_runs(args.runs_dir, args.limit)]
@@ -141,6 +142,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def _ls_on_login_node(args: argparse.Namespace) -> int:
     """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""
+    from pathlib import Path
+
+    from clusterkit.errors import UsageError
     from clusterkit.load.loader import load_profile
     from clusterkit.schedulers.api import open_scheduler
 
@@ -153,6 +157,7 @@ def _ls_on_login_node(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from clusterkit.errors import UsageError
     from clusterkit.runs.logs import log_files
 
     record = _find(args)
@@ -185,6 +190,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from clusterkit.runs.export import export_model
 
     run_dir = Path(args.run_dir)

@@ -21,13 +21,14 @@ import msgspec
 from clusterkit.load import checks
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
-from clusterkit.spec.profile import ClusterProfile, available_profiles, expanded, find_profile
+from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
 from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
 _MAX_EXTENDS_DEPTH = 16
+BUILTIN_RECIPES_DIR = BUILTIN_CLUSTERS_DIR.parent  # clusterkit.recipes: the examples, their profiles in clusters/
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def cluster_override(reference: str) -> Override:
 def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
     """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``--set``
     texts (``key.path=value``) or typed :class:`Override` values, applied in order."""
-    path = Path(path)
+    path = recipe_file(path)
     data, source = _load_with_bases(path, chain=())
     if not isinstance(data, dict):
         raise RecipeError(Finding(source.default, (), "a recipe must be a mapping of keys to values"))
@@ -102,6 +103,21 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
         model_config=model_config,
         overrides=tuple(map(str, overrides)),
     )
+
+
+def recipe_file(reference: str | Path) -> Path:
+    """The recipe file a command was given: a path, or the name of a recipe shipped with clusterkit
+    (``tiny-gpt2-cpu``: no folder, no suffix, no such file here), so that an installed clusterkit
+    runs its examples from any directory, as ``cluster: NAME`` finds a shipped profile."""
+    path = Path(reference)
+    if path.exists() or "/" in str(reference) or path.suffix in (".yaml", ".yml"):
+        return path
+    shipped = BUILTIN_RECIPES_DIR / f"{reference}.yaml"
+    if shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in BUILTIN_RECIPES_DIR.glob("*.yaml"))
+    raise RecipeError(Finding(Location(str(reference)), (),
+                              f"file not found, and no shipped recipe has this name (shipped: {', '.join(names)})"))
 
 
 def base_recipes(files: typing.Sequence[Path]) -> set[Path]:

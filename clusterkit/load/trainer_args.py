@@ -9,15 +9,16 @@ import functools
 import importlib.util
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from clusterkit.spec.user_cache import user_cache_dir
 
 _CLASS = "TrainingArguments"
 
 
-def _cache_file() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "clusterkit" / "training_args.json"
+def _cache_file() -> Path | None:
+    root = user_cache_dir()
+    return root / "training_args.json" if root else None
 
 
 def _source_file() -> Path | None:
@@ -65,8 +66,9 @@ def training_argument_names() -> frozenset[str] | str:
 
 
 def _read_cache(key: str) -> frozenset[str] | None:
+    path = _cache_file()
     try:
-        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8")) if path else None
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("names"), list):
@@ -76,7 +78,11 @@ def _read_cache(key: str) -> frozenset[str] | None:
 
 def _write_cache(key: str, names: frozenset[str]) -> None:
     """Best effort: a read-only home only costs the next run the parse (~40 ms)."""
+    import tempfile  # here: validate reads the cache, and tempfile's imports cost ~2 ms of its start
+
     target = _cache_file()
+    if target is None:
+        return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=".training_args.", delete=False) as out:

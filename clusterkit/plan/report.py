@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from clusterkit.load.loader import LoadedRecipe
+from clusterkit.load.loader import BUILTIN_RECIPES_DIR, LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout
 from clusterkit.plan.planner import Plan
 from clusterkit.load.yaml_source import load_yaml_file
+
+if TYPE_CHECKING:  # rich is imported to print only: `plan --json` and `--apply` need none of it
+    from rich.console import Console
 
 
 def _gib(value: int) -> str:
@@ -21,6 +22,10 @@ def _gib(value: int) -> str:
 
 def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = None) -> None:
     """Every piece of text is a rich Text, never markup: names and notes come from the recipe."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = console or Console()
     shape, memory = result.shape, result.current_memory
     console.print(Text.assemble((loaded.recipe.name, "bold"),
@@ -66,7 +71,9 @@ def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> P
         trainer.setdefault("args", {})["gradient_checkpointing"] = layout.gradient_checkpointing
     if layout.zero_stage and data.get("launcher") != "deepspeed":
         data["launcher"] = "deepspeed"
-    target = target or loaded.path.with_name(f"{loaded.path.stem}.planned.yaml")
+    # Beside the recipe; a shipped recipe named as such (`plan llama-7b-zero3-ib`): here, not in the installed package.
+    folder = Path.cwd() if loaded.path.parent == BUILTIN_RECIPES_DIR else loaded.path.parent
+    target = target or folder / f"{loaded.path.stem}.planned.yaml"
     target.write_text(f"# {loaded.path.name} with the layout chosen by `clusterkit plan`\n"
                       + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return target

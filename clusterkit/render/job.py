@@ -1,6 +1,7 @@
 """Rendering: a pure function from a loaded recipe (plus templates) to the job's files.
 
-Nothing here runs a subprocess, reads the clock or writes files; :mod:`clusterkit.render.output_dir` is the
+Nothing here runs a subprocess, reads the clock or writes files (but Jinja's cache of compiled templates,
+:mod:`clusterkit.render.template_cache`, which changes no output); :mod:`clusterkit.render.output_dir` is the
 separate, all-or-nothing write. ``clusterkit submit`` sends exactly what :func:`render_job` returns.
 """
 
@@ -28,6 +29,7 @@ from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.runtime_values import expanded_late
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
+from clusterkit.render.template_cache import template_cache
 from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
                                      runtime_text)
 
@@ -58,17 +60,21 @@ def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ())
     return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs))
 
 
+# How templates are read. The compiled code depends on these (the template cache is kept per set).
+_SYNTAX = {
+    "undefined": jinja2.StrictUndefined,  # a typo in a template fails loudly
+    "finalize": quote,  # quote by default; Shell values pass as written
+    "keep_trailing_newline": True,
+    "trim_blocks": True,
+    "lstrip_blocks": True,
+    "autoescape": False,
+}
+
+
 @functools.lru_cache(maxsize=8)
 def jinja_environment(search_path: tuple[str, ...]) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(list(search_path)),
-        undefined=jinja2.StrictUndefined,  # a typo in a template fails loudly
-        finalize=quote,  # quote by default; Shell values pass as written
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
+                             bytecode_cache=template_cache(_SYNTAX), **_SYNTAX)
     env.filters["comment"] = comment
     env.filters["one_line"] = one_line
     env.filters["join_words"] = join_words

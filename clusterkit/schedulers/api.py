@@ -17,17 +17,19 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import BinaryIO, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.load.loader import LoadedRecipe
-from clusterkit.render.job import RenderedJob
 from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus
 from clusterkit.spec.arrays import array_indices, task_job_id
 from clusterkit.spec.profile import ClusterProfile, Login
+
+if TYPE_CHECKING:  # status, ls, logs and cancel need neither the loader (YAML) nor the renderer (Jinja)
+    from clusterkit.load.loader import LoadedRecipe
+    from clusterkit.render.job import RenderedJob
 
 LOCAL_MAX_NODES = 254  # the local executor's nodes are the loopback addresses 127.0.0.1-254
 JOB_ID_FIELD = "{job_id}"  # in the local executor's argv: the id it claims when it submits
