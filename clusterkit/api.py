@@ -27,25 +27,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from clusterkit.errors import UsageError, WaitTimeout
-from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, parse_key_path
-from clusterkit.load.loader import load_recipe as load_resolved
 from clusterkit.runs.layout import METRICS
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import JobStatus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the loader (YAML, msgspec types) is imported by what loads a recipe, not by status or ls
+    from clusterkit.load.loader import LoadedRecipe, Override
     from clusterkit.render.job import RenderedJob
     from clusterkit.schedulers.api import SubmitRequest
 
 # Overrides as a mapping {"resources.nodes": 2} (typed values, nothing parsed) or as --set texts
 # ["resources.nodes=2"] (YAML values), applied in order.
 Overrides = Union[Mapping[str, Any], Sequence[str], None]
-RecipeRef = Union[str, "PathLike[str]", LoadedRecipe]
+RecipeRef = Union[str, "PathLike[str]", "LoadedRecipe"]
 DEFAULT_POLL_S = 2.0
 DEFAULT_RUNS_DIR = "./runs"
 
 
 def overrides_of(overrides: Overrides) -> list[str | Override]:
+    from clusterkit.load.loader import Override, parse_key_path
+
     if overrides is None:
         return []
     if isinstance(overrides, str):
@@ -58,6 +59,8 @@ def overrides_of(overrides: Overrides) -> list[str | Override]:
 def load_recipe(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> LoadedRecipe:
     """Load, validate and resolve a recipe; raises :class:`~clusterkit.errors.RecipeError` (each
     finding ``file:line: key: message``). ``cluster``: a profile name or file instead of the recipe's."""
+    from clusterkit.load.loader import cluster_override, load_recipe as load_resolved
+
     return load_resolved(recipe, [*overrides_of(overrides), *([cluster_override(cluster)] if cluster else [])])
 
 
@@ -81,6 +84,8 @@ def validate(recipe: str | PathLike[str], overrides: Overrides = None, cluster: 
 
 
 def _loaded(recipe: RecipeRef, overrides: Overrides, cluster: str | None) -> LoadedRecipe:
+    from clusterkit.load.loader import LoadedRecipe
+
     if isinstance(recipe, LoadedRecipe):
         if overrides or cluster:
             raise UsageError("overrides and cluster go with a recipe path; this recipe is already loaded")
@@ -122,6 +127,7 @@ def prepare(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str 
             choices: SubmitChoices = SubmitChoices(), extra: Sequence[Override] = (), one_job: str | None = None):
     """The loaded recipe and the exact request (a :class:`~clusterkit.launch.prepare.Prepared`)."""
     from clusterkit.launch.prepare import SubmitOptions, prepare as prepare_request
+    from clusterkit.load.loader import LoadedRecipe
 
     if isinstance(recipe, LoadedRecipe):  # loaded once more with the submit's own overrides (resume, chain)
         overrides = [*recipe.overrides, *overrides_of(overrides)]

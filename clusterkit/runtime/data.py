@@ -78,7 +78,7 @@ def build_dataset(spec: DatasetSpec, tokenizer: Any, vocab_size: int, seed: int,
     try:
         import datasets
     except ImportError:
-        raise RuntimeError("dataset type 'disk' needs the `datasets` package (pip install datasets)") from None
+        raise RuntimeError("dataset type 'disk' needs the `datasets` package (pip install 'clusterkit[datasets]')") from None
     loaded = datasets.load_from_disk(str(path))
     if "input_ids" not in loaded.column_names:
         raise ValueError(f"{path}: a saved dataset needs an input_ids column (tokenized), found {loaded.column_names}")
