@@ -23,24 +23,28 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
     if not repos:
         raise LocatedError(f"{loaded.path}: names no hub model (task.trainer.model.pretrained and tokenizer are "
                            "local paths or unset): nothing to prefetch")
+    # Datasets need nothing here: a recipe reads its dataset from local files only (task.trainer.dataset).
     hub = import_hub()
     cache_dir = hub_cache_dir(loaded.profile)
     fetched = []
     for repo in repos:
-        snapshot = None if args.update else cached_snapshot(repo, cache_dir)
+        snapshot = cached_snapshot(repo, cache_dir)
         status = "cached"
         if snapshot is None:
             try:
-                snapshot = hub.snapshot_download(repo.repo_id, cache_dir=cache_dir, ignore_patterns=_OTHER_FRAMEWORKS)
+                hub.snapshot_download(repo.repo_id, cache_dir=cache_dir, ignore_patterns=_OTHER_FRAMEWORKS)
             except (OSError, ValueError) as exc:  # the hub library's HTTP, offline and name errors
                 said = " ".join(str(exc).split()) or type(exc).__name__  # one line
                 raise ExternalError(f"downloading {repo.repo_id!r} from the model hub failed: {said}") from None
+            # When the hub cannot be reached, snapshot_download quietly returns what the cache already
+            # held of the revision: only the marker file now in the cache says the download happened.
+            snapshot = cached_snapshot(repo, cache_dir)
+            if snapshot is None:
+                raise ExternalError(f"downloading {repo.repo_id!r} from the model hub left no {repo.marker} in {cache_dir}")
             status = "downloaded"
         fetched.append({"repo_id": repo.repo_id, "key": ".".join(repo.key), "status": status, "snapshot": snapshot})
     summary = {"recipe": str(loaded.path), "cluster": loaded.profile.name, "offline": loaded.profile.offline,
-               "cache_dir": cache_dir or hub.constants.HF_HUB_CACHE, "models": fetched,
-               # Recipes read datasets from local files only (task.trainer.dataset): none is on the hub.
-               "datasets": []}
+               "cache_dir": cache_dir or hub.constants.HF_HUB_CACHE, "models": fetched}
     if args.json:
         print_json(summary)
         return 0
@@ -54,8 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prefetch", help="on the login node: download a recipe's hub model into its cluster's hf_home "
                                         "for offline compute nodes")
     p.add_argument("recipe", metavar="RECIPE")
-    p.add_argument("--update", action="store_true",
-                   help="ask the hub even for a model already cached (fetches files missing or changed)")
     with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_prefetch)
