@@ -1,7 +1,7 @@
 """Is each hub model an offline profile's jobs load already in its cache? Asked of the hub library's
-own cache lookup (try_to_load_from_cache), never by guessing its folder names. huggingface_hub costs
-about 0.25 s to import, so it is imported only for an offline profile whose recipe names a hub model:
-validate stays fast everywhere else."""
+own cache lookup (try_to_load_from_cache), never by guessing its folder names. That lookup costs
+0.2-0.4 s to import (httpx and more), so it is imported only for an offline profile whose recipe
+names a hub model: validate stays fast everywhere else."""
 
 from __future__ import annotations
 
