@@ -150,6 +150,13 @@ def test_prefetch_refuses_a_recipe_without_a_hub_model(tmp_path: Path) -> None:
         f"{path}: names no hub model (task.trainer.model.pretrained and tokenizer are local paths or unset): "
         "nothing to prefetch") and done.stdout == ""
     assert not _hf_home(tmp_path).exists()
+    path = _recipe(tmp_path, {"pretrained": "not a/hub name"})  # neither a local path nor a repository name
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "pretrained:" in text)
+    for command in ("validate", "prefetch"):
+        done = run_cli(command, str(path), cwd=tmp_path, env=_env())
+        said = [text for text in done.stderr.splitlines() if "neither a local path nor a hub name" in text]
+        assert len(said) == 1 and said[0].startswith(f"{path}:{line}: "), done.stderr
+        assert done.returncode == (0 if command == "validate" else 2)  # validate: a warning
 
 
 def test_prefetch_says_a_cached_model_is_there_and_asks_no_hub(tmp_path: Path) -> None:

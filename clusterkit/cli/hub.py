@@ -28,7 +28,11 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
     cache_dir = hub_cache_dir(loaded.profile)
     fetched = []
     for repo in repos:
-        snapshot = cached_snapshot(repo, cache_dir)
+        try:
+            snapshot = cached_snapshot(repo, cache_dir)
+        except ValueError as exc:  # the hub library's HFValidationError: no repository has this name
+            raise LocatedError(f"{loaded.locate(repo.key)}: {'.'.join(repo.key)}: {repo.repo_id!r} is neither a "
+                               f"local path nor a hub name ({' '.join(str(exc).split())})") from None
         status = "cached"
         if snapshot is None:
             try:
