@@ -32,6 +32,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit plan recipes/llama-1b-efa.yaml --top 3 --json",
         "clusterkit plan recipes/llama-7b-zero3-ib.yaml --global-batch 1024 --apply   # writes *.planned.yaml",
     ),
+    "prefetch": (
+        "clusterkit prefetch recipes/gpt2-offline.yaml          # on the login node, before submitting",
+        "clusterkit prefetch recipes/gpt2-offline.yaml --json",
+    ),
     "schema": (
         "clusterkit schema > recipe.schema.json   # point your editor's YAML schema setting at it",
         "clusterkit schema | jq '.\"$defs\".Resources.properties.time'   # what one field takes",

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.load import checks
+from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
@@ -88,6 +89,8 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
     recipe = checks.read_deepspeed_overrides(recipe, source)
     resolved, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
     findings = source.warnings + profile_source.warnings + path_findings + findings
+    if resolved is not None:
+        findings += hub_cache_findings(resolved, profile, source)
     errors = [f for f in findings if f.severity == "error"]
     # No resolved recipe comes without an error saying why.
     if errors or resolved is None:

@@ -142,6 +142,15 @@ class FingerprintingTrainer(Trainer):
         return super().training_step(model, inputs, *args, **kwargs)
 
 
+def _hub_facts(model: Any) -> dict[str, Any]:
+    """Where the model came from and the hub settings this rank's libraries read (an offline profile's
+    HF_HOME and HF_HUB_OFFLINE, as they arrived through env.sh)."""
+    from huggingface_hub import constants
+
+    return {"model": model.config.name_or_path, "offline": constants.HF_HUB_OFFLINE, "cache_dir": constants.HF_HUB_CACHE,
+            "hf_home": os.environ.get("HF_HOME")}
+
+
 def _parameter_checksum(model: torch.nn.Module, zero_stage: int) -> float:
     """Sum of all parameters in float64; under ZeRO-3 the partitions are gathered first (every rank
     must call this, as the gather is a collective)."""
@@ -285,6 +294,7 @@ def _train(job_file: Path) -> int:
         "parameter_checksum": _parameter_checksum(trainer.model, engine_facts["zero_stage"]),
         "resumed_from": checkpoint,
         "global_step": trainer.state.global_step,
+        "hub": _hub_facts(trainer.model),
         **layout.facts,
     }
     write_durably(record_path, json.dumps(rank_record, indent=2) + "\n")

@@ -104,9 +104,25 @@ def env_var(name: str, value: EnvValue, reason: str) -> EnvVar:
     return EnvVar(name, None if value is None else env_value(value), reason)
 
 
+def hub_env(profile: ClusterProfile) -> tuple[EnvVar, ...]:
+    """Where the job finds hub models: the profile's hf_home, and on an offline profile the switches
+    that make every load read that cache only. transformers 5 reads no offline variable of its own
+    (huggingface_hub takes TRANSFORMERS_OFFLINE as an old name of HF_HUB_OFFLINE): none is set for it."""
+    where = f"cluster profile '{profile.name}'"
+    found: tuple[EnvVar, ...] = ()
+    if profile.hf_home is not None:
+        found += (EnvVar("HF_HOME", profile.hf_home, f"{where} hf_home: the shared model cache `clusterkit prefetch` fills"),
+                  *(EnvVar(name, None, f"{where} hf_home decides the cache; an inherited {name} would point elsewhere")
+                    for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE")))
+    if profile.offline:
+        found += (EnvVar("HF_HUB_OFFLINE", "1", f"{where} is offline: the hub library reads its cache, never the network"),
+                  EnvVar("HF_DATASETS_OFFLINE", "1", f"{where} is offline: datasets reads its cache, never the network"))
+    return found
+
+
 def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
-    then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
+    the model hub's cache, then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
     neutral = recipe.network.profile == "none"  # nothing of clusterkit's own about the network
     layers: list[tuple[EnvVar, ...]] = [] if neutral else [_COMMON, PROFILES[recipe.network.profile]]
     if recipe.network.debug:
@@ -116,6 +132,7 @@ def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]
     if profile.accelerator == "cpu":
         layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
     layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per {'task' if recipe.tasks_per_node > 1 else 'node'} = {recipe.resources.cpus_per_task}/{ranks_per_task}: no oversubscribed cores"),))
+    layers.append(hub_env(profile))
     for source, env in ((f"cluster profile '{profile.name}' network_env", profile.network_env),
                         (f"cluster profile '{profile.name}' env", profile.env),
                         ("recipe network.env", recipe.network.env), ("recipe env", recipe.env)):

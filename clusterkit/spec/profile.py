@@ -20,11 +20,18 @@ from clusterkit.spec.recipe import (
     PythonCommand,
     SlurmTime,
     END,
+    LINE_BREAKING,
+    PATTERN_HINTS,
     WORD_PATTERN,
     _Struct,
 )
 
 BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
+
+# The same folder on the login node (prefetch) and in every rank: absolute, and without the braces of
+# the env placeholders ({job_id}, {rank}) that would make it differ per job.
+HF_HOME_PATTERN = rf"^/[^{LINE_BREAKING}{{}}]*{END}"
+PATTERN_HINTS[HF_HOME_PATTERN] = "an absolute path (starting with /) on one line, without { or }"
 
 
 class GPU(_Struct):
@@ -122,6 +129,11 @@ class ClusterProfile(_Struct, kw_only=True):
     python: PythonCommand = "python3"
     nvme_path: Optional[NonEmptyLine] = None
     login: Optional[Login] = None
+    # Compute nodes that cannot reach the model hub: jobs run with the hub's offline switches set
+    # (spec.network's hub layer) and read models from hf_home, filled by `clusterkit prefetch` on the login node.
+    offline: bool = False
+    # HF_HOME for every job: an absolute path on the shared filesystem (the hub cache is its hub/ folder).
+    hf_home: Optional[Annotated[str, Meta(pattern=HF_HOME_PATTERN)]] = None
 
 
 def expanded(text: str) -> Path:

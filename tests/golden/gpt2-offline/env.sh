@@ -1,0 +1,24 @@
+# Network and runtime environment for gpt2-offline (infiniband interconnect).
+# Each value says why it is set. Override per recipe with network.env or env.
+# abort the process group on a collective error or hang instead of waiting for the time limit
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+# warnings only; INFO floods logs and belongs to debugging (network.debug: true)
+export NCCL_DEBUG=WARN
+# bootstrap over a real host interface, never docker/loopback/veth
+export NCCL_SOCKET_IFNAME='^docker,lo,veth'
+# longer IB verbs timeout (NCCL default 18) rides out fabric congestion on large jobs
+export NCCL_IB_TIMEOUT=22
+# GPUDirect RDMA when NIC and GPU share a PCIe host bridge
+export NCCL_NET_GDR_LEVEL=PHB
+# cpus_per_task / ranks per node = 64/8: no oversubscribed cores
+export OMP_NUM_THREADS=8
+# cluster profile 'offline-a100' hf_home: the shared model cache `clusterkit prefetch` fills
+export HF_HOME=/shared/huggingface
+# cluster profile 'offline-a100' hf_home decides the cache; an inherited HF_HUB_CACHE would point elsewhere
+unset HF_HUB_CACHE
+# cluster profile 'offline-a100' hf_home decides the cache; an inherited HF_DATASETS_CACHE would point elsewhere
+unset HF_DATASETS_CACHE
+# cluster profile 'offline-a100' is offline: the hub library reads its cache, never the network
+export HF_HUB_OFFLINE=1
+# cluster profile 'offline-a100' is offline: datasets reads its cache, never the network
+export HF_DATASETS_OFFLINE=1
