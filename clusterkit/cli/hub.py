@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 
 from clusterkit.cli.common import print_json, with_json, with_overrides
-from clusterkit.errors import ExternalError, LocatedError
 
 # Weights in formats a PyTorch run never loads: a repository holding them too would be fetched twice over.
 _OTHER_FRAMEWORKS = ["*.h5", "*.msgpack", "*.ot", "*.onnx", "*.tflite", "onnx/*"]
@@ -15,6 +14,7 @@ _OTHER_FRAMEWORKS = ["*.h5", "*.msgpack", "*.ot", "*.onnx", "*.tflite", "onnx/*"
 
 def cmd_prefetch(args: argparse.Namespace) -> int:
     from clusterkit import api
+    from clusterkit.errors import ExternalError, LocatedError
     from clusterkit.load.hub_cache import cached_snapshot, import_hub
     from clusterkit.spec.hub import hub_cache_dir, hub_repos
 
