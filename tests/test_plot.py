@@ -212,3 +212,29 @@ def test_the_sweep_table_names_the_plot_command(sweep: Sweep) -> None:
     labels = [r["label"].split()[0] for r in json.loads(plot(sweep, sweep.array_id, "--json").stdout)["runs"]]
     assert labels == table_tasks  # each line's label starts with its TASK cell
 
+
+
+def test_output_a_folder_another_format_or_one_it_cannot_write(sweep: Sweep, tmp_path: Path) -> None:
+    task = f"{sweep.array_id}_0"
+    done = plot(sweep, task, "-o", str(tmp_path), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["outputs"] == [str(tmp_path / "curves.png")]
+    assert png_size(tmp_path / "curves.png") == (900, 840)
+    assert plot(sweep, task, "-o", str(tmp_path / "c.svg")).returncode == 0
+    assert (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml") and "<svg" in (tmp_path / "c.svg").read_text()
+    done = plot(sweep, task, "-o", str(tmp_path / "c.xyz"))
+    assert done.returncode == 2 and done.stderr.startswith(f"clusterkit: -o {tmp_path / 'c.xyz'}: ") and len(done.stderr.splitlines()) == 1
+    done = plot(sweep, task, "-o", str(tmp_path / "missing" / "c.png"))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+
+
+def test_a_run_that_logs_only_its_loss_gets_one_panel(sweep: Sweep, tmp_path: Path) -> None:
+    copy = _copy(sweep, tmp_path)
+    steps, losses = logged(sweep.array_dir / "0", "loss")
+    (copy / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in zip(steps, losses)))
+    done = plot(sweep, str(copy), "--json")
+    assert json.loads(done.stdout)["runs"][0]["series"] == {"loss": {"steps": steps, "values": losses}}
+    assert png_size(copy / "curves.png") == (900, 280)  # one panel
+    chart = figure([curves_of("x", str(copy), metric_records((copy / "metrics.jsonl").read_text()))])
+    assert [axes.get_title() for axes in chart.axes] == ["loss"]
+    text = plot(sweep, str(copy)).stdout
+    assert text.count("┌") == 1 and "samples/s" not in text
