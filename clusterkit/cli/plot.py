@@ -10,9 +10,13 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import RUNS_DIR_HELP, print_json, with_host_keys, with_json
-from clusterkit.runs.curves import PNG_NAME, Curves
+from clusterkit.runs.layout import CURVES_PNG
+
+if TYPE_CHECKING:
+    from clusterkit.runs.curves import Curves
 
 MAX_NAME_IDS = 100  # characters of job ids in a default file name before it says "and N more"
 
@@ -42,7 +46,7 @@ def default_output(runs: list) -> Path:
     if any(run.record.scheduler == "ssh" for run in runs):
         return Path.cwd() / f"{name}.png"
     if len(runs) == 1:
-        return Path(runs[0].run_dir) / PNG_NAME
+        return Path(runs[0].run_dir) / CURVES_PNG
     return Path(runs[0].run_dir).parent / f"{name}.png"
 
 
@@ -65,7 +69,7 @@ def _write_png(drawn: list[Curves], path: Path) -> Path:
     from clusterkit.runs.charts import write_png
 
     if path.is_dir():
-        path = path / PNG_NAME
+        path = path / CURVES_PNG
     try:
         write_png(drawn, path)
     except ValueError as exc:  # matplotlib: a suffix it cannot write (-o chart.xyz)
@@ -116,7 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="job id (a sweep's: every point), array task 123_4, or run directory; several: one chart")
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("-o", "--output", metavar="FILE",
-                   help=f"the PNG (another suffix: that format; default: RUN_DIR/{PNG_NAME}, several runs: beside the first)")
+                   help=f"the PNG (another suffix: that format; default: RUN_DIR/{CURVES_PNG}, several runs: beside the first)")
     p.add_argument("--terminal", action="store_true", help="also draw the chart in the terminal (done anyway without a display)")
     with_json(p)
     with_host_keys(p)

@@ -15,7 +15,6 @@ from typing import Any, Mapping
 
 # The metrics.jsonl keys plotted, in panel order, with their axis labels.
 QUANTITIES = {"loss": "loss", "learning_rate": "learning rate", "samples_per_s": "samples/s"}
-PNG_NAME = "curves.png"  # beside the run (a sweep: in the array's directory)
 
 
 @dataclass(frozen=True)
