@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import RUNS_DIR_HELP, print_json, with_host_keys, with_json
-from clusterkit.runs.layout import CURVES_PNG
+from clusterkit.runs.layout import CURVES_PNG, METRICS
 
 if TYPE_CHECKING:
     from clusterkit.runs.curves import Curves
@@ -60,7 +60,7 @@ def _note(message: str) -> None:
 
 def _no_metrics(curves: list[Curves]) -> str:
     if len(curves) == 1:
-        return f"job {curves[0].job_id} has no metrics yet ({curves[0].run_dir}/metrics.jsonl): nothing to plot"
+        return f"job {curves[0].job_id} has no metrics yet ({curves[0].run_dir}/{METRICS}): nothing to plot"
     return f"none of jobs {', '.join(c.job_id for c in curves)} has metrics yet: nothing to plot"
 
 
