@@ -114,6 +114,9 @@ def test_a_run_from_submit_to_export(tmp_path: Path) -> None:
     assert [(entry["job_id"], entry["state"]) for entry in listed] == [(job, "COMPLETED")]
     listed = as_documented(run_cli("ls", "--json", "--runs-dir", str(runs)), "clusterkit ls --json")
     assert listed == [{"run": submitted["run"], "status": submitted["status"]}]
+    plotted = as_documented(run_cli("plot", "--json", job, "--runs-dir", str(runs), "-o", str(tmp_path / "c.png")),
+                            "clusterkit plot --json RUN...")
+    assert plotted["outputs"] == [str(tmp_path / "c.png")] and plotted["runs"][0]["series"]["loss"]["steps"][-1] == 30
     cancelled = as_documented(run_cli("cancel", "--json", job, "--runs-dir", str(runs)), "clusterkit cancel --json JOB")
     assert cancelled == {"job_id": job, "cancelled": False, "status": submitted["status"]}
     exported = run_cli("export", "--json", submitted["run"]["run_dir"], "-o", str(tmp_path / "model"))

@@ -134,6 +134,14 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout
     listing = remote.cli("ls")
     assert job_id in listing.stdout and "COMPLETED" in listing.stdout
+    # plot reads metrics.jsonl through the SSH adapter; the PNG is drawn here (the run dir is the login node's).
+    plotted = remote.cli("plot", job_id, "--json")
+    assert plotted.returncode == 0, plotted.stderr
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    loss = [(m["step"], m["loss"]) for m in metrics if m["event"] == "log"]
+    series = json.loads(plotted.stdout)["runs"][0]["series"]["loss"]
+    assert list(zip(series["steps"], series["values"])) == loss and loss[-1][0] == 30
+    assert json.loads(plotted.stdout)["outputs"] == [str(remote.laptop / f"curves-{job_id}.png")]
     # From a directory without runs/: the run index has the local record (scheduler ssh).
     away = run_cli("status", job_id, cwd=remote.home, env=remote.env())
     assert f"{job_id}  tiny-gpt2  COMPLETED" in away.stdout and f"cluster-login:{run_dir}" in away.stdout, away.stderr

@@ -76,6 +76,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit cancel 4242",
         "clusterkit cancel runs/llama-7b-zero3/4242",
     ),
+    "plot": (
+        "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
+        "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",
+        "clusterkit plot 4242 4243 --terminal",
+        "clusterkit plot 4300_1 --json",
+    ),
     "export": (
         "clusterkit export runs/tiny-gpt2/4242 -o tiny-gpt2-hf",
         "clusterkit export runs/llama-7b-zero3/4242 --checkpoint runs/llama-7b-zero3/4242/checkpoints/checkpoint-1000",

@@ -48,6 +48,8 @@ def print_results(record, rows, as_csv: bool = False) -> None:
         table.append((f"{record.job_id}_{row.index}", point, state, "-" if row.final_loss is None else f"{row.final_loss:.4f}",
                       "-" if row.samples_per_s is None else f"{row.samples_per_s:.1f}", row.run_dir))
     print_columns(table)
+    # Each point's curve carries its TASK as its label (clusterkit.runs.curves).
+    print(f"curves: clusterkit plot {record.job_id}   (one line per TASK; one point: clusterkit plot {record.job_id}_<index>)")
 
 
 def _where(record) -> str:

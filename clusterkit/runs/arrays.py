@@ -62,16 +62,28 @@ def _read(file: Readable) -> bytes:
         return b""
 
 
-def results(array: RunRecord, tasks: list[RunRecord], statuses: list[JobStatus],
-            run_file: Callable[[RunRecord, str], Readable]) -> list[TaskResult]:
-    """Each task's row; ``run_file`` reads a run's file wherever it lives (the adapter's)."""
+RunFile = Callable[[RunRecord, str], Readable]  # a run's file wherever it lives (the adapter's run_file)
+
+
+def sweep_points(array: RunRecord, run_file: RunFile) -> dict[int, dict[str, Any]]:
+    """Each task's sweep point (index -> values); a plain array, or an unreadable file: none."""
     try:
-        points = {p["index"]: p["values"] for p in json.loads(_read(run_file(array, SWEEP_POINTS)) or b"{}").get("points", [])}
+        return {p["index"]: p["values"] for p in json.loads(_read(run_file(array, SWEEP_POINTS)) or b"{}").get("points", [])}
     except (ValueError, TypeError, KeyError, AttributeError):
-        points = {}
+        return {}
+
+
+def run_metrics(run: RunRecord, run_file: RunFile) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl records (none yet, or unreadable: [])."""
+    return metric_records(_read(run_file(run, METRICS)).decode("utf-8", "replace"))
+
+
+def results(array: RunRecord, tasks: list[RunRecord], statuses: list[JobStatus], run_file: RunFile) -> list[TaskResult]:
+    """Each task's row; ``run_file`` reads a run's file wherever it lives (the adapter's)."""
+    points = sweep_points(array, run_file)
     rows = []
     for index, task, status in zip(array.tasks, tasks, statuses):
-        logs = [m for m in metric_records(_read(run_file(task, METRICS)).decode("utf-8", "replace")) if m.get("event") == "log"]
+        logs = [m for m in run_metrics(task, run_file) if m.get("event") == "log"]
         losses = [m["loss"] for m in logs if isinstance(m.get("loss"), (int, float))]
         speeds = [m["samples_per_s"] for m in logs if isinstance(m.get("samples_per_s"), (int, float))]
         rows.append(TaskResult(index, points.get(index, {}), status.state, status.exit_code,

@@ -61,6 +61,7 @@ DAMAGED_INFIX = ".damaged-"  # checkpoint_files sets a damaged checkpoint aside 
 # --- Written by other commands ---
 CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; read by status
 EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
+CURVES_PNG = "curves.png"  # `clusterkit plot`'s default chart (a sweep: in the array's directory)
 
 # --- Beside the run directories ---
 # Every scheduler writes a run's files into <runs_dir>/<name>/.staging-<token>/ (the token is chosen by
