@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.tracking import Tracker, Tracking
+
 # Every pattern ends in END ("no character follows") rather than `$`: `$` also matches before a final
 # "\n", and msgspec checks patterns with re.search, so "p\n" would pass as one line. Python and
 # ECMAScript (editors reading the JSON Schema) read END the same way.
@@ -362,6 +364,7 @@ class Recipe(_Struct, kw_only=True):
     sweep: Optional[Sweep] = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
     resume_from: Optional[NonEmptyLine] = None
+    tracking: Union[Tracker, Tracking] = "none"  # resolved always to a Tracking (wandb → tracker: wandb)
 
 
 def process_model_of(recipe: Recipe) -> ProcessModel:
