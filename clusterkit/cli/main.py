@@ -13,12 +13,12 @@ import select
 import sys
 from typing import Sequence
 
-from clusterkit.cli import completion, config, jobs, node, recipes, runs
+from clusterkit.cli import completion, config, jobs, node, recipes, runs, tracking
 from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.errors import ClusterkitError, FileSystemError, LocatedError, PathError, UserError, is_users_path_error
 
-COMMAND_GROUPS = (recipes, jobs, runs, node, config, completion)
+COMMAND_GROUPS = (recipes, jobs, runs, tracking, node, config, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
