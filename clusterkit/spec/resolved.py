@@ -14,7 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
-from clusterkit.spec.tracking import Tracking
+from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.recipe import (
     AccelerateSettings,
     SLURM_TIME_PATTERN,
@@ -246,7 +246,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         resume_from=recipe.resume_from,
         sweep=recipe.sweep,
         array=ArrayPlacement(spec=recipe.resources.array) if recipe.resources.array else None,
-        tracking=recipe.tracking if isinstance(recipe.tracking, Tracking) else Tracking(tracker=recipe.tracking),
+        tracking=as_tracking(recipe.tracking),
     )
 
 

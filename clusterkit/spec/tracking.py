@@ -12,10 +12,14 @@ from typing import Annotated, Literal, Optional
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.text import END, NON_EMPTY_LINE_PATTERN
+
 Tracker = Literal["none", "wandb", "mlflow", "tensorboard"]
-# wandb run ids are [a-z0-9_-] words; the same id names the mlflow run (a tag) and nothing else.
-TrackingRunId = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
-Line = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f]*$")]
+# wandb run ids are [a-z0-9_-] words; the same id tags the mlflow run (and is quoted in its filter).
+RUN_ID_PATTERN = f"^[a-z0-9][a-z0-9_-]{{0,63}}{END}"
+TRACKING_PATTERN_HINTS = {RUN_ID_PATTERN: "lowercase letters, digits, '_' and '-', starting with a letter or digit, at most 64"}
+TrackingRunId = Annotated[str, Meta(pattern=RUN_ID_PATTERN)]
+NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=NON_EMPTY_LINE_PATTERN)]
 
 
 class Tracking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):
@@ -23,7 +27,12 @@ class Tracking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     # Write the run on the compute node (wandb offline mode; mlflow: a file store in the run
     # directory) for `clusterkit sync` to upload from the login node. tensorboard is always local.
     offline: bool = False
-    project: Optional[Line] = None  # the wandb project / the mlflow experiment; default: the recipe's name
-    uri: Optional[Line] = None  # mlflow, online: the tracking server (MLFLOW_TRACKING_URI)
+    project: Optional[NonEmptyLine] = None  # the wandb project / the mlflow experiment; default: the recipe's name
+    uri: Optional[NonEmptyLine] = None  # mlflow, online: the tracking server (MLFLOW_TRACKING_URI)
     run_id: Optional[TrackingRunId] = None  # set by submit
-    dir: Optional[Line] = None  # set by submit --resume: the first run's tracking folder (default <run dir>/tracking)
+    dir: Optional[NonEmptyLine] = None  # set by submit --resume: the first run's tracking folder (default <run dir>/tracking)
+
+
+def as_tracking(written: Tracker | Tracking) -> Tracking:
+    """``tracking: wandb`` is ``tracking: {tracker: wandb}``."""
+    return written if isinstance(written, Tracking) else Tracking(tracker=written)
