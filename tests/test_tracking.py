@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterkit.errors import UsageError
+from clusterkit.runs.record import RunRecord, TrackedRun
 from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
@@ -217,3 +219,48 @@ def test_a_sweep_with_tracking_is_refused(tmp_path: Path) -> None:
                    "--grid", "task.trainer.args.learning_rate=0.1,0.01", "--set", f"runs_dir={tmp_path}", cwd=tmp_path)
     assert done.returncode == 2 and "sweep or job array" in done.stderr, done.stderr
     assert not list(tmp_path.glob("tiny-gpt2*")), "nothing submitted"
+
+
+def _earlier(tmp_path: Path) -> RunRecord:
+    run_dir = tmp_path / "runs dir -x %" / "tiny-gpt2" / "7"
+    run_dir.mkdir(parents=True)
+    record = RunRecord(job_id="7", name="tiny-gpt2", scheduler="local", run_dir=str(run_dir), recipe=str(TINY),
+                       submitted_at=1.0, nodes=1, ranks_per_node=1, launcher="torchrun",
+                       tracking=TrackedRun("wandb", "abc-1", f"{run_dir}/tracking", offline=True))
+    record.write()
+    return record
+
+
+def test_the_identity_is_fresh_per_submit_and_kept_by_resume(tmp_path: Path) -> None:
+    from clusterkit.launch.prepare import SubmitOptions, prepare, tracked
+    from clusterkit.load.loader import load_recipe
+
+    loaded = load_recipe(TINY, ["tracking={tracker: wandb, offline: true}"])
+    first, second = (tracked(loaded, None, sweep=False).recipe.tracking for _ in range(2))
+    assert first.run_id != second.run_id and first.dir is None
+    earlier = _earlier(tmp_path)
+    resumed = tracked(loaded, earlier, sweep=False).recipe.tracking
+    assert (resumed.run_id, resumed.dir) == ("abc-1", earlier.tracking.dir)
+    other = tracked(load_recipe(TINY, ["tracking=tensorboard"]), earlier, sweep=False).recipe.tracking
+    assert other.run_id != "abc-1" and other.dir is None, "another tracker: a new tracked run"
+    request = prepare(SubmitOptions(resume=earlier.run_dir, from_scratch=True, executor="local",
+                                    overrides=("tracking={tracker: wandb, offline: true}",))).request
+    assert request.tracking.run_id != "abc-1", "--from-scratch starts at step 0 again: a new tracked run"
+    script = request.files["job.sbatch"]
+    assert f"export WANDB_RUN_ID={request.tracking.run_id}\n" in script and "export WANDB_MODE=offline\n" in script
+    assert f'"run_id": "{request.tracking.run_id}"' in script, "job.json, which the runner reads, names the same run"
+
+
+def test_sync_runs_wandb_with_each_folder_as_one_argument(tmp_path: Path) -> None:
+    from clusterkit.runs.tracking_sync import sync_argv
+
+    earlier = _earlier(tmp_path)
+    with pytest.raises(UsageError, match="no offline wandb run abc-1"):
+        sync_argv(earlier)
+    offline = Path(earlier.tracking.dir) / "wandb"
+    for name in ("offline-run-20260101_000002-abc-1", "offline-run-20260101_000001-abc-1", "offline-run-20260101_000003-other"):
+        (offline / name).mkdir(parents=True)
+    (offline / "latest-run").symlink_to(offline / "offline-run-20260101_000002-abc-1")
+    argv = sync_argv(earlier, dry_run=True)
+    assert argv == ["wandb", "sync", "--dry-run", str(offline / "offline-run-20260101_000001-abc-1"),
+                    str(offline / "offline-run-20260101_000002-abc-1")]
