@@ -86,6 +86,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit export runs/tiny-gpt2/4242 -o tiny-gpt2-hf",
         "clusterkit export runs/llama-7b-zero3/4242 --checkpoint runs/llama-7b-zero3/4242/checkpoints/checkpoint-1000",
     ),
+    "sync": (
+        "clusterkit sync runs/tiny-gpt2/4242              # wandb sync of its offline runs",
+        "clusterkit sync 4242 --dry-run                   # what wandb would upload",
+    ),
     "config": (
         "clusterkit config                     # every setting, its value and where it came from",
         "clusterkit config recipes/tiny-gpt2-cpu.yaml --cluster dev --json",

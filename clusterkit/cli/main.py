@@ -13,14 +13,14 @@ import select
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs
+from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs, tracking
 from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, plot, node, config, completion)
+COMMAND_GROUPS = (recipes, hub, jobs, runs, tracking, plot, node, config, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

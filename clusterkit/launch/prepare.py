@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import secrets
 from dataclasses import dataclass, field
 
 import msgspec
@@ -17,7 +18,7 @@ from clusterkit.render.job import render_job
 from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
 from clusterkit.runs.layout import RUN_RECORD
-from clusterkit.runs.record import read_record
+from clusterkit.runs.record import RunRecord, read_record
 from clusterkit.spec.resolved import ArrayPlacement
 from clusterkit.schedulers.api import SubmitRequest, dry_run
 
@@ -53,6 +54,7 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
     ``one_job`` names a command that submits single jobs only: a sweep is refused for it."""
     recipe, overrides = options.recipe, [*options.overrides]
     executor, notes = options.executor, []
+    earlier = None
     if options.resume:
         earlier = read_record(Path(options.resume))
         remote = earlier.scheduler == "ssh"
@@ -72,8 +74,8 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
                                      "add --from-scratch to run it again from step 0")
             resume_from = earlier.run_dir if remote else str(Path(options.resume).absolute())
             overrides.append(Override(("resume_from",), resume_from))  # type: ignore[arg-type]
-        if remote:
-            executor = executor or "ssh"
+        # The run continues where it ran (a local executor's run on SLURM here would be another place).
+        executor = executor or {"ssh": "ssh", "local": "local"}.get(earlier.scheduler)
     elif options.from_scratch:
         raise UsageError("--from-scratch goes with --resume RUN_DIR")
     if recipe is None:
@@ -86,6 +88,7 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
                          "run it without the sweep: --set sweep=null")
     if options.chain:
         loaded = _chained(loaded, options.chain, [*overrides, *extra])
+    loaded = tracked(loaded, None if options.from_scratch else earlier, sweep=bool(loaded.recipe.sweep or options.grid))
     dependency = dependency_of(options)
     sweep = load_sweep(loaded, options.grid, options.max_parallel)
     if sweep is None:
@@ -95,6 +98,24 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
     request = dataclasses.replace(request, overrides=loaded.overrides,
                                   task_overrides=tuple(point.overrides for point in sweep.points))
     return Prepared(loaded, request, notes)
+
+
+def tracked(loaded: LoadedRecipe, earlier: RunRecord | None, sweep: bool) -> LoadedRecipe:
+    """The recipe with its tracked run's identity: the earlier run's on --resume (a tracked run
+    continued as one), else a fresh id. Set here, once per submit, so job.json and the run record
+    (one source: the resolved recipe) name the same run for every start of the job."""
+    tracking = loaded.recipe.tracking
+    if tracking.tracker == "none":
+        return loaded
+    if sweep or loaded.recipe.job_kind == "array":
+        raise UsageError(f"{loaded.path}: tracking: a sweep or job array would report all its tasks as one run; "
+                         "track single jobs (or --chain, which continues one run)")
+    if earlier is not None and earlier.tracking is not None and earlier.tracking.tracker == tracking.tracker:
+        identity = {"run_id": earlier.tracking.run_id, "dir": earlier.tracking.dir}
+    else:
+        identity = {"run_id": tracking.run_id or secrets.token_hex(8), "dir": tracking.dir}
+    return dataclasses.replace(loaded, recipe=msgspec.structs.replace(
+        loaded.recipe, tracking=msgspec.structs.replace(tracking, **identity)))
 
 
 def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Override]) -> LoadedRecipe:

@@ -150,6 +150,7 @@ def resolve_and_check(
     job_checks.check_drops(recipe, profile, found.error)
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
+    job_checks.check_tracking(recipe, profile, found.error)
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, profile, found.error, found.profile_error)
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)

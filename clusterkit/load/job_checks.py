@@ -9,6 +9,7 @@ from clusterkit.spec.arrays import array_indices
 from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
+from clusterkit.spec.tracking import as_tracking
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
@@ -184,3 +185,15 @@ def check_lifecycle(recipe: Recipe, profile: ClusterProfile, error: Report, warn
                                        "requeued run resumes from its last periodic checkpoint")
     if r.time_min is not None and r.time is not None and slurm_time_minutes(str(r.time_min)) > slurm_time_minutes(str(r.time)):
         error(("resources", "time_min"), f"{r.time_min} is longer than resources.time {r.time}")
+
+
+def check_tracking(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:
+    """An online mlflow run needs a server to report to: without one mlflow writes ./mlruns in the
+    job's working directory, where nobody looks (offline: true keeps a file store in the run)."""
+    tracking = as_tracking(recipe.tracking)
+    if tracking.uri is not None and tracking.tracker != "mlflow":
+        error(("tracking", "uri"), f"the tracking server of mlflow; tracker {tracking.tracker} does not use it")
+    if (tracking.tracker == "mlflow" and not tracking.offline and tracking.uri is None
+            and "MLFLOW_TRACKING_URI" not in {**profile.env, **recipe.env}):
+        error(("tracking",), "mlflow online needs its server: tracking.uri (or MLFLOW_TRACKING_URI in env), "
+                             "or offline: true for a file store in the run directory")

@@ -30,6 +30,7 @@ from clusterkit.spec.runtime_values import expanded_late
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.render.template_cache import template_cache
+from clusterkit.render.tracking_env import tracking_env
 from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
                                      runtime_text)
 
@@ -204,7 +205,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         ds_config_text = json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
         files[run_layout.DEEPSPEED_CONFIG] = ds_config_text
     job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
-    env_vars = network_env(recipe, profile)
+    env_vars = network_env(recipe, profile, tracking_env(recipe))
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
     setup = ([f"module load {quote(m)}" for m in profile.modules if m not in recipe.drop.modules]
              + [line for line in profile.setup if line not in recipe.drop.setup] + list(recipe.setup))

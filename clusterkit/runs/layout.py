@@ -153,3 +153,10 @@ def torchrun_rank_logs(local_rank: int | str) -> str:
 def deepspeed_rank_log(rank: int | str) -> str:
     """DeepSpeed --enable_each_rank_log's file of one global rank: ``<timestamp>_rank<R>.log``."""
     return f"*_rank{rank}.log"
+
+
+# --- Experiment tracking (spec.tracking): the tracker's own files, in the first run of a resumed chain ---
+TRACKING_DIR = "tracking"  # the job's env (WANDB_DIR, TENSORBOARD_LOGGING_DIR, ...); read by `clusterkit sync`
+WANDB_OFFLINE_DIR = "wandb"  # below TRACKING_DIR: wandb's own offline-run-<time>-<id>/ folders, one per job start
+MLFLOW_STORE = "mlruns"  # below TRACKING_DIR: the offline mlflow file store
+TENSORBOARD_DIR = "tensorboard"  # below TRACKING_DIR: the event files, one per job start

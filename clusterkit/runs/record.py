@@ -25,6 +25,17 @@ Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 
 @dataclass(frozen=True)
+class TrackedRun:
+    """The tracked run a job reports to (spec.tracking), fixed at submit: a requeue or a
+    ``submit --resume`` continues the same one."""
+
+    tracker: Literal["wandb", "mlflow", "tensorboard"]
+    run_id: str
+    dir: str  # the tracker's folder, in the first run directory of a resumed run
+    offline: bool = False
+
+
+@dataclass(frozen=True)
 class RunRecord:
     job_id: JobId
     name: str
@@ -44,6 +55,7 @@ class RunRecord:
     # A chain's record: its number of links (array tasks 0..links-1, one at a time, all in run_dir).
     links: int = 0
     cluster: str | None = None  # the cluster profile's name (records from before it was kept: None)
+    tracking: TrackedRun | None = None
 
     @property
     def path(self) -> Path:

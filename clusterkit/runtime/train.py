@@ -30,6 +30,7 @@ from clusterkit.runtime.data import build_dataset
 from clusterkit.runtime.model import attention_implementation, build_model, build_tokenizer
 from clusterkit.runtime.preemption import PreemptionHandler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
+from clusterkit.runtime.tracking import start_tracking
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -55,13 +56,15 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
         "logging_steps": 10,
         "save_steps": 500,
         "seed": 42,
-        "report_to": "none",
+        "report_to": recipe.tracking.tracker,  # the Trainer's own integration; the job's env names the run
         "disable_tqdm": True,  # progress goes to metrics.jsonl; tqdm bars garble per-node logs
         "optim": "adamw_torch_fused" if on_gpu else "adamw_torch",
         "dataloader_num_workers": min(4, cpus_per_rank - 1) if on_gpu else 0,
         "dataloader_pin_memory": on_gpu,
         "ddp_find_unused_parameters": False,  # True costs an extra graph traversal per step
     }
+    if recipe.tracking.run_id is not None:
+        settings["run_name"] = recipe.tracking.run_id
     settings.update(trainer_task(recipe).args)
     settings.update(
         output_dir=str(run_dir / run_layout.CHECKPOINTS_DIR),
@@ -229,6 +232,7 @@ def _train(job_file: Path) -> int:
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.
     expected_world = int(os.environ.get("WORLD_SIZE", "1")) if subset else recipe.world_size
     _check_world(args, expected_world)
+    start_tracking(recipe.tracking.tracker, args.process_index == 0)
     if args.deepspeed:
         import deepspeed
 

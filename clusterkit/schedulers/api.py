@@ -20,12 +20,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX
+from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
-from clusterkit.runs.record import RunRecord
+from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
 from clusterkit.spec.arrays import array_indices, task_job_id
 from clusterkit.spec.profile import ClusterProfile, Login
+from clusterkit.spec.tracking import Tracking
 
 if TYPE_CHECKING:  # status, ls, logs and cancel need neither the loader (YAML) nor the renderer (Jinja)
     from clusterkit.load.loader import LoadedRecipe
@@ -62,6 +63,7 @@ class SubmitRequest:
     array_throttle: int | None = None  # the array's %N: at most N tasks at once
     links: int = 0  # a chain (an array run one task at a time in one run directory): its links
     cluster: str | None = None  # the cluster profile's name, kept in the run record
+    tracking: TrackedRun | None = None  # its dir, for a fresh run: empty (<run dir>/tracking once known)
 
     @property
     def script(self) -> str:
@@ -73,7 +75,9 @@ class SubmitRequest:
         job = RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
                         run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
-                        tasks=self.tasks, links=self.links, cluster=self.cluster)
+                        tasks=self.tasks, links=self.links, cluster=self.cluster,
+                        tracking=self.tracking and dataclasses.replace(
+                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"))
         return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
                                            overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
                        for k, index in enumerate(self.tasks))]
@@ -196,7 +200,15 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         script_name=job.script_name, tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
         links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
+        tracking=tracked_run(recipe.tracking),
     )
+
+
+def tracked_run(tracking: Tracking) -> TrackedRun | None:
+    if tracking.tracker == "none" or tracking.run_id is None:
+        return None
+    return TrackedRun(tracker=tracking.tracker, run_id=tracking.run_id, dir=tracking.dir or "",
+                      offline=tracking.offline)
 
 
 def schedule(request: SubmitRequest, accept_new_host_key: bool = False) -> RunRecord:

@@ -22,9 +22,9 @@ import posixpath
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence, TypeVar
+from typing import IO, BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import msgspec
 
@@ -247,8 +247,7 @@ class SSHScheduler(SlurmScheduler):
 
 def remote_record(record: RunRecord, login: Login) -> RunRecord:
     """The local record of a run submitted over SSH."""
-    data: dict[str, Any] = {**asdict(record), "scheduler": "ssh", "login": msgspec.to_builtins(login)}
-    return RunRecord(**data)
+    return replace(record, scheduler="ssh", login=msgspec.to_builtins(login))
 
 
 def local_record_dir(request: SubmitRequest, job_id: str) -> Path:

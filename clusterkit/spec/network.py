@@ -120,9 +120,10 @@ def hub_env(profile: ClusterProfile) -> tuple[EnvVar, ...]:
     return found
 
 
-def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]:
+def network_env(recipe: ResolvedRecipe, profile: ClusterProfile, clusterkits: tuple[EnvVar, ...] = ()) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
-    the model hub's cache, then the profile's site settings, the recipe's network.env and the recipe's env (later wins)."""
+    the model hub's cache, ``clusterkits`` (the render's own, such as tracking's), then the profile's
+    site settings, the recipe's network.env and the recipe's env (later wins)."""
     neutral = recipe.network.profile == "none"  # nothing of clusterkit's own about the network
     layers: list[tuple[EnvVar, ...]] = [] if neutral else [_COMMON, PROFILES[recipe.network.profile]]
     if recipe.network.debug:
@@ -133,6 +134,7 @@ def network_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[EnvVar]
         layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
     layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per {'task' if recipe.tasks_per_node > 1 else 'node'} = {recipe.resources.cpus_per_task}/{ranks_per_task}: no oversubscribed cores"),))
     layers.append(hub_env(profile))
+    layers.append(clusterkits)
     for source, env in ((f"cluster profile '{profile.name}' network_env", profile.network_env),
                         (f"cluster profile '{profile.name}' env", profile.env),
                         ("recipe network.env", recipe.network.env), ("recipe env", recipe.env)):

@@ -61,9 +61,15 @@ SSH_HOP = f"(?:{SSH_USER}@)?{SSH_HOST}"
 SSHHost = Annotated[str, Meta(pattern=f"^{SSH_HOST}{END}")]
 SSHUser = Annotated[str, Meta(pattern=f"^{SSH_USER}{END}")]
 SSHJump = Annotated[str, Meta(pattern=f"^{SSH_HOP}(?:,{SSH_HOP})*{END}")]
+PATTERN_HINTS[f"^{SSH_HOST}{END}"] = ("a host name, address or ~/.ssh/config alias: letters, digits, '.', '_', ':', "
+                                      "'[', ']' and '-' (not first), no spaces or shell characters")
+PATTERN_HINTS[f"^{SSH_USER}{END}"] = "a login name: letters, digits, '.', '_' and '-' (not first)"
+PATTERN_HINTS[f"^{SSH_HOP}(?:,{SSH_HOP})*{END}"] = "[user@]host[:port], comma-separated for a chain of jump hosts (as ssh -J)"
 # OpenSSH's ControlPersist: no (no master: every remote command signs in anew), yes (until the master is stopped) or a time
 # such as 10m or 1h30m (a bare number: seconds) after the last command. YAML reads an unquoted yes/no as true/false.
-ControlPersist = Union[bool, Annotated[int, Meta(ge=0)], Annotated[str, Meta(pattern=rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}")]]
+CONTROL_PERSIST_PATTERN = rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}"
+PATTERN_HINTS[CONTROL_PERSIST_PATTERN] = "no, yes, a number of seconds, or a time such as 10m or 1h30m"
+ControlPersist = Union[bool, Annotated[int, Meta(ge=0)], Annotated[str, Meta(pattern=CONTROL_PERSIST_PATTERN)]]
 
 
 def control_persist_option(value: ControlPersist) -> str:

@@ -13,15 +13,9 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, field
 
-# Every pattern ends in END ("no character follows") rather than `$`: `$` also matches before a final
-# "\n", and msgspec checks patterns with re.search, so "p\n" would pass as one line. Python and
-# ECMAScript (editors reading the JSON Schema) read END the same way.
-END = r"(?![\s\S])"
-# What no one-line field may hold: C0 controls but tab, DEL, C1 controls (NEL among them) and the
-# Unicode line and paragraph separators. A line break in an #SBATCH value would start a new script line.
-LINE_BREAKING = r"\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029"
-LINE_PATTERN = f"^[^{LINE_BREAKING}]*{END}"
-NON_EMPTY_LINE_PATTERN = f"^[^{LINE_BREAKING}]+{END}"
+from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
+from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS, Tracker, Tracking
+
 NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}{END}"
 IDENTIFIER_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"  # environment variable and class names
 MEMORY_PATTERN = rf"^\d+[KMGT]?{END}"
@@ -44,6 +38,7 @@ PATTERN_HINTS = {
     NO_NUL_PATTERN: "text without NUL characters",
     ARRAY_PATTERN: "a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4",
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
+    **TRACKING_PATTERN_HINTS,
 }
 
 Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
@@ -362,6 +357,7 @@ class Recipe(_Struct, kw_only=True):
     sweep: Optional[Sweep] = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
     resume_from: Optional[NonEmptyLine] = None
+    tracking: Union[Tracker, Tracking] = "none"  # resolved always to a Tracking (wandb → tracker: wandb)
 
 
 def process_model_of(recipe: Recipe) -> ProcessModel:

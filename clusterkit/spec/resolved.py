@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
+from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.recipe import (
     AccelerateSettings,
     SLURM_TIME_PATTERN,
@@ -135,6 +136,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     resume_from: Optional[NonEmptyLine]
     sweep: Optional[Sweep]  # as written: a recipe with one is submitted as its points (load.sweep)
     array: Optional[ArrayPlacement]
+    tracking: Tracking
 
     @property
     def job_kind(self) -> str:
@@ -244,6 +246,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         resume_from=recipe.resume_from,
         sweep=recipe.sweep,
         array=ArrayPlacement(spec=recipe.resources.array) if recipe.resources.array else None,
+        tracking=as_tracking(recipe.tracking),
     )
 
 
