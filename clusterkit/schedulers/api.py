@@ -60,6 +60,8 @@ class SubmitRequest:
     array_throttle: int | None = None  # the array's %N: at most N tasks at once
     links: int = 0  # a chain (an array run one task at a time in one run directory): its links
     cluster: str | None = None  # the cluster profile's name, kept in the run record
+    # The recipe's secrets: names only; the adapter reads their values when it submits (secret_values).
+    secrets: tuple[str, ...] = ()
 
     @property
     def script(self) -> str:
@@ -194,6 +196,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         script_name=job.script_name, tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
         links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
+        secrets=tuple(recipe.secrets),
     )
 
 
