@@ -98,6 +98,8 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
         CLUSTERKIT_EXECUTOR="local",
         **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
     )
+    for name in request.secrets:  # as on SLURM: the job reads them from its file, not from the submitter
+        env.pop(name, None)
     if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
         env[ARRAY_MARKER] = str(run_dir)
         indices = request.tasks or tuple(range(request.links))
