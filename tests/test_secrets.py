@@ -294,3 +294,34 @@ def test_concurrent_submits_each_get_their_own_value(tmp_path: Path) -> None:
         run_dir = wait_done(directory / "runs", directory)
         assert {path.read_text() for path in (run_dir / "secret-check").iterdir()} == {"ok"}
         assert leaks(value, directory / "runs") == []
+
+
+def test_every_task_of_a_job_array_reads_the_array_s_file(tmp_path: Path) -> None:
+    recipe = secret_recipe(tmp_path, value=b"array-MARK")
+    data = yaml.safe_load(recipe.read_text())
+    data["resources"].update(array="0-2%2", gpus_per_node=1)
+    recipe.write_text(yaml.safe_dump(data))
+    done = clusterkit("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path,
+                      env={"HF_TOKEN": "array-MARK"})
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = [path for path in (tmp_path / "runs" / "sec").iterdir() if path.name.isdigit()]
+    assert [(run_dir / str(index) / "secret-check" / "rank-0").read_text() for index in range(3)] == ["ok"] * 3
+    # An array's tasks may run again (or later): the file stays, its owner's only.
+    assert stat.S_IMODE((run_dir / ".secrets.env").stat().st_mode) == 0o600
+    assert leaks(b"array-MARK", *[path for path in run_dir.rglob("*") if path.name != ".secrets.env" and path.is_file()],
+                 done.stdout + done.stderr) == []
+
+
+def test_cancel_removes_the_secrets_file(tmp_path: Path) -> None:
+    recipe = secret_recipe(tmp_path, value=b"cancel-MARK", preemption={"max_requeues": 3})
+    data = yaml.safe_load(recipe.read_text())
+    data["task"] = {"script": str(REPO / "tests" / "scripts" / "timed_sleep.py"), "args": ["60"]}
+    recipe.write_text(yaml.safe_dump(data))
+    done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path, env={"HF_TOKEN": "cancel-MARK"})
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = [path for path in (tmp_path / "runs" / "sec").iterdir() if path.name.isdigit()]
+    assert stat.S_IMODE((run_dir / ".secrets.env").stat().st_mode) == 0o600  # a requeue could need it
+    cancelled = clusterkit("cancel", str(run_dir), cwd=tmp_path)
+    assert cancelled.returncode == 0 and b"cancelled job" in cancelled.stdout, cancelled.stderr
+    assert not (run_dir / ".secrets.env").exists()
+    assert leaks(b"cancel-MARK", tmp_path / "runs") == []
