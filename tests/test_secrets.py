@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import test_ssh_transports
 from conftest import REPO
 
 CHECK_SECRET = REPO / "tests" / "scripts" / "check_secret.py"
@@ -325,3 +326,20 @@ def test_cancel_removes_the_secrets_file(tmp_path: Path) -> None:
     assert cancelled.returncode == 0 and b"cancelled job" in cancelled.stdout, cancelled.stderr
     assert not (run_dir / ".secrets.env").exists()
     assert leaks(b"cancel-MARK", tmp_path / "runs") == []
+
+
+ssh_client = test_ssh_transports.client  # a real sshd (no SLURM) and a client HOME, for this module too
+
+
+@pytest.mark.parametrize("transport", test_ssh_transports.TRANSPORTS)
+def test_over_ssh_the_file_is_0600_exclusive_and_the_value_only_on_stdin(ssh_client: test_ssh_transports.Client,
+                                                                         transport: str) -> None:
+    profile = ssh_client.profile(f"private-{transport}", transport=transport, identity_file="~/.ssh/id_ed25519")
+    target = f"runs/-x dir/{'.secrets.env'}"
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "ssh_write_private.py"), str(profile), target],
+                          input=HOSTILE, cwd=ssh_client.root, env=ssh_client.env(), capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == b"SSHError\n", done.stderr  # the second write was refused
+    written = ssh_client.root / f"work-private-{transport}" / target
+    assert written.read_bytes() == HOSTILE and stat.S_IMODE(written.stat().st_mode) == 0o600
+    # The login node's sshd logs each command it runs (LogLevel of the test server): none holds the value.
+    assert leaks(HOSTILE, ssh_client.login.log, done.stdout + done.stderr) == []
