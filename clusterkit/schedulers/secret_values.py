@@ -3,8 +3,9 @@ else.
 
 Where values come from: the submitting environment first (as bytes, exactly: quotes, newlines,
 ``$(...)``, a trailing backslash and non-UTF-8 bytes pass unchanged), else the user config's
-``secrets_file`` (``NAME=value`` lines, the value the rest of the line as written; the file must be
-readable by its owner only). A secret in neither, or empty, stops the submit before anything is
+``secrets_file`` (``NAME=value`` lines, the value the rest of the line as written, bytes as they are,
+a CRLF line's ``\r`` dropped; ``#`` lines and blank lines skipped; the file must be its owner's and
+readable by its owner only). A value cannot hold a NUL (no environment string can). A secret in neither, or empty, stops the submit before anything is
 written or queued.
 
 How they reach the ranks: the submitting adapter writes them, NUL-separated (``NAME=value\\0``), into
