@@ -188,7 +188,8 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         # Held until the run directory is in place: SLURM creates no folders for --output. The secrets
         # are not in sbatch's environment (SLURM would store it with the job): the job reads them from its file.
         unset = tuple(word for name in recipe.secrets for word in ("-u", name))
-        argv = (*(("env", *unset) if unset else ()), "sbatch", "--parsable", "--hold", *([f"--dependency={dependency}"] if dependency else []),
+        argv = (*(("env", *unset) if unset else ()), "sbatch", "--parsable", "--hold",
+                *([f"--dependency={dependency}"] if dependency else []),
                 f"{staging}/{job.script_name}")
     return SubmitRequest(
         scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,

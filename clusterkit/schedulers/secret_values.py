@@ -3,19 +3,20 @@ else.
 
 Where values come from: the submitting environment first (as bytes, exactly: quotes, newlines,
 ``$(...)``, a trailing backslash and non-UTF-8 bytes pass unchanged), else the user config's
-``secrets_file`` (``NAME=value`` lines, the value the rest of the line as written, bytes as they are,
-a CRLF line's ``\r`` dropped; ``#`` lines and blank lines skipped; the file must be its owner's and
-readable by its owner only). A value cannot hold a NUL (no environment string can). A secret in neither, or empty, stops the submit before anything is
-written or queued.
+``secrets_file``: ``NAME=value`` lines, the value the rest of the line as written (bytes as they
+are, a CRLF line's carriage return dropped; ``#`` lines and blank lines skipped); the file must be
+its owner's and readable by its owner only. No value can hold a NUL (no environment string can). A
+secret in neither, or empty, stops the submit before anything is written or queued.
 
-How they reach the ranks: the submitting adapter writes them, NUL-separated (``NAME=value\\0``), into
-:data:`~clusterkit.runs.layout.SECRETS_FILE` in the staging directory, created with mode 0600 and O_EXCL (over SSH: under
-``umask 077`` with ``set -C``, the values on the command's standard input, never in its command
-line); the rename makes it part of the run directory, which only its owner can then read. The batch
-script reads it into its environment with ``read -d ''`` and ``export`` (no ``eval``, no echo), and
-srun (or the local executor's stand-in) passes that environment to every rank. Not ``sbatch
---export``: SLURM would keep the values in its spool and, with ``AccountingStoreFlags=job_env``, in
-the accounting database, and the local executor has no sbatch.
+How they reach the ranks: the submitting adapter writes them, NUL-separated (``NAME=value\\0``),
+into :data:`~clusterkit.runs.layout.SECRETS_FILE` in the staging directory, created with mode 0600
+and O_EXCL (over SSH: under ``umask 077`` with ``set -C``, the values on the command's standard
+input, never in its command line); the rename makes it part of the run directory, still readable by
+its owner only. The batch script reads it into its environment with ``read -d ''`` and ``export``
+(no ``eval``, no echo), and srun (or the local executor's stand-in) passes that environment to every
+rank. Not ``sbatch --export``: SLURM would keep the values in its spool and, with
+``AccountingStoreFlags=job_env``, in the accounting database, and the local executor has no sbatch;
+sbatch runs as ``env -u NAME ... sbatch`` for the same reason.
 
 Why a file that stays: every later attempt of the run starts from the same script in the same run
 directory and needs the values again (a requeue after preemption, an automatic retry, a chain's
