@@ -105,6 +105,17 @@ def test_the_ranks_see_the_exact_value_and_no_file_or_output_holds_it(tmp_path: 
     assert not (run_dir / ".secrets.env").exists()
 
 
+def test_a_local_job_with_requeues_still_removes_the_file_at_its_end(tmp_path: Path) -> None:
+    # The local executor never requeues, so the end of its job is the end of the run.
+    recipe = secret_recipe(tmp_path, value=b"requeues-MARK", preemption={"max_requeues": 3})
+    done = clusterkit("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path,
+                      env={"HF_TOKEN": "requeues-MARK"})
+    assert done.returncode == 0, done.stderr
+    run_dir = wait_done(tmp_path / "runs", tmp_path)
+    assert {path.read_text() for path in (run_dir / "secret-check").iterdir()} == {"ok"}
+    assert not (run_dir / ".secrets.env").exists()
+
+
 def test_a_value_from_the_secrets_file_reaches_the_ranks(tmp_path: Path) -> None:
     value = b"from-file-MARK ' \" $(id) \\"
     secrets_file = tmp_path / "secrets"
@@ -321,7 +332,7 @@ def test_cancel_removes_the_secrets_file(tmp_path: Path) -> None:
     done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path, env={"HF_TOKEN": "cancel-MARK"})
     assert done.returncode == 0, done.stderr
     (run_dir,) = [path for path in (tmp_path / "runs" / "sec").iterdir() if path.name.isdigit()]
-    assert stat.S_IMODE((run_dir / ".secrets.env").stat().st_mode) == 0o600  # a requeue could need it
+    assert stat.S_IMODE((run_dir / ".secrets.env").stat().st_mode) == 0o600  # while the job runs
     cancelled = clusterkit("cancel", str(run_dir), cwd=tmp_path)
     assert cancelled.returncode == 0 and b"cancelled job" in cancelled.stdout, cancelled.stderr
     assert not (run_dir / ".secrets.env").exists()

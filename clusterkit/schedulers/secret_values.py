@@ -21,8 +21,8 @@ sbatch runs as ``env -u NAME ... sbatch`` for the same reason.
 Why a file that stays: every later attempt of the run starts from the same script in the same run
 directory and needs the values again (a requeue after preemption, an automatic retry, a chain's
 next link, an array's other tasks). The batch script removes the file when its end is the run's end
-(a single job that no clusterkit requeue can restart: ``preemption.max_requeues: 0``, and no retry
-was queued); ``clusterkit cancel`` removes it too. Otherwise it stays, mode 0600, like
+(a single job that no clusterkit requeue can restart: ``preemption.max_requeues: 0`` or the local
+executor, and no retry was queued); ``clusterkit cancel`` removes it too. Otherwise it stays, mode 0600, like
 ``~/.cache/huggingface/token``: an interrupted submit (Ctrl-C, kill -9) leaves it no more readable.
 """
 
