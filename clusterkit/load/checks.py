@@ -145,6 +145,7 @@ def resolve_and_check(
             resolved = _fit_memory(resolved, profile, model_config, found)
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
+    job_checks.check_secrets(recipe, found.error, found.warn)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
     job_checks.check_drops(recipe, profile, found.error)

@@ -10,6 +10,7 @@ from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
 from clusterkit.spec.tracking import as_tracking
+from clusterkit.spec.secrets import looks_secret
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
 
@@ -77,15 +78,37 @@ CONFLICTING_SBATCH = {
 }
 
 
+def env_owner(name: str) -> str | None:
+    """Who sets environment variable ``name`` in a job, where a recipe may not."""
+    return OWNED_ENV.get(name) or next((o for p, o in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
+
+
 def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
                               (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
         for name in sorted(env):
             if name == "PATH" and isinstance(env[name], EnvEdit):
                 continue  # a prepend or append extends the node's PATH: srun and python stay found
-            owner = OWNED_ENV.get(name) or next((o for p, o in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
+            owner = env_owner(name)
             if owner is not None:
                 report(base + (name,), f"{name} is set by {owner}; remove it here")
+
+
+def check_secrets(recipe: Recipe, error: Report, warn: Report) -> None:
+    """A secret's name is one the job may set, named once; a value under a secret's (or a
+    token-like) name in env: is written in plain text into every file of the run, hence the warning."""
+    for index, name in enumerate(recipe.secrets):
+        owner = env_owner(name)
+        if owner is not None:
+            error(("secrets", index), f"{name} is set by {owner}; it cannot be a secret")
+        elif name in recipe.secrets[:index]:
+            error(("secrets", index), f"{name} is named twice")
+    for base, env in ((("env",), recipe.env), (("network", "env"), recipe.network.env)):
+        for name in sorted(env):
+            if env[name] is not None and (name in recipe.secrets or looks_secret(name)):
+                warn(base + (name,), f"{name} looks like a secret, and its value is written in plain text into "
+                                     f"job.sbatch, env.sh and recipe.resolved.yaml; name it in secrets: instead "
+                                     f"and set it in the environment you submit from")
 
 
 def runs_dir_problem(runs_dir: str) -> str | None:

@@ -48,6 +48,9 @@ class UserConfig(_Struct):
     # Where runs go (a recipe's runs_dir wins) and where status/logs/cancel/ls look (--runs-dir wins).
     runs_dir: Optional[NonEmptyLine] = None
     ssh: SSHOptions = msgspec.field(default_factory=SSHOptions)
+    # NAME=value lines for a recipe's secrets: that the environment does not set; relative to this
+    # file, ``~`` expanded; readable by you only (schedulers.secret_values).
+    secrets_file: Optional[NonEmptyLine] = None
 
 
 @dataclass(frozen=True)

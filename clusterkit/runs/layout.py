@@ -26,6 +26,9 @@ DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the 
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
 RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume
 SHIM_DIR = ".local-bin"  # the local executor: its srun/scontrol stand-ins, first on the job's PATH
+# The adapters at submit (mode 0600; an array's in its top directory): the recipe's secrets, NAME=value\0
+# each; read by the batch script (schedulers.secret_values says why and when it is removed).
+SECRETS_FILE = ".secrets.env"
 
 # --- Written by the batch script ---
 HOSTFILE = "hostfile"  # at start, from the allocation; read by the DeepSpeed launcher and status (host names)

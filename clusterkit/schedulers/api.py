@@ -64,6 +64,8 @@ class SubmitRequest:
     links: int = 0  # a chain (an array run one task at a time in one run directory): its links
     cluster: str | None = None  # the cluster profile's name, kept in the run record
     tracking: TrackedRun | None = None  # its dir, for a fresh run: empty (<run dir>/tracking once known)
+    # The recipe's secrets: names only; the adapter reads their values when it submits (secret_values).
+    secrets: tuple[str, ...] = ()
 
     @property
     def script(self) -> str:
@@ -189,8 +191,11 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     if scheduler == "local":
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
-        # Held until the run directory is in place: SLURM creates no folders for --output.
-        argv = ("sbatch", "--parsable", "--hold", *([f"--dependency={dependency}"] if dependency else []),
+        # Held until the run directory is in place: SLURM creates no folders for --output. The secrets
+        # are not in sbatch's environment (SLURM would store it with the job): the job reads them from its file.
+        unset = tuple(word for name in recipe.secrets for word in ("-u", name))
+        argv = (*(("env", *unset) if unset else ()), "sbatch", "--parsable", "--hold",
+                *([f"--dependency={dependency}"] if dependency else []),
                 f"{staging}/{job.script_name}")
     return SubmitRequest(
         scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,
@@ -201,6 +206,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
         links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
         tracking=tracked_run(recipe.tracking),
+        secrets=tuple(recipe.secrets),
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Protocol, Sequence
 
 from clusterkit.errors import SchedulerError
+from clusterkit.schedulers.secret_values import write_private
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class Host(Protocol):
 
     def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
         """Create ``path`` with ``text`` (UTF-8), replacing it whole if it exists."""
+
+    def write_private(self, path: str, data: bytes) -> None:
+        """Create ``path`` (not there yet) readable by its owner only from the first instant, ``data``
+        never on a command line."""
 
     def rename(self, source: str, target: str) -> None: ...
 
@@ -75,6 +80,9 @@ class LocalHost:
         staging.write_text(text, encoding="utf-8")
         staging.chmod(mode)
         os.replace(staging, path)
+
+    def write_private(self, path: str, data: bytes) -> None:
+        write_private(path, data)
 
     def rename(self, source: str, target: str) -> None:
         os.rename(source, target)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SHIM_DIR, batch_log
+from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
@@ -23,6 +23,7 @@ from clusterkit.runs.status import (CANCELLED, COMPLETED, FAILED, PENDING, RUNNI
 from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
 from clusterkit.schedulers.local_slurm import (ARRAY_MARKER, JOB_MARKER, KILL_WAIT_S, carries, job_markers,
                                                processes_with, terminate)
+from clusterkit.schedulers.secret_values import secrets_payload, write_private
 from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
@@ -66,11 +67,14 @@ def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
     """The run directory with all the job's files, complete or not at all: written in the staging
     directory, then renamed to a job id (a numeric one: the script does arithmetic on it)."""
     root, staging = Path(request.runs_root), Path(request.staging)
+    secrets = secrets_payload(request.secrets)  # a missing one: nothing written, nothing started
     with creating_run_dir(root):
         root.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         try:
             write_run_files(request, staging)
+            if secrets:
+                write_private(str(staging / SECRETS_FILE), secrets)
             _write_shims(staging / SHIM_DIR)
             job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
             while (root / job_id).exists():  # a run directory from before the ids were kept
@@ -94,6 +98,8 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
         CLUSTERKIT_EXECUTOR="local",
         **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
     )
+    for name in request.secrets:  # as on SLURM: the job reads them from its file, not from the submitter
+        env.pop(name, None)
     if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
         env[ARRAY_MARKER] = str(run_dir)
         indices = request.tasks or tuple(range(request.links))
@@ -147,6 +153,7 @@ class LocalScheduler:
         """Stop every process of the job (only those carrying its marker: a reused pid is left
         alone), SIGTERM first, SIGKILL after ``grace_s``; for a job array, of every task."""
         (record.path / CANCELLED_MARKER).touch()
+        (record.path / SECRETS_FILE).unlink(missing_ok=True)  # no later attempt needs them
         for index in record.tasks:
             (record.path / str(index) / CANCELLED_MARKER).touch()
         terminate((f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),

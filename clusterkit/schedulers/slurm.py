@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
-from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD
+from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.index import add_run
@@ -32,6 +32,7 @@ from clusterkit.runs.status import JobStatus, explained, slurm_status
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
 from clusterkit.schedulers.host import Host, LocalHost, checked
+from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
 from clusterkit.spec.profile import Login
 
@@ -59,6 +60,7 @@ class SlurmScheduler:
     def submit(self, request: SubmitRequest) -> RunRecord:
         host = self.host
         job_id: str | None = None
+        secrets = secrets_payload(request.secrets)  # a missing one: nothing written, nothing queued
         try:
             with creating_run_dir(request.runs_root):
                 host.make_dirs(request.staging)
@@ -66,6 +68,8 @@ class SlurmScheduler:
                     host.make_dirs(f"{request.staging}/{folder}")  # a sweep point's files
                 for name, text in request.files.items():
                     host.write_file(f"{request.staging}/{name}", text, 0o755 if name.endswith(".sbatch") else 0o644)
+                if secrets:
+                    host.write_private(f"{request.staging}/{SECRETS_FILE}", secrets)
             for script in request.uploads:
                 host.upload(script, script)
             done = host.run(request.argv, timeout=SUBMIT_TIMEOUT_S)
@@ -157,6 +161,7 @@ class SlurmScheduler:
             checked(self.host, ["scancel", record.job_id, *([retry["job_id"]] if retry else [])])
         except SchedulerError as exc:
             raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
+        self.host.remove_tree(f"{record.run_dir}/{SECRETS_FILE}")  # no later attempt needs them
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)

@@ -94,6 +94,11 @@ class SSHHost:
     def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
         self._write(self.absolute(path), text.encode("utf-8"), mode)
 
+    def write_private(self, path: str, data: bytes) -> None:
+        # umask 077: created 0600, never readable by others even for an instant; set -C: O_EXCL.
+        # The data is the command's standard input, never a word of its command line.
+        self.session.check(f"umask 077 && set -C && cat > {shlex.quote(self.absolute(path))}", stdin=data)
+
     def rename(self, source: str, target: str) -> None:
         # -T: onto an existing directory is an error, never a move into it.
         self.session.check(command_line(["mv", "-T", "--", self.absolute(source), self.absolute(target)]))

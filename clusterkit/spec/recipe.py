@@ -344,6 +344,7 @@ class Recipe(_Struct, kw_only=True):
     # Resolved always to a Preflight (false → enabled: false).
     preflight: Union[bool, Preflight] = False
     env: EnvMap = field(default_factory=dict)
+    secrets: list[EnvName] = field(default_factory=list)  # names only: values come from the submitting environment
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
     service: Optional[Service] = None

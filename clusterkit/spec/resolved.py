@@ -124,6 +124,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     preemption: Preemption
     preflight: Preflight
     env: EnvMap
+    secrets: list[str]  # names only (spec.secrets)
     setup: list[Line]
     srun: Srun
     service: Optional[Service]
@@ -233,6 +234,7 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         preemption=recipe.preemption,
         preflight=preflight,
         env=recipe.env,
+        secrets=recipe.secrets,
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
