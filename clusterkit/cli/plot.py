@@ -9,13 +9,14 @@ import argparse
 import os
 import shutil
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import RUNS_DIR_HELP, print_json, with_host_keys, with_json
 from clusterkit.runs.layout import CURVES_PNG, METRICS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from clusterkit.runs.curves import Curves
 
 MAX_NAME_IDS = 100  # characters of job ids in a default file name before it says "and N more"
@@ -39,6 +40,8 @@ def _read_curves(run, accept_new_host_key: bool) -> list[Curves]:
 
 
 def default_output(runs: list) -> Path:
+    from pathlib import Path  # here, not at import: --help builds this command's parser and needs no pathlib
+
     """Beside the run: ``<run dir>/curves.png`` (a sweep: in the array's directory); several runs:
     beside the first, named by their job ids. A run on a login node: here."""
     ids = [run.job_id for run in runs]
@@ -94,6 +97,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         _note(f"job {left_out.job_id} has no metrics yet: left out")
     outputs: list[str] = []
     if has_matplotlib():
+        from pathlib import Path
+
         outputs.append(str(_write_png(drawn, Path(args.output) if args.output else default_output(runs))))
     elif args.output:
         raise MissingPackage(f"-o {args.output}: writing a PNG needs matplotlib: {EXTRA_HINT}")
