@@ -24,6 +24,7 @@ from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
+from clusterkit.schedulers.code_snapshot import Inventory, take_inventory
 from clusterkit.spec.arrays import array_indices, task_job_id
 from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.spec.tracking import Tracking
@@ -64,6 +65,7 @@ class SubmitRequest:
     links: int = 0  # a chain (an array run one task at a time in one run directory): its links
     cluster: str | None = None  # the cluster profile's name, kept in the run record
     tracking: TrackedRun | None = None  # its dir, for a fresh run: empty (<run dir>/tracking once known)
+    snapshot: Inventory | None = None  # the code copied into <run dir>/code (layout.SNAPSHOT_DIR)
 
     @property
     def script(self) -> str:
@@ -77,7 +79,9 @@ class SubmitRequest:
                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
                         tasks=self.tasks, links=self.links, cluster=self.cluster,
                         tracking=self.tracking and dataclasses.replace(
-                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"))
+                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"),
+                        **({"code_from": self.snapshot.root, "code_commit": self.snapshot.commit,
+                            "code_dirty": self.snapshot.dirty} if self.snapshot else {}))
         return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
                                            overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
                        for k, index in enumerate(self.tasks))]
@@ -166,7 +170,8 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
                                        f"node (login: {{host: ...}}), so it cannot be reached over SSH")
         runs_root = str(PurePosixPath(runs_dir) / recipe.name)  # the login node expands it, in remote_workdir
         script = recipe.task.script
-        if script and not recipe.task.module and not PurePosixPath(script).is_absolute() and Path(script).is_file():
+        if (script and not recipe.task.module and not recipe.snapshot and not PurePosixPath(script).is_absolute()
+                and Path(script).is_file()):
             uploads = (script,)
     else:
         runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
@@ -186,6 +191,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
+    # Listed now, so what the dry run reports is what the submit copies; the local runs_dir (an ssh
+    # run's records too) is never part of it.
+    snapshot = take_inventory(recipe.snapshot, Path(runs_dir).expanduser().absolute()) if recipe.snapshot else None
     if scheduler == "local":
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
@@ -201,6 +209,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
         links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
         tracking=tracked_run(recipe.tracking),
+        snapshot=snapshot,
     )
 
 

@@ -109,6 +109,12 @@ class SSHHost:
         self.make_dirs(posixpath.dirname(target))
         self._write(target, Path(local_path).read_bytes(), os.stat(local_path).st_mode & 0o777)
 
+    def unpack(self, tar: bytes, path: str) -> None:
+        # The tar through the session to the login node's tar: one command, however many files.
+        target = self.absolute(path)
+        self.session.check(command_line(["mkdir", "-p", "--", target]) + " && "
+                           + command_line(["tar", "-x", "-p", "-f", "-", "-C", target]), stdin=tar)
+
     def _bytes(self, path: str, test: str, command: str) -> bytes:
         """``command``'s raw output, for a ``path`` that passes ``test -<test>`` (else FileNotFoundError)."""
         quoted = shlex.quote(path)
