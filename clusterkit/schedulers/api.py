@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX, TRACKING_DIR
+from clusterkit.runs.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
@@ -193,7 +193,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
     # Listed now, so what the dry run reports is what the submit copies; the local runs_dir (an ssh
     # run's records too) is never part of it.
-    snapshot = take_inventory(recipe.snapshot, Path(runs_dir).expanduser().absolute()) if recipe.snapshot else None
+    local_runs = Path(runs_dir).expanduser().absolute()
+    runs = (local_runs, local_runs / recipe.name, local_runs / LOCAL_JOB_IDS)  # with runs_dir: . the last two count
+    snapshot = take_inventory(recipe.snapshot, runs) if recipe.snapshot else None
     if scheduler == "local":
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:

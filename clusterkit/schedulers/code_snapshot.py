@@ -20,6 +20,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from clusterkit.errors import SubmitError, UsageError
 from clusterkit.spec.snapshot import DEFAULT_EXCLUDE, CodeSnapshot
@@ -59,8 +60,8 @@ def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
         or any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
 
 
-def _candidates(snapshot: CodeSnapshot) -> list[str]:
-    """Every path the snapshot might hold, relative to its root."""
+def _candidates(snapshot: CodeSnapshot, skipped: Callable[[str], bool]) -> list[str]:
+    """Every path the snapshot might hold, relative to its root (a skipped folder is not entered)."""
     if snapshot.git:
         listed = _git(snapshot.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         if listed.returncode != 0:
@@ -69,24 +70,31 @@ def _candidates(snapshot: CodeSnapshot) -> list[str]:
     found = []
     for folder, dirs, files in os.walk(snapshot.root):  # symlinked folders are listed, never entered
         base = os.path.relpath(folder, snapshot.root)
-        found += [os.path.normpath(os.path.join(base, name)) for name in [*files, *(d for d in dirs
-                  if os.path.islink(os.path.join(folder, d)))]]
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+        dirs[:] = [d for d in dirs if d not in links and not skipped(os.path.normpath(os.path.join(base, d)))]
+        found += [os.path.normpath(os.path.join(base, name)) for name in [*files, *links]]
     return sorted(found)
 
 
-def take_inventory(snapshot: CodeSnapshot, runs_dir: Path) -> Inventory:
-    """The files to copy, the commit and dirtiness; a snapshot over ``max_mb`` is refused."""
+def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
+    """The files to copy, the commit and dirtiness; a snapshot over ``max_mb`` is refused. ``runs``:
+    the runs directory and what clusterkit keeps in it, left out where they lie inside the tree."""
     root = os.path.realpath(snapshot.root)
     patterns = (*DEFAULT_EXCLUDE, *snapshot.exclude)
-    runs = os.path.relpath(os.path.realpath(runs_dir), root)
+    inside = [os.path.relpath(os.path.realpath(folder), root) for folder in runs]
+    runs_inside = tuple(folder for folder in inside if folder != "." and not folder.startswith(".."))
+
+    def skipped(relative: str) -> bool:
+        return _excluded(relative, patterns) or any(relative == folder or relative.startswith(folder + os.sep)
+                                                     for folder in runs_inside)
+
     files, left_out, size, untracked = [], [], 0, False
     tracked = set()
     if snapshot.git:
         tracked = {os.fsdecode(name) for name in _git(root, "ls-files", "-z", "--cached").stdout.split(b"\0") if name}
-    for relative in _candidates(snapshot):
+    for relative in _candidates(snapshot, skipped):
         relative = relative.rstrip("/")
-        if _excluded(relative, patterns) or relative == runs or relative.startswith(runs + os.sep):
+        if skipped(relative):
             continue
         path = os.path.join(root, relative)
         try:
