@@ -159,6 +159,15 @@ def test_a_named_folder_is_copied_instead_of_the_repository(tmp_path: Path) -> N
     assert sorted(p.name for p in (run_dir / "code").iterdir()) == ["helper.py", "train.py"]
 
 
+def test_a_huge_folder_is_refused_without_walking_all_of_it(tmp_path: Path) -> None:
+    """snapshot.dir: / holds the script, and everything else: the walk stops at the limit."""
+    repo = _repo(tmp_path)
+    started = time.monotonic()
+    done = run_cli("submit", str(_recipe(repo, snapshot={"dir": "/"})), "--executor", "local", "--dry-run", cwd=repo)
+    assert done.returncode == 2 and "snapshot: / holds more than 100 MB" in done.stderr, done.stderr
+    assert time.monotonic() - started < 60
+
+
 def test_a_snapshot_over_the_limit_is_refused_in_one_line(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     (repo / "data.bin").write_bytes(b"0" * 1_500_000)  # untracked, not ignored: it would be copied
@@ -212,6 +221,20 @@ def test_a_submodule_is_left_out_and_said(tmp_path: Path) -> None:
     assert not any(name.startswith("vendor/lib/") for name in snapshot["files"]) and ".gitmodules" in snapshot["files"]
 
 
+def test_lfs_files_are_copied_as_they_are_checked_out(tmp_path: Path) -> None:
+    """The snapshot copies the work tree's bytes: an LFS file whose content was not fetched (here: no
+    git-lfs at all) stays the pointer it is on disk; a fetched one would be its content."""
+    repo = _repo(tmp_path)
+    pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:" + "a" * 64 + "\nsize 123456789\n"
+    (repo / ".gitattributes").write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    (repo / "weights.bin").write_text(pointer)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "lfs")
+    run_dir = _submitted(run_cli("submit", str(_recipe(repo)), "--executor", "local", cwd=repo))
+    assert _ran(run_dir) == "RAN script-dirty helper-dirty"
+    assert (run_dir / "code" / "weights.bin").read_text() == pointer
+
+
 @pytest.mark.parametrize("task, message", [
     ({"trainer": {"model": {"config": {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32}},
                   "dataset": {"type": "synthetic", "seq_len": 8, "num_samples": 8}}}, "the built-in trainer's code"),
@@ -260,3 +283,17 @@ def test_a_queued_job_runs_the_version_that_was_submitted(dev_cluster: str, tmp_
         outputs[flags] = _ran(run_dir, timeout=120)
     assert outputs[()] == "RAN script-dirty helper-dirty"
     assert outputs[("--no-snapshot",)] == "RAN script-edited-while-queued helper-edited-while-queued"
+
+
+@pytest.mark.parametrize("snapshot, message", [
+    ({"dir": "no such\nfolder"}, "snapshot.dir: not a folder: "),
+    ({"dir": "src/train.py"}, "snapshot.dir: not a folder: "),
+    ({"dir": "other"}, "snapshot.dir: task.script src/train.py is not inside "),
+    ({"max_mb": 0}, "snapshot.max_mb"),
+    ({"colour": "red"}, "snapshot"),
+])
+def test_bad_snapshot_settings_are_one_line(tmp_path: Path, snapshot: dict, message: str) -> None:
+    repo = _repo(tmp_path)
+    (repo / "other").mkdir()
+    done = run_cli("validate", str(_recipe(repo, snapshot=snapshot)), cwd=repo)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

@@ -17,14 +17,21 @@ from clusterkit.spec.snapshot import CodeSnapshot, Snapshot
 KEY = ("snapshot",)
 
 
+def git(folder: str | Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """``git -C folder ...``, read-only: no optional lock taken (concurrent submits never meet on
+    index.lock). A missing git is a FileNotFoundError."""
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, check=False,
+                          env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+
+
 def git_root(folder: Path) -> Path | None:
     """The top of the git work tree holding ``folder``; None outside one (or without git)."""
     try:
-        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True,
-                              text=True, check=False, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        done = git(folder, "rev-parse", "--show-toplevel")
     except FileNotFoundError:
         return None
-    return Path(done.stdout.rstrip("\n")) if done.returncode == 0 and done.stdout.strip() else None
+    top = os.fsdecode(done.stdout).rstrip("\n")
+    return Path(top) if done.returncode == 0 and top else None
 
 
 def resolve_snapshot(recipe: Recipe, source: SourceMap) -> tuple[CodeSnapshot | None, list[Finding]]:

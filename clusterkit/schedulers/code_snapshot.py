@@ -16,17 +16,14 @@ import fnmatch
 import io
 import os
 import stat
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Callable, Iterator
 
 from clusterkit.errors import SubmitError, UsageError
+from clusterkit.load.snapshot import git
 from clusterkit.spec.snapshot import DEFAULT_EXCLUDE, CodeSnapshot
-
-_GIT_ENV = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read-only: concurrent submits never meet on index.lock
-
 
 @dataclass(frozen=True)
 class Inventory:
@@ -42,16 +39,13 @@ class Inventory:
         """One line for the dry run and the submit."""
         where = (f"git tree {self.root} at {self.commit[:12] if self.commit else 'no commit yet'}"
                  f"{' + uncommitted changes' if self.dirty else ''}") if self.git else f"folder {self.root}"
-        left = f"; left out: {', '.join(self.left_out)}" if self.left_out else ""
+        more = f" and {len(self.left_out) - 5} more" if len(self.left_out) > 5 else ""
+        left = f"; left out: {', '.join(self.left_out[:5])}{more}" if self.left_out else ""
         return f"{len(self.files)} files ({_mb(self.size)}) of {where}{left}"
 
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
-
-
-def _git(root: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", root, *args], capture_output=True, check=False, env=_GIT_ENV)
 
 
 def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
@@ -60,20 +54,38 @@ def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
         or any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
 
 
-def _candidates(snapshot: CodeSnapshot, skipped: Callable[[str], bool]) -> list[str]:
-    """Every path the snapshot might hold, relative to its root (a skipped folder is not entered)."""
+def _candidates(snapshot: CodeSnapshot, skipped: Callable[[str], bool]) -> Iterator[str]:
+    """Every path the snapshot might hold, relative to its root (a skipped folder is not entered),
+    as the folder is walked: the size guard can stop a walk of a huge tree early."""
     if snapshot.git:
-        listed = _git(snapshot.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        listed = git(snapshot.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         if listed.returncode != 0:
             raise SubmitError(f"git ls-files in {snapshot.root} failed: {listed.stderr.decode(errors='replace').strip()}")
-        return sorted({os.fsdecode(name) for name in listed.stdout.split(b"\0") if name})
-    found = []
+        yield from sorted({os.fsdecode(name) for name in listed.stdout.split(b"\0") if name})
+        return
     for folder, dirs, files in os.walk(snapshot.root):  # symlinked folders are listed, never entered
         base = os.path.relpath(folder, snapshot.root)
         links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
         dirs[:] = [d for d in dirs if d not in links and not skipped(os.path.normpath(os.path.join(base, d)))]
-        found += [os.path.normpath(os.path.join(base, name)) for name in [*files, *links]]
-    return sorted(found)
+        yield from (os.path.normpath(os.path.join(base, name)) for name in [*files, *links])
+
+
+def _looked_at(path: str, root: str) -> tuple[int, str | None]:
+    """A listed path's size, or why it is left out (FileNotFoundError: gone since it was listed)."""
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):  # never followed: copied as a link where it points inside the tree
+            inside = os.path.commonpath([os.path.realpath(path), root]) == root
+            return info.st_size, None if inside else f" -> {os.readlink(path)} (points outside)"
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        return 0, f" (cannot be read: {exc.strerror})"
+    if stat.S_ISDIR(info.st_mode):
+        return 0, "/ (a submodule or nested git repository)"
+    if not stat.S_ISREG(info.st_mode):
+        return 0, " (not a file)"
+    return info.st_size, None if os.access(path, os.R_OK) else " (cannot be read: permission denied)"
 
 
 def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
@@ -91,40 +103,31 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
     files, left_out, size, untracked = [], [], 0, False
     tracked = set()
     if snapshot.git:
-        tracked = {os.fsdecode(name) for name in _git(root, "ls-files", "-z", "--cached").stdout.split(b"\0") if name}
+        tracked = {os.fsdecode(name) for name in git(root, "ls-files", "-z", "--cached").stdout.split(b"\0") if name}
     for relative in _candidates(snapshot, skipped):
         relative = relative.rstrip("/")
         if skipped(relative):
             continue
-        path = os.path.join(root, relative)
         try:
-            info = os.lstat(path)
+            size_of, why = _looked_at(os.path.join(root, relative), root)
         except FileNotFoundError:
             continue  # deleted in the work tree: the uncommitted diff removes it
-        if stat.S_ISLNK(info.st_mode):
-            target = os.path.realpath(path)
-            if os.path.commonpath([target, root]) != root:
-                left_out.append(f"{relative} -> {os.readlink(path)} (points outside)")
-                continue
-        elif stat.S_ISDIR(info.st_mode):
-            left_out.append(f"{relative}/ (a submodule or nested git repository)")
-            continue
-        elif not stat.S_ISREG(info.st_mode):
-            left_out.append(f"{relative} (not a file)")
+        if why:
+            left_out.append(relative + why)
             continue
         files.append(relative)
-        size += info.st_size
+        size += size_of
         untracked = untracked or (snapshot.git and relative not in tracked)
-    if size > snapshot.max_mb * 1_000_000:
-        raise UsageError(f"snapshot: {snapshot.root} holds {_mb(size)} in {len(files)} files, over snapshot.max_mb "
-                         f"{snapshot.max_mb}: exclude paths (snapshot.exclude), raise max_mb, or submit --no-snapshot")
+        if size > snapshot.max_mb * 1_000_000:
+            raise UsageError(f"snapshot: {snapshot.root} holds more than {snapshot.max_mb} MB (over snapshot.max_mb "
+                             f"{snapshot.max_mb}): exclude paths (snapshot.exclude), raise max_mb, or submit --no-snapshot")
     commit = dirty = None
     if snapshot.git:
-        head = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+        head = git(root, "rev-parse", "--verify", "-q", "HEAD")
         commit = head.stdout.decode().strip() if head.returncode == 0 else None
-        changed = _git(root, "diff", "--quiet", "HEAD", "--") if commit else None
+        changed = git(root, "diff", "--quiet", "HEAD", "--") if commit else None
         dirty = untracked or commit is None or (changed is not None and changed.returncode != 0)
-    return Inventory(root=root, git=snapshot.git, files=tuple(files), commit=commit, dirty=dirty, size=size, left_out=tuple(left_out))
+    return Inventory(root=root, git=snapshot.git, files=tuple(sorted(files)), commit=commit, dirty=dirty, size=size, left_out=tuple(left_out))
 
 
 def tar_bytes(inventory: Inventory) -> bytes:
@@ -139,9 +142,11 @@ def tar_bytes(inventory: Inventory) -> bytes:
                 continue  # removed since the dry run listed it
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            if info.issym():  # inside the tree (checked when listed): as a relative link, so it points into the copy
-                info.linkname = os.path.relpath(os.path.realpath(path), os.path.dirname(os.path.join(inventory.root, relative)))
-                tar.addfile(info)
+            if info.issym():  # as a relative link, so it points into the copy; checked again (it may have changed)
+                target = os.path.realpath(path)
+                if os.path.commonpath([target, inventory.root]) == inventory.root:
+                    info.linkname = os.path.relpath(target, os.path.dirname(path))
+                    tar.addfile(info)
             elif info.isreg():
                 with open(path, "rb") as handle:
                     tar.addfile(info, handle)

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import msgspec
 from msgspec import Meta, field
 
-# A path or a glob: one line, not empty (no control character; END as in spec.recipe: not even a final "\n").
-_Line = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+(?![\s\S])")]
+# A path or a glob, not empty. No pattern: neither reaches a shell (the loader checks the folder is
+# one; a glob with a control character simply matches nothing).
+_Text = Annotated[str, Meta(min_length=1)]
 # Left out of every snapshot, matched against each path component (folders are not entered).
 DEFAULT_EXCLUDE = (".git", "__pycache__", "*.pyc")
 
@@ -20,9 +21,9 @@ class Snapshot(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     enabled: bool = True
     # Copy this directory (relative to the recipe) instead of the script's git repository.
-    dir: Optional[_Line] = None
+    dir: Optional[_Text] = None
     # More globs left out, matched against each path component and against the whole relative path.
-    exclude: list[_Line] = field(default_factory=list)
+    exclude: list[_Text] = field(default_factory=list)
     # The size guard: a snapshot larger than this is refused rather than copied.
     max_mb: Annotated[int, Meta(ge=1, le=100_000)] = 100
 
