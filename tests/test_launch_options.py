@@ -23,6 +23,7 @@ from clusterkit.render.job import sbatch_options
 from conftest import REPO, run_cli
 
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
+SNAPSHOT_SCRIPT = '"$RUN_DIR"/code/tests/scripts/echo_contract.py'  # where the job runs it: the code snapshot (git tree REPO)
 
 
 def _recipe(tmp_path: Path, **fields) -> Path:
@@ -277,9 +278,9 @@ def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) ->
 def test_launcher_args_reach_torchrun_and_deepspeed_quoted(tmp_path: Path) -> None:
     args = ["--max-restarts=2", "--role", "trainer one", "--redirects", "3"]
     torchrun = render_job(load_recipe(_recipe(tmp_path, launcher_args=args))).files["job.sbatch"]
-    assert "  --max-restarts=2 --role 'trainer one' --redirects 3 \\\n  " + SCRIPT in torchrun
+    assert "  --max-restarts=2 --role 'trainer one' --redirects 3 \\\n  " + SNAPSHOT_SCRIPT in torchrun
     ds = render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"]))).files["job.sbatch"]
-    assert "  --autotuning run \\\n  " + SCRIPT in ds
+    assert "  --autotuning run \\\n  " + SNAPSHOT_SCRIPT in ds
 
 
 @pytest.mark.parametrize("launcher, word, field", [
@@ -474,7 +475,7 @@ def test_deepspeed_may_run_in_the_batch_shell_and_start_the_ranks_itself(tmp_pat
     script = render_job(loaded).files["job.sbatch"]
     assert "-m deepspeed.launcher.runner --launcher=slurm --no_ssh_check" in script
     assert ' --label --container-image=$(printf %q \'img 1\')"' in script
-    assert '\n  "$RUN_DIR/task_shim.py" ' + SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
+    assert '\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
 
 
 def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_path: Path) -> None:
@@ -486,7 +487,7 @@ def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_
     # Every daemon's srun task gets the node's CPUs of this job: 2 ranks x 1 CPU.
     assert ('SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n'
             '  --output-filename "$RUN_DIR/ranks/mpirun-$CLUSTERKIT_JOB_ID" \\\n'
-            '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SCRIPT) in script
+            '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT) in script
     # The shim travels with the run: the job's Python needs nothing of clusterkit to run it.
     shim = (REPO / "clusterkit" / "render" / "templates" / "task_shim.py").read_text()
     assert rendered.files["task_shim.py"] == shim and "import clusterkit" not in shim
@@ -559,7 +560,8 @@ def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, v
                           capture_output=True, text=True, check=True)
     argv = done.stdout.split("\0")[:-1]
     assert argv[0] == "2"  # SRUN_CPUS_PER_TASK: the node's 2 ranks x 1 CPU
-    assert argv[-8:] == ["-x", f"V={value}", "python3", "-u", f"{tmp_path}/run dir/task_shim.py", SCRIPT, value, "--y"]
+    assert argv[-8:] == ["-x", f"V={value}", "python3", "-u", f"{tmp_path}/run dir/task_shim.py",
+                          f"{tmp_path}/run dir/code/tests/scripts/echo_contract.py", value, "--y"]
     assert f"{tmp_path}/run dir/ranks/mpirun-7" in argv and not canary.exists()
 
 

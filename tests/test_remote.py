@@ -166,7 +166,7 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
 @pytest.mark.parametrize("transport", ["openssh", "paramiko"])
 def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: Remote, transport: str) -> None:
     """/usr/bin/python3 (Debian's) has no clusterkit: the rendered script goes to sbatch directly,
-    and the user's local task script is uploaded beside it."""
+    and the user's local task script goes with it, in the run directory's code snapshot."""
     without_checkout = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     assert subprocess.run(["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True,
                           env=without_checkout).returncode != 0
@@ -179,7 +179,9 @@ def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: R
     assert done.returncode == 0, done.stdout + done.stderr
     job_id = _job_id(done.stdout)
     run_dir = remote.root / f"remote-plain-{transport}" / "runs" / "env-contract" / job_id
-    assert (remote.root / f"remote-plain-{transport}" / "tests" / "scripts" / "echo_contract.py").is_file()
+    # The task script went in the code snapshot (a tar unpacked by the login node's tar), not beside the workdir.
+    assert (run_dir / "code" / "echo_contract.py").is_file()
+    assert not (remote.root / f"remote-plain-{transport}" / "tests" / "scripts").exists()
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
     assert len(ranks) == 4 and {r["node"] for r in ranks} == {"node1", "node2"}
     assert all(r["argv"] == ["--flag", "value with spaces", f"{run_dir}/out"] for r in ranks)

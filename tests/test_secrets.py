@@ -9,6 +9,7 @@ import hashlib
 import os
 import signal
 import stat
+import shutil
 import subprocess
 import sys
 import time
@@ -27,12 +28,17 @@ HOSTILE = b"s3cr3t-MARK-q\n'\"$(touch /tmp/pwned)`id`${HOME}\xff\xfe;rm -rf x \\
 
 
 def secret_recipe(directory: Path, name: str = "HF_TOKEN", value: bytes = HOSTILE, **extra: object) -> Path:
+    # The script in a folder of its own: its code snapshot (on by default) is that folder, not this
+    # repository, whose tests spell the marker values out (a copy of them would read as a leak).
+    script = directory / "job-code" / CHECK_SECRET.name
+    script.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(CHECK_SECRET, script)
     recipe = {
         "name": "sec", "cluster": "dev", "launcher": "python", "runs_dir": str(directory / "runs"),
         "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1},
         "preemption": {"max_requeues": 0},
         "secrets": [name],
-        "task": {"script": str(CHECK_SECRET), "args": [name, hashlib.sha256(value).hexdigest()]},
+        "task": {"script": str(script), "args": [name, hashlib.sha256(value).hexdigest()]},
         **extra,
     }
     path = directory / "sec.yaml"
@@ -327,7 +333,8 @@ def test_every_task_of_a_job_array_reads_the_array_s_file(tmp_path: Path) -> Non
 def test_cancel_removes_the_secrets_file(tmp_path: Path) -> None:
     recipe = secret_recipe(tmp_path, value=b"cancel-MARK", preemption={"max_requeues": 3})
     data = yaml.safe_load(recipe.read_text())
-    data["task"] = {"script": str(REPO / "tests" / "scripts" / "timed_sleep.py"), "args": ["60"]}
+    sleeper = shutil.copy2(REPO / "tests" / "scripts" / "timed_sleep.py", tmp_path / "job-code")  # beside the other
+    data["task"] = {"script": str(sleeper), "args": ["60"]}
     recipe.write_text(yaml.safe_dump(data))
     done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path, env={"HF_TOKEN": "cancel-MARK"})
     assert done.returncode == 0, done.stderr

@@ -131,6 +131,10 @@ def test_commands_and_files_with_hostile_names(client: Client, transport: str) -
     assert stat.S_IMODE((workdir / "renamed.txt").stat().st_mode) == 0o600
     assert result["binary"] and (workdir / "up" / "binary").read_bytes() == bytes(range(256)) * 3
     assert result["listing"] == ["dir with space", "into", "renamed.txt", "up"]  # the hostile directory is empty now
+    code = workdir / "up" / "code with space"  # a code snapshot, unpacked by the login node's tar: modes and links kept
+    assert (code / "-x ~%" / "run me.py").read_text() == "print('snapshot')\n"
+    assert stat.S_IMODE((code / "-x ~%" / "run me.py").stat().st_mode) == 0o750
+    assert os.readlink(code / "link") == "-x ~%/run me.py"
     assert result["words"] == "a b|$HOME|';rm -rf .;'|-n|line\nbreak|%C|"
     assert result["exit"] == 7 and result["onto_directory"] == "SSHError" and result["missing"] == "FileNotFoundError"
     assert (workdir / "into").is_dir() and not list(workdir.rglob("*.tmp"))

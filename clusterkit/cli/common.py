@@ -43,6 +43,14 @@ def submit_options(args: argparse.Namespace):
                          **dataclasses.asdict(submit_choices(args)))
 
 
+def code_words(record) -> str:
+    """Where the run's code came from: "<run dir>/code: git <commit> (dirty) of /repo", or a folder's copy."""
+    if record.code_dirty is None:
+        return f"code/ in the run dir, a copy of {record.code_from}"
+    commit = record.code_commit[:12] if record.code_commit else "no commit yet"
+    return f"code/ in the run dir, git {commit}{' + uncommitted changes' if record.code_dirty else ''} of {record.code_from}"
+
+
 def record_json(record) -> dict:
     """A run record as --json prints it (docs/json.md: "run")."""
     import dataclasses

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from clusterkit.cli.common import (EXIT_USAGE, int_list, print_json, record_json, status_json, submit_choices, submit_options,
+from clusterkit.cli.common import (EXIT_USAGE, code_words, int_list, print_json, record_json, status_json, submit_choices, submit_options,
                                   whole_number, with_host_keys, with_json, with_local_target, with_overrides)
 from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
 
@@ -25,6 +25,8 @@ def _print_submitted(record) -> None:
     where = f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
     print(f"submitted job {record.job_id} to cluster {record.cluster} ({executor_words(record)})")
     print(f"run dir: {where}")
+    if record.code_from:
+        print(f"code:    {code_words(record)}")
     print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
 
 
@@ -37,14 +39,20 @@ def request_json(request) -> dict:
     """``submit --dry-run --json``: the exact request, as it would be sent."""
     return {"scheduler": request.scheduler, "argv": list(request.argv), "script": request.script_name,
             "files": dict(request.files), "runs_root": request.runs_root,
-            "login_host": request.login.host if request.login else None}
+            "login_host": request.login.host if request.login else None,
+            "snapshot": None if request.snapshot is None else {
+                "from": request.snapshot.root, "commit": request.snapshot.commit, "dirty": request.snapshot.dirty,
+                "files": list(request.snapshot.files), "bytes": request.snapshot.size,
+                "left_out": list(request.snapshot.left_out)}}
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit import api
     from clusterkit.schedulers.api import open_scheduler
 
-    request = _prepare(args).request
+    from clusterkit.load.loader import Override
+
+    request = _prepare(args, [Override(("snapshot",), False)] if args.no_snapshot else []).request
     if args.dry_run:
         if args.json:
             print_json(request_json(request))
@@ -52,6 +60,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         where = f" (in {request.login.remote_workdir} on {request.login.host})" if request.login else ""
         print(f"# would run: {' '.join(request.argv)}{where}", file=sys.stderr)
         print(f"# on cluster {request.cluster} with the {request.scheduler} executor", file=sys.stderr)
+        if request.snapshot:
+            print(f"# code snapshot into the run directory's code/: {request.snapshot.describe()}", file=sys.stderr)
         sys.stdout.write(request.script)
         return 0
     # One adapter (one SSH connection) for submitting and following.
@@ -167,6 +177,8 @@ def _where_to_submit(p: argparse.ArgumentParser) -> None:
                         "sbatch is on PATH, else local")
     p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile to run on (name or file), instead of the recipe's")
     p.add_argument("--template-dir", action="append", metavar="DIR", help="look up templates here first")
+    p.add_argument("--no-snapshot", action="store_true",
+                   help="run the script where it is when the job starts, not a copy taken now (as snapshot: false)")
     with_overrides(p)
     with_host_keys(p)
 

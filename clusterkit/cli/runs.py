@@ -8,7 +8,7 @@ import contextlib
 import json
 import sys
 
-from clusterkit.cli.common import (DEFAULT_RUNS_DIR, RUNS_DIR_HELP, print_columns, print_json, record_json, status_json, whole_number,
+from clusterkit.cli.common import (DEFAULT_RUNS_DIR, code_words, RUNS_DIR_HELP, print_columns, print_json, record_json, status_json, whole_number,
                                   with_host_keys, with_job, with_json)
 from clusterkit.runs.layout import EXPORT_DIR
 
@@ -91,6 +91,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.job:
             print(f"  run dir: {_where(record)}")
             print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
+            if record.code_from:
+                print(f"  code:    {code_words(record)}")
         if status.failure:
             print(f"  first failure: {status.failure}")
     return 0

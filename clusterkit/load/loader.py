@@ -22,6 +22,7 @@ from clusterkit.load import checks
 from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
+from clusterkit.load.snapshot import resolve_snapshot
 from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
@@ -88,7 +89,10 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
     model_config = checks.read_model_config(recipe, source)
     recipe = checks.read_deepspeed_overrides(recipe, source)
     resolved, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
-    findings = source.warnings + profile_source.warnings + path_findings + findings
+    snapshot, snapshot_findings = resolve_snapshot(recipe, source)
+    if resolved is not None and snapshot is not None:
+        resolved = msgspec.structs.replace(resolved, snapshot=snapshot)
+    findings = source.warnings + profile_source.warnings + path_findings + snapshot_findings + findings
     if resolved is not None:
         findings += hub_cache_findings(resolved, profile, source)
     errors = [f for f in findings if f.severity == "error"]

@@ -77,6 +77,11 @@ class LoadedConfig:
     def profile_directories(self) -> list[Path]:
         return [self.path.parent / Path(text).expanduser() for text in self.config.profile_dirs]
 
+    def secrets_path(self) -> Path | None:
+        """The secrets_file (relative to this file), or None."""
+        secrets_file = self.config.secrets_file
+        return None if secrets_file is None else self.path.parent / Path(secrets_file).expanduser()
+
 
 def config_path() -> tuple[Path, bool]:
     """The config file, and whether $CLUSTERKIT_CONFIG named it."""

@@ -177,7 +177,11 @@ def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
     task = loaded.recipe.task
     if task.trainer is not None:
         return {"entry": "clusterkit.runtime.runner", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]}
-    return {"entry": task.script, "module": task.module, "args": [runtime_text(a) for a in task.args]}
+    entry = task.script
+    if loaded.recipe.snapshot is not None:  # the copy in the run directory (an array task's is one folder up)
+        up = "/.." if loaded.recipe.job_kind == "array" else ""
+        entry = Shell(f'"$RUN_DIR"{up}/' + quote(f"{run_layout.SNAPSHOT_DIR}/{loaded.recipe.snapshot.script}"))
+    return {"entry": entry, "module": task.module, "args": [runtime_text(a) for a in task.args]}
 
 
 def _late_expansion(recipe: ResolvedRecipe, env: list[EnvVar]) -> Shell:

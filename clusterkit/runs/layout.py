@@ -25,6 +25,9 @@ ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; rea
 DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
 RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume
+# The script's code as it was when submitted (snapshot:): its git tree or folder; the job runs the
+# script from here. In an array's directory, shared by its tasks.
+SNAPSHOT_DIR = "code"
 SHIM_DIR = ".local-bin"  # the local executor: its srun/scontrol stand-ins, first on the job's PATH
 # The adapters at submit (mode 0600; an array's in its top directory): the recipe's secrets, NAME=value\0
 # each; read by the batch script (schedulers.secret_values says why and when it is removed).

@@ -56,6 +56,11 @@ class RunRecord:
     links: int = 0
     cluster: str | None = None  # the cluster profile's name (records from before it was kept: None)
     tracking: TrackedRun | None = None
+    # The code snapshot (snapshot:) the job runs from, in <run_dir>/code: the folder it was copied from
+    # on the submitting machine, its git commit, and whether the copy differs from that commit.
+    code_from: str | None = None
+    code_commit: str | None = None
+    code_dirty: bool | None = None
 
     @property
     def path(self) -> Path:

@@ -20,10 +20,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.runs.layout import JOB_SCRIPT, STAGING_PREFIX, TRACKING_DIR
+from clusterkit.runs.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
+from clusterkit.schedulers.code_snapshot import Inventory, take_inventory
 from clusterkit.spec.arrays import array_indices, task_job_id
 from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.spec.tracking import Tracking
@@ -66,6 +67,7 @@ class SubmitRequest:
     tracking: TrackedRun | None = None  # its dir, for a fresh run: empty (<run dir>/tracking once known)
     # The recipe's secrets: names only; the adapter reads their values when it submits (secret_values).
     secrets: tuple[str, ...] = ()
+    snapshot: Inventory | None = None  # the code copied into <run dir>/code (layout.SNAPSHOT_DIR)
 
     @property
     def script(self) -> str:
@@ -79,7 +81,9 @@ class SubmitRequest:
                         ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
                         tasks=self.tasks, links=self.links, cluster=self.cluster,
                         tracking=self.tracking and dataclasses.replace(
-                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"))
+                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"),
+                        **({"code_from": self.snapshot.root, "code_commit": self.snapshot.commit,
+                            "code_dirty": self.snapshot.dirty} if self.snapshot else {}))
         return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
                                            overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
                        for k, index in enumerate(self.tasks))]
@@ -168,7 +172,8 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
                                        f"node (login: {{host: ...}}), so it cannot be reached over SSH")
         runs_root = str(PurePosixPath(runs_dir) / recipe.name)  # the login node expands it, in remote_workdir
         script = recipe.task.script
-        if script and not recipe.task.module and not PurePosixPath(script).is_absolute() and Path(script).is_file():
+        if (script and not recipe.task.module and not recipe.snapshot and not PurePosixPath(script).is_absolute()
+                and Path(script).is_file()):
             uploads = (script,)
     else:
         runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
@@ -188,6 +193,15 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
                                    f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
+    # Listed now, so what the dry run reports is what the submit copies; the local runs_dir (an ssh
+    # run's records too) is never part of it.
+    local_runs = Path(runs_dir).expanduser().absolute()
+    runs = (local_runs, local_runs / recipe.name, local_runs / LOCAL_JOB_IDS)  # with runs_dir: . the last two count
+    # The user's secrets file is never code, even kept untracked beside it: a copy would outlive the job.
+    from clusterkit.load.user_config import load_user_config
+
+    secrets_file = load_user_config().secrets_path() if recipe.snapshot else None
+    snapshot = take_inventory(recipe.snapshot, (*runs, *([secrets_file] if secrets_file else []))) if recipe.snapshot else None
     if scheduler == "local":
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
@@ -207,6 +221,7 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
         links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
         tracking=tracked_run(recipe.tracking),
         secrets=tuple(recipe.secrets),
+        snapshot=snapshot,
     )
 
 

@@ -17,6 +17,7 @@ from typing import IO, Protocol, Sequence
 
 from clusterkit.errors import SchedulerError
 from clusterkit.schedulers.secret_values import write_private
+from clusterkit.schedulers.code_snapshot import unpack
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class Host(Protocol):
 
     def upload(self, local_path: str, path: str) -> None:
         """Copy a file of this machine to ``path`` (nothing to do where both are this machine)."""
+
+    def unpack(self, tar: bytes, path: str) -> None:
+        """Unpack a tar (a code snapshot) into the folder ``path``, created, file modes kept."""
 
     def open(self, path: str) -> IO[bytes]: ...
 
@@ -93,6 +97,9 @@ class LocalHost:
     def upload(self, local_path: str, path: str) -> None:
         if Path(local_path).absolute() != Path(path).absolute():
             shutil.copyfile(local_path, path)
+
+    def unpack(self, tar: bytes, path: str) -> None:
+        unpack(tar, path)
 
     def open(self, path: str) -> IO[bytes]:
         return open(path, "rb")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, batch_log
+from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
@@ -21,6 +21,7 @@ from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.status import (CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, JobStatus, exit_code_from_run_dir,
                                     explained)
 from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
+from clusterkit.schedulers.code_snapshot import tar_bytes, unpack
 from clusterkit.schedulers.local_slurm import (ARRAY_MARKER, JOB_MARKER, KILL_WAIT_S, carries, job_markers,
                                                processes_with, terminate)
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
@@ -75,6 +76,8 @@ def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
             write_run_files(request, staging)
             if secrets:
                 write_private(str(staging / SECRETS_FILE), secrets)
+            if request.snapshot:
+                unpack(tar_bytes(request.snapshot), str(staging / SNAPSHOT_DIR))
             _write_shims(staging / SHIM_DIR)
             job_id = allocate_job_id(root.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
             while (root / job_id).exists():  # a run directory from before the ids were kept

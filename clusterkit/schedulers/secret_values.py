@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from pathlib import Path
 from typing import Sequence
 
 from clusterkit.errors import UserError
@@ -76,9 +75,9 @@ def _read_secrets_file(names: Sequence[str]) -> dict[bytes, tuple[bytes, str]]:
     from clusterkit.load.user_config import load_user_config
 
     config = load_user_config()
-    if config.config.secrets_file is None:
+    path = config.secrets_path()
+    if path is None:
         return {}
-    path = config.path.parent / Path(config.config.secrets_file).expanduser()
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
-from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE
+from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.index import add_run
@@ -31,6 +31,7 @@ from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
+from clusterkit.schedulers.code_snapshot import tar_bytes
 from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
@@ -70,6 +71,8 @@ class SlurmScheduler:
                     host.write_file(f"{request.staging}/{name}", text, 0o755 if name.endswith(".sbatch") else 0o644)
                 if secrets:
                     host.write_private(f"{request.staging}/{SECRETS_FILE}", secrets)
+                if request.snapshot:
+                    host.unpack(tar_bytes(request.snapshot), f"{request.staging}/{SNAPSHOT_DIR}")
             for script in request.uploads:
                 host.upload(script, script)
             done = host.run(request.argv, timeout=SUBMIT_TIMEOUT_S)

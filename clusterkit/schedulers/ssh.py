@@ -114,6 +114,13 @@ class SSHHost:
         self.make_dirs(posixpath.dirname(target))
         self._write(target, Path(local_path).read_bytes(), os.stat(local_path).st_mode & 0o777)
 
+    def unpack(self, tar: bytes, path: str) -> None:
+        # The tar through the session to the login node's tar: one command, however many files; as
+        # long as a snapshot of up to max_mb may take to cross a slow link.
+        target = self.absolute(path)
+        self.session.check(command_line(["mkdir", "-p", "--", target]) + " && "
+                           + command_line(["tar", "-x", "-p", "-f", "-", "-C", target]), timeout=900, stdin=tar)
+
     def _bytes(self, path: str, test: str, command: str) -> bytes:
         """``command``'s raw output, for a ``path`` that passes ``test -<test>`` (else FileNotFoundError)."""
         quoted = shlex.quote(path)

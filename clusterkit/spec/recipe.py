@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
 from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS, Tracker, Tracking
 
@@ -359,6 +360,7 @@ class Recipe(_Struct, kw_only=True):
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
     resume_from: Optional[NonEmptyLine] = None
     tracking: Union[Tracker, Tracking] = "none"  # resolved always to a Tracking (wandb → tracker: wandb)
+    snapshot: Union[bool, Snapshot, None] = None  # the code copied at submit (spec.snapshot); default: a script's
 
 
 def process_model_of(recipe: Recipe) -> ProcessModel:

@@ -15,6 +15,7 @@ from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.tracking import Tracking, as_tracking
+from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.recipe import (
     AccelerateSettings,
     SLURM_TIME_PATTERN,
@@ -138,6 +139,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     sweep: Optional[Sweep]  # as written: a recipe with one is submitted as its points (load.sweep)
     array: Optional[ArrayPlacement]
     tracking: Tracking
+    snapshot: Optional[CodeSnapshot] = None  # filled by load.snapshot: the code the job runs from
 
     @property
     def job_kind(self) -> str:

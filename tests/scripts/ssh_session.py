@@ -10,7 +10,9 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from clusterkit.schedulers.code_snapshot import take_inventory, tar_bytes
 from clusterkit.schedulers.ssh import open_scheduler
+from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.profile import Login
 
 HOSTILE_DIR = "dir with space/-x ~%"
@@ -28,6 +30,13 @@ with open_scheduler(login, "--accept-new-host-key" in sys.argv) as scheduler:
         local.write(BINARY)
         local.flush()
         host.upload(local.name, "up/binary")
+    with tempfile.TemporaryDirectory() as code:  # a code snapshot, as the SSH adapter sends it: a tar through the session
+        (Path(code) / "-x ~%").mkdir()
+        (Path(code) / "-x ~%" / "run me.py").write_text("print('snapshot')\n")
+        (Path(code) / "-x ~%" / "run me.py").chmod(0o750)
+        (Path(code) / "link").symlink_to("-x ~%/run me.py")
+        snapshot = CodeSnapshot(root=code, script="-x ~%/run me.py", git=False, exclude=[], max_mb=1)
+        host.unpack(tar_bytes(take_inventory(snapshot, (Path(code) / "runs",))), "up/code with space")
     host.make_dirs("into")
     host.rename(f"{HOSTILE_DIR}/-f %s.txt", "renamed.txt")
     try:
