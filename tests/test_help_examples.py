@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from clusterkit.cli.examples import EXAMPLES, HEADING, TOP_LEVEL
-from clusterkit.cli.main import build_parser
+from clusterkit.cli.parser import build_parser
 from clusterkit.load.loader import load_recipe
 from clusterkit.spec.profile import find_profile
 from conftest import REPO

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_startup_imports import NEVER, NOT_FOR_HELP
+from test_startup_imports import CACHED_HELP, NEVER, NOT_FOR_HELP
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_ON_A_LOGIN_NODE = ("paramiko", "cryptography", "torch", "transformers", "deepspeed", "datasets")
@@ -98,13 +98,20 @@ def test_a_plain_install_has_no_ssh_or_training_stack(venv: Path) -> None:
     assert Path(where).is_relative_to(venv) and found == "[]", done.stdout
 
 
-def test_the_installed_help_imports_only_the_parser(venv: Path, outside: Path) -> None:
-    """As test_startup_imports, where no .pth file of a development install loads anything first."""
-    code = ("import sys\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(' '.join(sys.modules), file=sys.stderr)")
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=_env())
-    loaded = set(done.stderr.split())
-    assert "clusterkit.cli.main" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
+def test_the_installed_help_imports_only_the_parser_then_only_the_help_cache(venv: Path, outside: Path) -> None:
+    """As test_startup_imports, where no .pth file of a development install loads anything first:
+    the first --help builds the parser, the next one reads the help cache."""
+    code = ("import sys\nbare = set(sys.modules)\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint(' '.join(set(sys.modules) - bare), file=sys.stderr)")
+    env = {**_env(), "XDG_CACHE_HOME": str(outside / "help cache")}
+    for expected in ("parser", "cache"):
+        done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=env)
+        loaded = set(done.stderr.split())
+        if expected == "parser":
+            assert "argparse" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
+        else:
+            assert "clusterkit.cli.help_cache" in loaded and loaded <= CACHED_HELP, sorted(loaded - CACHED_HELP)
+        assert done.stdout.startswith("usage: clusterkit")
 
 
 def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(venv: Path, outside: Path) -> None:

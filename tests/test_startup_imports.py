@@ -4,6 +4,7 @@ what it added to a bare one's modules is checked against what it must not need."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,14 @@ NEVER = {"torch", "transformers", "deepspeed", "accelerate", "paramiko", "submit
 NOT_FOR_HELP = {"jinja2", "yaml", "msgspec", "rich", "clusterkit.errors", "clusterkit.load.loader", "dataclasses",
                 "inspect", "pathlib"}
 
+# A --help the help cache answers: the entry point and the cache's reader, and small parts of the
+# standard library (a clean venv's interpreter has not loaded them before, a development install's has).
+CACHED_HELP = {"clusterkit", "clusterkit.cli", "clusterkit.cli.main", "clusterkit.cli.help_cache", "clusterkit.spec",
+               "clusterkit.spec.user_cache", "__future__", "atexit", "gc", "importlib", "importlib._bootstrap",
+               "importlib._bootstrap_external", "warnings", "zlib"}
+
 COMMANDS = {
-    "--help": (["--help"], NOT_FOR_HELP),
+    "--help": (["--help"], NOT_FOR_HELP),  # the first: the cache is empty, the parser is built
     "a usage error": (["validate"], NOT_FOR_HELP),
     "validate": (["validate", "-q", str(RECIPES)], {"jinja2", "rich", "clusterkit.render.job", "tempfile"}),
     "render": (["render", str(RECIPES / "llama-7b-zero3-ib.yaml"), "-o", "{tmp}/out"], {"rich"}),
@@ -40,8 +47,15 @@ def _imported(code: str, tmp_path: Path) -> set[str]:
     command itself prints to stdout and stderr)."""
     listing = tmp_path / "modules.txt"
     script = f"{code}\nimport sys\nopen({str(listing)!r}, 'w').write('\\n'.join(sys.modules))"
-    subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, check=True,
+                   env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})  # a help cache of its own
     return set(listing.read_text().split())
+
+
+def _main(argv: list[str]) -> str:
+    return ("from clusterkit.cli.main import main\n"
+            f"try:\n    code = main({argv!r})\nexcept SystemExit as exit:\n    code = exit.code\n"
+            "assert code in (0, 2), code")
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -49,9 +63,15 @@ def test_a_quick_command_imports_only_what_it_needs(command: str, tmp_path: Path
     argv, not_needed = COMMANDS[command]
     argv = [word.replace("{tmp}", str(tmp_path)) for word in argv]
     bare = _imported("", tmp_path)  # what this interpreter's site (a .pth, an editable install) already loads
-    run = ("from clusterkit.cli.main import main\n"
-           f"try:\n    code = main({argv!r})\nexcept SystemExit as exit:\n    code = exit.code\n"
-           "assert code in (0, 2), code")
-    added = _imported(run, tmp_path) - bare
+    added = _imported(_main(argv), tmp_path) - bare
     assert "clusterkit.cli.main" in added  # the command ran here
     assert not (NEVER | not_needed) & added, sorted((NEVER | not_needed) & added)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["validate", "--help"], ["submit", "-h"]])
+def test_a_cached_help_imports_only_the_help_cache(argv: list[str], tmp_path: Path) -> None:
+    bare = _imported("", tmp_path)
+    first = _imported(_main(argv), tmp_path) - bare
+    assert "argparse" in first  # built the parser, and stored every command's help
+    added = _imported(_main(argv), tmp_path) - bare
+    assert "clusterkit.cli.help_cache" in added and added <= CACHED_HELP, sorted(added - CACHED_HELP)

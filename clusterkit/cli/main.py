@@ -1,95 +1,39 @@
-"""The ``clusterkit`` command line: the parser, assembled from one module per command group, and
-the one place where an error becomes an exit code.
-
-render/validate/schema import nothing heavy (no torch, transformers, deepspeed, paramiko, rich):
-they must start fast on a login node. Each command imports what it needs when it runs.
-"""
+"""The ``clusterkit`` entry point: ``--help`` from the help cache when it has it (nothing else is
+imported then), anything else through the parser (:mod:`clusterkit.cli.parser`)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-import select
 import sys
-from typing import TYPE_CHECKING, Sequence
 
-from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs, tracking
-from clusterkit.cli.examples import add_examples
-from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from clusterkit.cli import help_cache
 
+TYPE_CHECKING = False  # typing alone costs a cached --help a third of its time
 if TYPE_CHECKING:
-    from clusterkit.errors import ClusterkitError
-
-COMMAND_GROUPS = (recipes, hub, jobs, runs, tracking, plot, node, config, completion)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from clusterkit import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="clusterkit",
-        description="From a YAML recipe to a running multi-node SLURM training job.",
-    )
-    parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in COMMAND_GROUPS:
-        group.register(sub)
-    add_examples(parser, sub)
-    return parser
+    from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
     try:
         try:
-            return run(build_parser(), argv)
+            text = help_cache.cached_help(arguments)
+            if text is not None:
+                sys.stdout.write(text)
+                return 0
+            from clusterkit.cli.parser import run
+
+            return run(arguments)
         finally:
             sys.stdout.flush()  # output still buffered meets a reader that went away here, not at exit
     except BrokenPipeError:
         # `clusterkit schema | head -1`: the reader has what it wanted. The Python docs' recipe, as
         # rich's Console does it for the tables: stdout goes to /dev/null so the interpreter's own
         # flush at exit cannot fail again, and the status is 1.
+        from clusterkit.cli.common import EXIT_FAILURE
+
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
-
-
-def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    completion.complete(parser)  # when the shell asks for completions: answers them and exits
-    args = parser.parse_args(argv)
-    # Once a command runs: --help and a usage error need none of it (dataclasses, inspect: ~6 ms).
-    from clusterkit.errors import ClusterkitError, FileSystemError, PathError, is_users_path_error
-
-    try:
-        config.fill_runs_dir(args)
-        return args.func(args)
-    except ClusterkitError as exc:
-        return report(exc)
-    except OSError as exc:  # one that no command turned into ours: the user's path, or this machine's
-        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
-            raise
-        error = PathError if is_users_path_error(exc) else FileSystemError
-        return report(error(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-
-
-def stdout_reader_gone() -> bool:
-    """Whether nothing reads our stdout any more (a pipe or socket whose other end closed), as
-    opposed to a broken pipe of our own, such as an SSH connection, which is a failure to report."""
-    poller = select.poll()
-    try:
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-    except (OSError, ValueError):  # stdout is no file (a test's capture)
-        return False
-    return any(events & select.POLLERR for _, events in poller.poll(0))
-
-
-def report(error: ClusterkitError) -> int:
-    """The one place an error becomes what the user sees: one line (a line per finding of a
-    recipe), and the exit code of its kind."""
-    from clusterkit.errors import LocatedError, UserError
-
-    print(error if isinstance(error, LocatedError) else f"clusterkit: {error}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(error, UserError) else EXIT_FAILURE
 
 
 if __name__ == "__main__":

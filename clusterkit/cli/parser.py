@@ -1,0 +1,94 @@
+"""The ``clusterkit`` command line: the parser, assembled from one module per command group, and
+the one place where an error becomes an exit code.
+
+render/validate/schema import nothing heavy (no torch, transformers, deepspeed, paramiko, rich):
+they must start fast on a login node. Each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import select
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+from clusterkit.cli import completion, config, help_cache, hub, jobs, node, plot, recipes, runs, tracking
+from clusterkit.cli.examples import add_examples
+from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from clusterkit.errors import ClusterkitError
+
+COMMAND_GROUPS = (recipes, hub, jobs, runs, tracking, plot, node, config, completion)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from clusterkit import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="clusterkit",
+        description="From a YAML recipe to a running multi-node SLURM training job.",
+    )
+    parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    add_examples(parser, sub)
+    return parser
+
+
+def run(arguments: Sequence[str]) -> int:
+    """The command ``arguments`` name, run: what :func:`clusterkit.cli.main.main` does once the
+    help cache had no answer."""
+    parser = build_parser()
+    completion.complete(parser)  # when the shell asks for completions: answers them and exits
+    command = help_cache.help_request(list(arguments))
+    if command is not None:
+        texts = help_texts(parser)
+        if command in texts:  # else argparse says the command is unknown
+            help_cache.store(texts, help_cache.loaded_sources())
+            sys.stdout.write(texts[command])
+            return 0
+    args = parser.parse_args(arguments)
+    # Once a command runs: --help and a usage error need none of it (dataclasses, inspect: ~6 ms).
+    from clusterkit.errors import ClusterkitError, FileSystemError, PathError, is_users_path_error
+
+    try:
+        config.fill_runs_dir(args)
+        return args.func(args)
+    except ClusterkitError as exc:
+        return report(exc)
+    except OSError as exc:  # one that no command turned into ours: the user's path, or this machine's
+        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
+            raise
+        error = PathError if is_users_path_error(exc) else FileSystemError
+        return report(error(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def help_texts(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Every help argparse prints for ``--help`` (what its help action writes), by command."""
+    (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return {help_cache.TOP_LEVEL: parser.format_help(),
+            **{name: command.format_help() for name, command in commands.choices.items()}}
+
+
+def stdout_reader_gone() -> bool:
+    """Whether nothing reads our stdout any more (a pipe or socket whose other end closed), as
+    opposed to a broken pipe of our own, such as an SSH connection, which is a failure to report."""
+    poller = select.poll()
+    try:
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # stdout is no file (a test's capture)
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def report(error: ClusterkitError) -> int:
+    """The one place an error becomes what the user sees: one line (a line per finding of a
+    recipe), and the exit code of its kind."""
+    from clusterkit.errors import LocatedError, UserError
+
+    print(error if isinstance(error, LocatedError) else f"clusterkit: {error}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(error, UserError) else EXIT_FAILURE
