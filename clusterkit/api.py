@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from clusterkit.errors import UsageError, WaitTimeout
 from clusterkit.runs.layout import METRICS
-from clusterkit.runs.record import RunRecord, metric_records
-from clusterkit.runs.status import JobStatus
 
-if TYPE_CHECKING:  # the loader (YAML, msgspec types) is imported by what loads a recipe, not by status or ls
+# The loader (YAML, msgspec types) is imported by what loads a recipe, not by status or ls; the
+# run modules by what follows a run, not by validate or render.
+if TYPE_CHECKING:
     from clusterkit.load.loader import LoadedRecipe, Override
     from clusterkit.render.job import RenderedJob
+    from clusterkit.runs.record import RunRecord
+    from clusterkit.runs.status import JobStatus
     from clusterkit.schedulers.api import SubmitRequest
 
 # Overrides as a mapping {"resources.nodes": 2} (typed values, nothing parsed) or as --set texts
@@ -211,6 +213,8 @@ class Run:
                     text = handle.read().decode("utf-8", "replace")
             except FileNotFoundError:
                 return []
+        from clusterkit.runs.record import metric_records
+
         return metric_records(text)
 
     def wait(self, timeout: float | None = None, poll_s: float = DEFAULT_POLL_S) -> JobStatus:

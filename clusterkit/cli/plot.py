@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -111,7 +110,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         print(f"wrote {output}  ({len(drawn)} run{'s' if len(drawn) > 1 else ''}: {'; '.join(c.label for c in drawn)})")
     if args.terminal or not has_display() or not outputs:
         try:
-            print(terminal_chart(drawn, max(40, shutil.get_terminal_size((100, 24)).columns), sys.stdout.isatty()))
+            from shutil import get_terminal_size  # here: every command's parser imports this module
+
+            print(terminal_chart(drawn, max(40, get_terminal_size((100, 24)).columns), sys.stdout.isatty()))
         except MissingPackage:
             if args.terminal or not outputs:
                 raise

@@ -4,7 +4,6 @@ ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see befor
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -196,7 +195,9 @@ def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> No
         found.warn(("task", "trainer", "args"), f"unchecked ({names})")
         return
     for key in sorted(set(args) - names - set(RECIPE_OWNED_TRAINER_ARGS)):
-        close = difflib.get_close_matches(key, sorted(names), n=1)
+        from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
+
+        close = get_close_matches(key, sorted(names), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 

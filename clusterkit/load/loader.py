@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import difflib
 import re
 import typing
 from dataclasses import dataclass, field
@@ -279,7 +278,9 @@ def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any
     if unknown:
         key = unknown.group(1)
         choices = _struct_fields(root, path)
-        close = difflib.get_close_matches(key, choices, n=1)
+        from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
+
+        close = get_close_matches(key, choices, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         message = f"unknown key '{key}'; {hint}valid keys: {', '.join(choices)}"
         path.append(key)
@@ -379,7 +380,9 @@ def load_profile(reference: str, base_dir: Path, where: Location | None = None) 
     profile_path = find_profile(reference, base_dir, user_dirs)
     if profile_path is None:
         known = available_profiles(base_dir, user_dirs)
-        close = difflib.get_close_matches(reference, known, n=1)
+        from difflib import get_close_matches
+
+        close = get_close_matches(reference, known, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise RecipeError(
             Finding(where or Location("--cluster"), ("cluster",),
