@@ -133,6 +133,16 @@ def test_a_damaged_entry_means_the_parser(damage: bytes | str, tmp_path: Path) -
     assert _help(tmp_path, "render", "--help") == (expected, 0, False)  # written again, whole
 
 
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_an_entry_others_could_have_written_is_not_read(mode: int, tmp_path: Path) -> None:
+    expected, _, _ = _help(tmp_path, "plan", "--help")
+    (entry,) = (tmp_path / "clusterkit").glob("help-*")
+    entry.chmod(mode)
+    assert _help(tmp_path, "plan", "--help") == (expected, 0, True)
+    assert entry.stat().st_mode & 0o777 == 0o600  # and replaced by one of its own
+    assert _help(tmp_path, "plan", "--help") == (expected, 0, False)
+
+
 @pytest.mark.parametrize("cache", ["a file", "a read-only folder", "no home"])
 def test_a_cache_that_cannot_be_written_costs_time_only(cache: str, tmp_path: Path) -> None:
     expected = _argparse_help("ls", "--help")

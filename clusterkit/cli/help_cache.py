@@ -9,8 +9,9 @@ An entry holds every command's help for one terminal, with what that text is a f
 - the code: the (path, mtime, size) of every clusterkit module loaded while the parser was built,
   and of argparse's own source. Any of them edited, reinstalled or gone and the entry is stale.
 
-A stale, damaged or unreadable entry (or none) means building the parser as before; that run
-stores a new entry (written whole and renamed, so concurrent runs read an old entry or a new one).
+A stale, damaged or unreadable entry (or none, or one another user could have written) means
+building the parser as before; that run stores a new entry (written whole and renamed, so
+concurrent runs read an old entry or a new one).
 Only the two plain forms are answered here; anything else (``-h validate``, ``--help --json``, an
 unknown command) is argparse's. Not used on Python 3.14 and later: there argparse colours help by
 what stdout is, which an entry formatted once cannot follow.
@@ -77,6 +78,8 @@ def cached_help(arguments: list[str]) -> str | None:
         return None
     try:
         with open(path, "rb") as file:
+            if not _ours(os.fstat(file.fileno())):
+                return None
             entry = marshal.loads(file.read())
         if entry["key"] != key or not all(_unchanged(*source) for source in entry["sources"]):
             return None
@@ -84,6 +87,12 @@ def cached_help(arguments: list[str]) -> str | None:
     except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):  # none, unreadable, damaged
         return None
     return text if isinstance(text, str) else None
+
+
+def _ours(status: os.stat_result) -> bool:
+    """Whether only this user can have written the entry: printed as is, and marshal is no parser
+    for hostile bytes (an $XDG_CACHE_HOME in a shared folder must not let others choose either)."""
+    return status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
 def _unchanged(path: str, mtime_ns: int, size: int) -> bool:
