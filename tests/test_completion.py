@@ -1,7 +1,7 @@
 """Shell completion, driven through a real bash: the script `clusterkit completion bash` prints is
 sourced, COMP_WORDS/COMP_CWORD/COMP_LINE/COMP_POINT are set as bash sets them, the completion
-function runs (starting clusterkit as the shell would) and COMPREPLY is read back. zsh and fish are
-driven where installed; their scripts are checked either way."""
+function runs (starting clusterkit as the shell would) and COMPREPLY is read back. zsh and fish
+(installed by bin/setup) are driven too; without them their scripts are only checked."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
 COMPREPLY=()
 _python_argcomplete clusterkit
 printf '%s\n' "${COMPREPLY[@]}"
+"""
+
+# zsh outside an interactive session: the script's own completion function runs as zsh's completion
+# system would call it (BUFFER, CURSOR, words set); only _describe, which would show the matches in
+# the line editor, prints them instead, and compdef (compinit's) registers nothing.
+ZSH_DRIVER = r"""
+compdef() { : }
+source $1
+_describe() { print -rl -- "${(@P)2}" }
+BUFFER=$2
+CURSOR=${#BUFFER}
+words=(${=BUFFER})
+[[ $BUFFER == *" " ]] && words+=("")
+_python_argcomplete
 """
 
 
@@ -134,10 +148,15 @@ def test_the_zsh_and_fish_scripts(tmp_path: Path, shell_env: dict[str, str], she
     (tmp_path / "c.sh").write_text(script)
     check = subprocess.run([shell, "-n", str(tmp_path / "c.sh")], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
-    if shell == "fish":
-        driven = subprocess.run(["fish", "--no-config", "-c", f"source {tmp_path / 'c.sh'}; complete -C 'clusterkit sta'"],
-                                env=shell_env, capture_output=True, text=True, timeout=60)
-        assert driven.stdout.split()[:1] == ["status"], driven.stderr
+    for line, expected in (("clusterkit sta", "status"), ("clusterkit validate --q", "--quiet")):
+        if shell == "fish":
+            driven = subprocess.run(["fish", "--no-config", "-c", f"source {tmp_path / 'c.sh'}; complete -C {shlex.quote(line)}"],
+                                    env=shell_env, capture_output=True, text=True, timeout=60)
+        else:
+            driven = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "driver", str(tmp_path / "c.sh"), line],
+                                    env=shell_env, capture_output=True, text=True, timeout=60)
+        # fish: "status<TAB>description"; zsh: "status:description"
+        assert [word.split(":")[0] for word in driven.stdout.split()[:1]] == [expected], driven.stderr
 
 
 def test_the_bash_script_is_what_argcomplete_makes(tmp_path: Path) -> None:
