@@ -154,8 +154,8 @@ def test_a_cache_that_cannot_be_written_costs_time_only(cache: str, tmp_path: Pa
         folder = tmp_path / "ro"
         (folder / "clusterkit").mkdir(parents=True)
         (folder / "clusterkit").chmod(0o500)
-        if os.access(folder / "clusterkit", os.W_OK):
-            pytest.skip("this user writes into read-only folders (root)")
+        if os.access(folder / "clusterkit", os.W_OK):  # root writes into it anyway: /proc takes no folder from anyone
+            folder = Path("/proc")
     else:
         folder = Path("relative")  # not absolute: the XDG spec ignores it, and there is no home either
         env = {"HOME": "relative"}
