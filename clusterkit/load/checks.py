@@ -20,7 +20,7 @@ from clusterkit.spec.resolved import (
     ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
 )
 from clusterkit.runs.layout import DEEPSPEED_CONFIG
-from clusterkit.load.trainer_args import training_argument_names
+from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 
 # TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
@@ -183,21 +183,27 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
     for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
         if key in task.trainer.args:
             found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
-    _check_training_argument_names(task.trainer.args, found)
+    _check_training_arguments(task.trainer.args, found)
 
 
-def _check_training_argument_names(args: dict[str, Any], found: _Findings) -> None:
-    """Every task.trainer.args key must be a TrainingArguments field (read without importing transformers)."""
+def _check_training_arguments(args: dict[str, Any], found: _Findings) -> None:
+    """Every task.trainer.args key must be a TrainingArguments field, and a value its field can
+    take (read without importing transformers)."""
     if not args:
         return
-    names = training_argument_names()
-    if isinstance(names, str):
-        found.warn(("task", "trainer", "args"), f"unchecked ({names})")
+    fields = training_arguments()
+    if isinstance(fields, str):
+        found.warn(("task", "trainer", "args"), f"unchecked ({fields})")
         return
-    for key in sorted(set(args) - names - set(RECIPE_OWNED_TRAINER_ARGS)):
+    for key in sorted(set(args) - set(RECIPE_OWNED_TRAINER_ARGS)):
+        if key in fields:
+            problem = misfit(args[key], fields[key])
+            if problem:
+                found.error(("task", "trainer", "args", key), problem)
+            continue
         from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
 
-        close = get_close_matches(key, sorted(names), n=1)
+        close = get_close_matches(key, sorted(fields), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 

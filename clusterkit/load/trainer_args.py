@@ -1,6 +1,11 @@
-"""The keyword names ``transformers.TrainingArguments`` accepts, read from its source with ``ast``:
-importing transformers costs seconds, and validate must start fast on a login node. The names are
-cached on disk, keyed by the source file's path, size and modification time."""
+"""The keywords ``transformers.TrainingArguments`` accepts, and the kind of value each takes where
+its annotation is one scalar type, read from its source with ``ast``: importing transformers costs
+seconds, and validate must start fast on a login node. Cached on disk, keyed by the source file's
+path, size and modification time.
+
+TrainingArguments converts nothing: ``learning_rate: "3e-4"`` is kept as text and only the
+optimizer, in the job, refuses it. So validate checks the values of the ``bool``, ``int`` and
+``float`` fields (each may also be ``X | None``); unions, enums and containers are left to it."""
 
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ from pathlib import Path
 from clusterkit.spec.user_cache import user_cache_dir
 
 _CLASS = "TrainingArguments"
+_SCALARS = ("bool", "int", "float")
+_FORMAT = 2  # of the cache file: 1 held names only
+# What a kind says to the user ("float?": a number or null).
+_KIND_WORDS = {"bool": "true or false", "int": "a whole number", "float": "a number"}
 
 
 def _cache_file() -> Path | None:
@@ -31,14 +40,50 @@ def _source_file() -> Path | None:
     return Path(spec.origin).parent / "training_args.py"
 
 
-def _fields_in(source: str) -> list[str]:
-    """The dataclass fields of TrainingArguments (``field(init=False)`` ones are no keywords)."""
+def _fields_in(source: str) -> dict[str, str | None]:
+    """The dataclass fields of TrainingArguments (``field(init=False)`` ones are no keywords), each
+    with its kind (:func:`_kind`)."""
     for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef) and node.name == _CLASS:
-            return [statement.target.id for statement in node.body
+            return {statement.target.id: _kind(statement.annotation) for statement in node.body
                     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                    and not _init_false(statement.value)]
+                    and not _init_false(statement.value)}
     raise ValueError(f"no class {_CLASS}")
+
+
+def _kind(annotation: ast.expr) -> str | None:
+    """"float" for ``float``, "float?" for ``float | None`` or ``Optional[float]`` (the same for
+    bool and int); None for any other annotation (not checked)."""
+    if isinstance(annotation, ast.Name) and annotation.id in _SCALARS:
+        return annotation.id
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [annotation.left, annotation.right]
+        others = [side for side in sides if not (isinstance(side, ast.Constant) and side.value is None)]
+        inner = _kind(others[0]) if len(others) == 1 else None
+    elif isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
+        inner = _kind(annotation.slice)
+    else:
+        return None
+    return f"{inner}?" if inner in _SCALARS else None
+
+
+def misfit(value: object, kind: str | None) -> str | None:
+    """Why ``value`` is no value of a field of this kind, or None when it is (or is not checked)."""
+    if kind is None or value is None and kind.endswith("?"):
+        return None
+    base = kind.rstrip("?")
+    fits = isinstance(value, bool) if base == "bool" else (
+        not isinstance(value, bool) and isinstance(value, int if base == "int" else (int, float)))
+    if fits:
+        return None
+    expected = _KIND_WORDS[base] + (" or null" if kind.endswith("?") else "")
+    if isinstance(value, str):
+        hint = " (in quotes it is text: write it without them)" if _reads_as(value, base) else ""
+        return f"expected {expected}, got the text {value!r}{hint}"
+    if isinstance(value, float) and base == "int" and value.is_integer():
+        return f"expected {expected}, got {value!r} (write {int(value)})"
+    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML writes it
+    return f"expected {expected}, got {shown}"
 
 
 def _init_false(value: ast.expr | None) -> bool:
@@ -46,9 +91,20 @@ def _init_false(value: ast.expr | None) -> bool:
         k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords)
 
 
+def _reads_as(text: str, base: str) -> bool:
+    """Whether ``text`` unquoted would be a value of this kind."""
+    if base == "bool":
+        return text in ("true", "false")
+    try:
+        number = float(text)
+    except ValueError:
+        return False
+    return base == "float" or number.is_integer() and "." not in text and "e" not in text.lower()
+
+
 @functools.lru_cache(maxsize=1)
-def training_argument_names() -> frozenset[str] | str:
-    """The accepted names, or why they are unknown here (a short reason)."""
+def training_arguments() -> dict[str, str | None] | str:
+    """Each accepted keyword with its kind, or why they are unknown here (a short reason)."""
     path = _source_file()
     if path is None:
         return "transformers not installed here"
@@ -58,25 +114,29 @@ def training_argument_names() -> frozenset[str] | str:
         cached = _read_cache(key)
         if cached is not None:
             return cached
-        names = frozenset(_fields_in(path.read_text(encoding="utf-8")))
+        fields = _fields_in(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError) as exc:
         return f"cannot read {path}: {exc}"
-    _write_cache(key, names)
-    return names
+    _write_cache(key, fields)
+    return fields
 
 
-def _read_cache(key: str) -> frozenset[str] | None:
+def _read_cache(key: str) -> dict[str, str | None] | None:
     path = _cache_file()
     try:
         data = json.loads(path.read_text(encoding="utf-8")) if path else None
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("names"), list):
+    if not isinstance(data, dict) or data.get("format") != _FORMAT or data.get("key") != key:
         return None
-    return frozenset(str(name) for name in data["names"])
+    fields = data.get("fields")
+    if not isinstance(fields, dict) or not all(kind is None or isinstance(kind, str) and kind.rstrip("?") in _SCALARS
+                                               for kind in fields.values()):
+        return None  # damaged, or written by another clusterkit
+    return fields
 
 
-def _write_cache(key: str, names: frozenset[str]) -> None:
+def _write_cache(key: str, fields: dict[str, str | None]) -> None:
     """Best effort: a read-only home only costs the next run the parse (~40 ms)."""
     import tempfile  # here: validate reads the cache, and tempfile's imports cost ~2 ms of its start
 
@@ -86,7 +146,7 @@ def _write_cache(key: str, names: frozenset[str]) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=".training_args.", delete=False) as out:
-            json.dump({"key": key, "names": sorted(names)}, out)
+            json.dump({"format": _FORMAT, "key": key, "fields": fields}, out, sort_keys=True)
         os.replace(out.name, target)
     except OSError:
         pass

@@ -29,10 +29,13 @@ MAX_DEPTH = 32
 MAX_VALUES = 100_000
 # YAML 1.1 base-60 numbers: `12:00` → 720, `1:30:00` → 5400 (YAML 1.2 dropped them).
 SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
-# PyYAML's YAML 1.1 int and float patterns without their base-60 alternatives.
+# PyYAML's YAML 1.1 int and float patterns without their base-60 alternatives, and floats as YAML
+# 1.2 and Python write them: `3e-4` and `1e5` are numbers (YAML 1.1 wants a dot and a signed
+# exponent, `3.0e-4`, and reads `3e-4` as a string, which TrainingArguments takes and the optimizer
+# then refuses in the job). A float needs a dot or an exponent: PyYAML tries floats before ints.
 _INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
-_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                    r"|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 _WITHOUT_BASE_60 = {"tag:yaml.org,2002:int": _INT, "tag:yaml.org,2002:float": _FLOAT}
 # Mappings whose values are environment variables: their plain scalars keep the text as written.
 _ENV_MAPPINGS = {("env",), ("network", "env"), ("network_env",)}
