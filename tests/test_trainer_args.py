@@ -69,6 +69,8 @@ def test_the_sweep_example_of_the_help_sweeps_numbers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args,message", [
     ("learning_rate: '3e-4'", "learning_rate: expected a number, got the text '3e-4' (in quotes it is text: write it without them)"),
+    # control characters and shell in the text: one line, shown escaped, never run
+    ('learning_rate: "3e-4\\n$(id)\\x1b[31m"', "learning_rate: expected a number, got the text '3e-4\\n$(id)\\x1b[31m'"),
     ("max_steps: 1e5", "max_steps: expected a whole number, got 100000.0 (write 100000)"),
     ("max_steps: 2.5", "max_steps: expected a whole number, got 2.5"),
     ("max_steps: '30'", "max_steps: expected a whole number, got the text '30' (in quotes it is text: write it without them)"),
