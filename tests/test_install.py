@@ -9,12 +9,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from test_startup_imports import CACHED_HELP, NEVER, NOT_FOR_HELP
+
+from clusterkit.cli.validate_cache import RACY_SECONDS
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_ON_A_LOGIN_NODE = ("paramiko", "cryptography", "torch", "transformers", "deepspeed", "datasets")
@@ -112,6 +115,20 @@ def test_the_installed_help_imports_only_the_parser_then_only_the_help_cache(ven
         else:
             assert "clusterkit.cli.help_cache" in loaded and loaded <= CACHED_HELP, sorted(loaded - CACHED_HELP)
         assert done.stdout.startswith("usage: clusterkit")
+
+
+def test_the_installed_console_script_replays_a_validation(venv: Path, outside: Path) -> None:
+    """The console script pip wrote, run as a user runs it: the second validation of an unchanged
+    recipe is answered by the validation cache (PyYAML never imported), with the same output."""
+    time.sleep(RACY_SECONDS + 0.1)  # the install is older than a record's racy seconds
+    command = [str(venv / "bin" / "python"), "-X", "importtime", str(venv / "bin" / "clusterkit"), "validate",
+               "megatron-3d-24node"]
+    env = {**_env(), "XDG_CACHE_HOME": str(outside / "cache")}
+    runs = [subprocess.run(command, capture_output=True, text=True, cwd=outside, env=env) for _ in range(2)]
+    imported = [{line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+                for run in runs]
+    assert "yaml" in imported[0] and "yaml" not in imported[1] and "clusterkit.cli.validate_cache" in imported[1]
+    assert [(run.returncode, run.stdout) for run in runs] == [(0, "megatron-3d-24node: ok\n")] * 2, runs[0].stderr
 
 
 def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(venv: Path, outside: Path) -> None:

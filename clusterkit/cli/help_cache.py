@@ -27,7 +27,7 @@ import os
 import sys
 import zlib
 
-from clusterkit.spec.user_cache import user_cache_root
+from clusterkit.spec.user_cache import read_private, user_cache_root, write_private
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,23 +76,17 @@ def cached_help(arguments: list[str]) -> str | None:
     path = entry_path(key)
     if path is None:
         return None
+    data = read_private(path)
+    if data is None:
+        return None
     try:
-        with open(path, "rb") as file:
-            if not _ours(os.fstat(file.fileno())):
-                return None
-            entry = marshal.loads(file.read())
+        entry = marshal.loads(data)
         if entry["key"] != key or not all(_unchanged(*source) for source in entry["sources"]):
             return None
         text = entry["texts"].get(command)
-    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):  # none, unreadable, damaged
+    except (EOFError, ValueError, TypeError, KeyError, AttributeError):  # damaged
         return None
     return text if isinstance(text, str) else None
-
-
-def _ours(status: os.stat_result) -> bool:
-    """Whether only this user can have written the entry: printed as is, and marshal is no parser
-    for hostile bytes (an $XDG_CACHE_HOME in a shared folder must not let others choose either)."""
-    return status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
 def _unchanged(path: str, mtime_ns: int, size: int) -> bool:
@@ -112,21 +106,12 @@ def store(texts: dict[str, str], sources: Iterable[str]) -> None:
     path = entry_path(key)
     if path is None:
         return
-    temporary = f"{path}.{os.getpid()}.tmp"
     try:
         stats = [(source, os.stat(source)) for source in sorted(set(sources))]
-        data = marshal.dumps({"key": key, "texts": texts,
-                              "sources": [(source, s.st_mtime_ns, s.st_size) for source, s in stats]})
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with open(descriptor, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except OSError:  # read-only, full or missing home: the next --help builds the parser again
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+    except OSError:  # a source gone already: the next --help builds the parser again
+        return
+    write_private(path, marshal.dumps({"key": key, "texts": texts,
+                                       "sources": [(source, s.st_mtime_ns, s.st_size) for source, s in stats]}))
 
 
 def loaded_sources() -> list[str]:
