@@ -49,7 +49,7 @@ try:  # the module hashlib takes it from, without OpenSSL's ~3 ms of start
 except ImportError:  # an interpreter built without it
     from hashlib import blake2b
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 RACY_SECONDS = 2  # the coarsest timestamps in use: a second (ext3, many NFS servers), two (FAT)
 KEEP_ENTRIES = 256  # validations of other recipes, folders or arguments; the oldest go first
 _STORED_STATUSES = (0, 2)  # valid, or the recipe's errors (EXIT_USAGE); never a failure of this machine
@@ -62,13 +62,27 @@ _UNRECORDABLE = ("subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "os.sys
                  "pty.", "socket.", "os.chdir", "os.fchdir", "os.chroot", "os.putenv", "os.unsetenv", "ctypes.")
 
 
-def signature(path: str | bytes, follow: bool = True) -> tuple | int:
-    """What says a path is unchanged: its status (of a link itself, where not ``follow``), or the
-    errno of looking it up."""
+STAT, LSTAT, OPEN = 0, 1, 2  # how a path was looked at: what it points to, the link itself, or read
+
+
+def signature(path: str | bytes, how: int = STAT) -> tuple | int:
+    """What says a path is unchanged: its status, or the errno of looking it up. A file or folder
+    that was read is opened to ask: on NFS, opening revalidates what a stat may take from the
+    client's attribute cache (up to a minute old after an edit on another host), as the
+    validation's own open did."""
     try:
-        status = _stat(path, follow_symlinks=follow)
+        if how == OPEN:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            try:
+                status = os.fstat(descriptor)
+            finally:
+                os.close(descriptor)
+        else:
+            status = _stat(path, follow_symlinks=how == STAT)
     except OSError as error:
         return error.errno or -1
+    except ValueError:  # a NUL in the path: no lookup at all
+        return -1
     return (status.st_mode, status.st_ino, status.st_dev, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
@@ -129,14 +143,14 @@ def _unchanged(entry: dict) -> bool:
     whole = entry["whole_environment"]
     return ((whole is None or whole == environment_digest())
             and all(digest(os.environ.get(name)) == value for name, value in entry["environment"])
-            and all(signature(path, follow) == recorded for (path, follow), recorded in entry["paths"]))
+            and all(signature(path, how) == recorded for (path, how), recorded in entry["paths"]))
 
 
 class Recording:
     """What one validation reads, as it runs: see the module's docstring."""
 
     def __init__(self) -> None:
-        self.paths: dict[tuple[str | bytes, bool], tuple | int] = {}
+        self.paths: dict[tuple[str | bytes, int], tuple | int | None] = {}
         self.environment: dict[str | bytes, bytes | None] = {}
         self.whole_environment: bytes | None = None
         self.refused: str | None = None  # why this run cannot be recorded
@@ -148,16 +162,17 @@ class Recording:
         root = user_cache_root()
         self._cache_root = None if root is None else os.path.join(root, "")
 
-    def path(self, path: object, follow: bool = True) -> None:
+    def path(self, path: object, how: int = STAT) -> None:
         if isinstance(path, int):  # a descriptor: its file was recorded when opened
             return
         try:
             name = os.fspath("." if path is None else path)
         except TypeError:  # not a path at all: the call itself fails
             return
-        if (name, follow) in self.paths:
+        if (name, how) in self.paths:
             return
-        recorded = self.paths[name, follow] = signature(name, follow)
+        self.paths[name, how] = None  # the open that asks is audited too: this is what it finds
+        recorded = self.paths[name, how] = signature(name, how)
         if isinstance(recorded, tuple):
             mode, _, device, _, mtime_ns, ctime_ns = recorded
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)) or device in self._dynamic_devices:
@@ -188,9 +203,9 @@ class Recording:
             if flags & _WRITE_FLAGS or mode is not None and any(letter in mode for letter in "wax+"):
                 self.written(path)
             else:
-                self.path(path)
+                self.path(path, OPEN)
         elif event in ("os.listdir", "os.scandir"):
-            self.path(arguments[0])
+            self.path(arguments[0], OPEN)
         elif event in _WRITE_EVENTS:
             self.written(arguments[0])
         elif event.startswith(_UNRECORDABLE):
@@ -246,7 +261,7 @@ def _recording_os(recording: Recording) -> dict:
         def wrapper(path, *args, **kwargs):
             if kwargs.get("dir_fd") is not None:
                 recording.refused = "a lookup relative to a descriptor"
-            recording.path(path, follows and kwargs.get("follow_symlinks", True))
+            recording.path(path, STAT if follows and kwargs.get("follow_symlinks", True) else LSTAT)
             return function(path, *args, **kwargs)
         return wrapper
 
