@@ -40,7 +40,7 @@ task:
 """
 CASES = ("replays", "recipe", "base", "profile", "env", "link", "folder", "sys.path", "cwd", "no-cache",
          "snapshot", "pipe", "damaged-0", "damaged-1", "damaged-2", "damaged-3", "foreign-0", "foreign-1",
-         "concurrent", "prune", "broken-pipe", "terminal")
+         "concurrent", "prune", "broken-pipe", "terminal", "refused-hook")
 
 
 def _write_case(folder: Path) -> None:
@@ -367,3 +367,17 @@ def test_a_validation_on_a_terminal_is_replayed_on_the_same_terminal(cases: dict
     first = run()
     assert first[0] == 2 and b"bogus" in first[1] and first[2] == "validated"  # an unknown TrainingArguments name
     assert run() == (*first[:2], "replayed")
+
+
+def test_a_run_whose_audit_hook_was_refused_keeps_nothing(cases: dict[str, Path]) -> None:
+    """A program's own audit hook may refuse further hooks, and sys.addaudithook then returns
+    quietly: without its hook a run cannot see what it reads, so it stores nothing."""
+    case = cases["refused-hook"]
+    refuse = ("import sys\ndef hook(event, args):\n    if event == 'sys.addaudithook':\n"
+              "        raise RuntimeError('no more hooks')\nsys.addaudithook(hook)\n")
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", refuse + PROBE, "validate", "recipe.yaml"], cwd=case,
+                              env={**os.environ, "XDG_CACHE_HOME": str(_cache(case))}, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and done.stderr.endswith("0 validated"), done.stderr
+    assert _stored_then_replayed(case, "recipe.yaml")[0] == 0  # the same request without that hook

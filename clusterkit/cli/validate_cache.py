@@ -54,6 +54,7 @@ RACY_SECONDS = 2  # the coarsest timestamps in use: a second (ext3, many NFS ser
 KEEP_ENTRIES = 256  # validations of other recipes, folders or arguments; the oldest go first
 _STORED_STATUSES = (0, 2)  # valid, or the recipe's errors (EXIT_USAGE); never a failure of this machine
 _stat = os.stat  # the real one, while recording replaces os.stat
+_HOOKED = "clusterkit.validate_cache.hooked"  # an audit event of ours: proves the hook is called
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _WRITE_EVENTS = frozenset({"os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.utime",
                            "os.truncate", "os.link", "os.symlink", "shutil.copyfile", "shutil.copymode",
@@ -156,6 +157,7 @@ class Recording:
         self.refused: str | None = None  # why this run cannot be recorded
         self.output: list[tuple[int, str]] = []
         self.active = False
+        self.hooked = False  # whether the audit hook sees the events
         self.started_ns = time.time_ns() - RACY_SECONDS * 1_000_000_000
         # Their files' status stays the same while what they read changes.
         self._dynamic_devices = {status[2] for status in map(signature, ("/proc", "/sys")) if isinstance(status, tuple)}
@@ -196,6 +198,8 @@ class Recording:
         self.refused = f"wrote {text}"
 
     def audit(self, event: str, arguments: tuple) -> None:
+        if event == _HOOKED:
+            self.hooked = True
         if not self.active:
             return
         if event == "open":
@@ -303,6 +307,9 @@ def validate(arguments: list[str], run: Callable[[list[str]], int]) -> int:
     for folder in sys.path:
         recording.path(folder or ".")
     sys.addaudithook(recording.audit)  # cannot be removed: it records only while active
+    sys.audit(_HOOKED)
+    if not recording.hooked:  # a hook already there refused ours (addaudithook says nothing then)
+        return run(arguments)
     saved = _recording_os(recording)
     streams = sys.stdout, sys.stderr
     # A stream the shell closed (`>&-`) is None, which print() writes nothing to: left as it is.
