@@ -40,7 +40,10 @@ task:
 """
 CASES = ("replays", "recipe", "base", "profile", "env", "link", "folder", "sys.path", "cwd", "no-cache",
          "snapshot", "pipe", "damaged-0", "damaged-1", "damaged-2", "damaged-3", "foreign-0", "foreign-1",
-         "concurrent", "prune", "broken-pipe", "terminal", "refused-hook")
+         "concurrent", "prune", "broken-pipe", "terminal", "refused-hook", "odd-name", "unwritable")
+
+
+ODD_NAME = "-a b\n~%.yaml"  # a leading dash, a space, a line break, a tilde and a percent
 
 
 def _write_case(folder: Path) -> None:
@@ -66,6 +69,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (scripted / "script.yaml").write_text("name: scripted\ncluster: dev\nlauncher: torchrun\n"
                                           "resources: {nodes: 1, gpus_per_node: 1, time: '00:10:00'}\n"
                                           "task: {script: train.py}\n")
+    (folders["odd-name"] / ODD_NAME).write_text((folders["odd-name"] / "recipe.yaml").read_text())
     (folders["env"] / "elsewhere").mkdir()
     (folders["env"] / "elsewhere" / "dev.yaml").write_text("partition: [unclosed\n")
     _validate(folders["replays"], "--no-cache", "recipe.yaml")  # writes the cache's other entries
@@ -381,3 +385,22 @@ def test_a_run_whose_audit_hook_was_refused_keeps_nothing(cases: dict[str, Path]
                               text=True, timeout=120)
         assert done.returncode == 0 and done.stderr.endswith("0 validated"), done.stderr
     assert _stored_then_replayed(case, "recipe.yaml")[0] == 0  # the same request without that hook
+
+
+def test_a_file_name_with_a_line_break_and_shell_characters_is_replayed_as_printed(cases: dict[str, Path]) -> None:
+    code, out, _ = _stored_then_replayed(cases["odd-name"], f"./{ODD_NAME}")
+    assert code == 0 and out == f"{ODD_NAME}: ok\n"
+
+
+@pytest.mark.parametrize("cache", ["a file", "a folder no one can write to", "no home"])
+def test_a_cache_that_cannot_be_written_costs_time_only(cases: dict[str, Path], cache: str) -> None:
+    case = cases["unwritable"]
+    # /proc takes no folder, not even from root; relative: the XDG spec ignores it, and no home either
+    env = {"a file": {"XDG_CACHE_HOME": str(case / "recipe.yaml")}, "a folder no one can write to": {"XDG_CACHE_HOME": "/proc"},
+           "no home": {"XDG_CACHE_HOME": "relative", "HOME": "relative"}}[cache]
+    expected = _validate(case, "--no-cache", "recipe.yaml")[:3]
+    for _ in range(2):
+        environment = {**os.environ, **env}
+        done = subprocess.run([sys.executable, "-c", PROBE, "validate", "recipe.yaml"], cwd=case, env=environment,
+                              capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout, done.stderr) == (expected[0], expected[1], expected[2] + "\n0 validated")

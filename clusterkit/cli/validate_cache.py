@@ -18,13 +18,14 @@ these as it validates, and keeps the record with the exact output and exit statu
 - the files of the modules loaded and the folders of ``sys.path`` (an install or uninstall
   there changes the folder), with the Python version, the uid, the host name and the terminal.
 
-A later run with the same arguments, folder and terminal checks each of them and, when all are
-as recorded, prints the recorded output. Anything else, or a damaged entry, or one another user
-could have written, validates as before. A run that did what a record cannot cover stores
-nothing: started a process (``git`` for a snapshot), opened a socket, changed folder or the
-environment, wrote a file other than a cache's or bytecode, wrote bytes to stdout beneath the
-text layer, or read something whose status does not change with its content (a terminal, a
-pipe, a device, a file of /proc or /sys). ``--no-cache`` validates and stores nothing. Submit never reads this: it validates.
+A later run with the same arguments, folder and terminal checks each of them (a file or folder
+that was read is opened again, see :func:`signature`) and, when all are as recorded, prints the
+recorded output. Anything else, or a damaged entry, or one another user could have written,
+validates as before. A run that did what a record cannot cover stores nothing: started a process
+(``git`` for a snapshot), opened a socket, changed folder or the environment, wrote a file other
+than a cache's or bytecode, wrote bytes to stdout beneath the text layer, or read something
+whose status does not change with its content (a terminal, a pipe, a device, a file of /proc or
+/sys). ``--no-cache`` validates and stores nothing. Submit never reads this: it validates.
 
 Imports only modules the interpreter has loaded at start: this module is the whole of a replay.
 """
