@@ -40,7 +40,7 @@ task:
 """
 CASES = ("replays", "recipe", "base", "profile", "env", "link", "folder", "sys.path", "cwd", "no-cache",
          "snapshot", "pipe", "damaged-0", "damaged-1", "damaged-2", "damaged-3", "foreign-0", "foreign-1",
-         "concurrent", "prune", "broken-pipe", "terminal", "refused-hook", "odd-name", "unwritable")
+         "concurrent", "prune", "broken-pipe", "terminal", "refused-hook", "odd-name", "unwritable", "killed")
 
 
 ODD_NAME = "-a b\n~%.yaml"  # a leading dash, a space, a line break, a tilde and a percent
@@ -404,3 +404,21 @@ def test_a_cache_that_cannot_be_written_costs_time_only(cases: dict[str, Path], 
         done = subprocess.run([sys.executable, "-c", PROBE, "validate", "recipe.yaml"], cwd=case, env=environment,
                               capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stdout, done.stderr) == (expected[0], expected[1], expected[2] + "\n0 validated")
+
+
+def test_runs_killed_at_any_moment_never_leave_an_entry_that_replays_wrongly(cases: dict[str, Path]) -> None:
+    """kill -9 while validating, recording or writing the entry: an entry is written whole and
+    renamed, so the next runs print what validating prints."""
+    import random
+
+    case = cases["killed"]
+    expected = _validate(case, "--no-cache", ".")[:3]
+    env = {**os.environ, "XDG_CACHE_HOME": str(_cache(case))}
+    for delay in [random.uniform(0.05, 0.6) for _ in range(8)]:
+        process = subprocess.Popen([sys.executable, "-c", PROBE, "validate", "."], cwd=case, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        process.kill()
+        process.wait()
+    assert _validate(case, ".")[:3] == expected
+    assert _validate(case, ".") == (*expected, "replayed")

@@ -24,18 +24,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             # Only as the process's own command: a program calling main() may have changed what
             # no record shows (a module's functions, say).
-            if argv is None and arguments[:1] == ["validate"]:
+            recorded = argv is None and arguments[:1] == ["validate"]
+            if recorded:
                 from clusterkit.cli import validate_cache
 
                 status = validate_cache.replay(arguments)
                 if status is not None:
                     return status
-                from clusterkit.cli.parser import run
-
-                return validate_cache.validate(arguments, run)
             from clusterkit.cli.parser import run
 
-            return run(arguments)
+            return validate_cache.validate(arguments, run) if recorded else run(arguments)
         finally:
             if sys.stdout is not None:  # None: the shell closed it (`>&-`), and print() wrote nothing
                 sys.stdout.flush()  # output still buffered meets a reader that went away here, not at exit
