@@ -16,9 +16,8 @@ RECIPES = REPO / "recipes"
 # argcomplete: only when the shell asks for completions ($_ARGCOMPLETE set), ~8 ms otherwise.
 NEVER = {"torch", "transformers", "deepspeed", "accelerate", "paramiko", "submitit", "argcomplete"}
 # The modules a parser needs none of: the recipe stack, the renderer, rich, and what only a running
-# command imports (clusterkit.errors brings dataclasses and inspect).
-NOT_FOR_HELP = {"jinja2", "yaml", "msgspec", "rich", "clusterkit.errors", "clusterkit.load.loader", "dataclasses",
-                "inspect", "pathlib"}
+# command imports.
+NOT_FOR_HELP = {"jinja2", "yaml", "msgspec", "rich", "clusterkit.errors", "clusterkit.load.loader", "pathlib"}
 
 COMMANDS = {
     "--help": (["--help"], NOT_FOR_HELP),
