@@ -42,7 +42,7 @@ def run(arguments: Sequence[str]) -> int:
     parser = build_parser()
     completion.complete(parser)  # when the shell asks for completions: answers them and exits
     args = parser.parse_args(arguments)
-    # Once a command runs: --help and a usage error need none of it (dataclasses, inspect: ~6 ms).
+    # Once a command runs: --help and a usage error need none of it.
     from clusterkit.errors import ClusterkitError, FileSystemError, PathError, is_users_path_error
 
     try:
