@@ -9,15 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from test_startup_imports import CACHED_HELP, NEVER, NOT_FOR_HELP
-
-from clusterkit.cli.validate_cache import RACY_SECONDS
+from test_startup_imports import NEVER, NOT_FOR_HELP
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_ON_A_LOGIN_NODE = ("paramiko", "cryptography", "torch", "transformers", "deepspeed", "datasets")
@@ -101,34 +98,14 @@ def test_a_plain_install_has_no_ssh_or_training_stack(venv: Path) -> None:
     assert Path(where).is_relative_to(venv) and found == "[]", done.stdout
 
 
-def test_the_installed_help_imports_only_the_parser_then_only_the_help_cache(venv: Path, outside: Path) -> None:
-    """As test_startup_imports, where no .pth file of a development install loads anything first:
-    the first --help builds the parser, the next one reads the help cache."""
+def test_the_installed_help_imports_only_the_parser(venv: Path, outside: Path) -> None:
+    """As test_startup_imports, where no .pth file of a development install loads anything first."""
     code = ("import sys\nbare = set(sys.modules)\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\n"
             "except SystemExit:\n    pass\nprint(' '.join(set(sys.modules) - bare), file=sys.stderr)")
-    env = {**_env(), "XDG_CACHE_HOME": str(outside / "help cache")}
-    for expected in ("parser", "cache"):
-        done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=env)
-        loaded = set(done.stderr.split())
-        if expected == "parser":
-            assert "argparse" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
-        else:
-            assert "clusterkit.cli.help_cache" in loaded and loaded <= CACHED_HELP, sorted(loaded - CACHED_HELP)
-        assert done.stdout.startswith("usage: clusterkit")
-
-
-def test_the_installed_console_script_replays_a_validation(venv: Path, outside: Path) -> None:
-    """The console script pip wrote, run as a user runs it: the second validation of an unchanged
-    recipe is answered by the validation cache (PyYAML never imported), with the same output."""
-    time.sleep(RACY_SECONDS + 0.1)  # the install is older than a record's racy seconds
-    command = [str(venv / "bin" / "python"), "-X", "importtime", str(venv / "bin" / "clusterkit"), "validate",
-               "megatron-3d-24node"]
-    env = {**_env(), "XDG_CACHE_HOME": str(outside / "cache")}
-    runs = [subprocess.run(command, capture_output=True, text=True, cwd=outside, env=env) for _ in range(2)]
-    imported = [{line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
-                for run in runs]
-    assert "yaml" in imported[0] and "yaml" not in imported[1] and "clusterkit.cli.validate_cache" in imported[1]
-    assert [(run.returncode, run.stdout) for run in runs] == [(0, "megatron-3d-24node: ok\n")] * 2, runs[0].stderr
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=_env())
+    loaded = set(done.stderr.split())
+    assert "argparse" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
+    assert done.stdout.startswith("usage: clusterkit")
 
 
 def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(venv: Path, outside: Path) -> None:

@@ -16,21 +16,11 @@ RECIPES = REPO / "recipes"
 # argcomplete: only when the shell asks for completions ($_ARGCOMPLETE set), ~8 ms otherwise.
 NEVER = {"torch", "transformers", "deepspeed", "accelerate", "paramiko", "submitit", "argcomplete"}
 # The modules a parser needs none of: the recipe stack, the renderer, rich, and what only a running
-# command imports (clusterkit.errors brings dataclasses and inspect).
-NOT_FOR_HELP = {"jinja2", "yaml", "msgspec", "rich", "clusterkit.errors", "clusterkit.load.loader", "dataclasses",
-                "inspect", "pathlib"}
-
-# A --help the help cache answers: the entry point and the cache's reader, and small parts of the
-# standard library (a clean venv's interpreter has not loaded them before, a development install's has).
-CACHED_HELP = {"clusterkit", "clusterkit.cli", "clusterkit.cli.main", "clusterkit.cli.help_cache", "clusterkit.spec",
-               "clusterkit.spec.user_cache", "__future__", "atexit", "gc", "importlib", "importlib._bootstrap",
-               "importlib._bootstrap_external", "warnings", "zlib"}
-# A validate the validation cache answers: the entry point and the cache's reader (with blake2 for
-# the environment's digests) besides what a cached --help loads.
-REPLAYED_VALIDATE = CACHED_HELP | {"clusterkit.cli.validate_cache", "_blake2"}
+# command imports.
+NOT_FOR_HELP = {"jinja2", "yaml", "msgspec", "rich", "clusterkit.errors", "clusterkit.load.loader", "pathlib"}
 
 COMMANDS = {
-    "--help": (["--help"], NOT_FOR_HELP),  # the first: the cache is empty, the parser is built
+    "--help": (["--help"], NOT_FOR_HELP),
     "a usage error": (["validate"], NOT_FOR_HELP),
     "validate": (["validate", "-q", str(RECIPES)], {"jinja2", "rich", "clusterkit.render.job", "tempfile"}),
     "render": (["render", str(RECIPES / "llama-7b-zero3-ib.yaml"), "-o", "{tmp}/out"], {"rich"}),
@@ -45,13 +35,13 @@ COMMANDS = {
 }
 
 
-def _imported(code: str, tmp_path: Path, cwd: Path | None = None) -> set[str]:
+def _imported(code: str, tmp_path: Path) -> set[str]:
     """The modules in sys.modules after ``code`` ran in a fresh interpreter (written to a file: the
     command itself prints to stdout and stderr)."""
     listing = tmp_path / "modules.txt"
     script = f"{code}\nimport sys\nopen({str(listing)!r}, 'w').write('\\n'.join(sys.modules))"
-    subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=cwd or tmp_path, check=True,
-                   env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})  # a help cache of its own
+    subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, check=True,
+                   env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})  # a cache folder of its own
     return set(listing.read_text().split())
 
 
@@ -69,25 +59,3 @@ def test_a_quick_command_imports_only_what_it_needs(command: str, tmp_path: Path
     added = _imported(_main(argv), tmp_path) - bare
     assert "clusterkit.cli.main" in added  # the command ran here
     assert not (NEVER | not_needed) & added, sorted((NEVER | not_needed) & added)
-
-
-@pytest.mark.parametrize("argv", [["--help"], ["validate", "--help"], ["submit", "-h"]])
-def test_a_cached_help_imports_only_the_help_cache(argv: list[str], tmp_path: Path) -> None:
-    bare = _imported("", tmp_path)
-    first = _imported(_main(argv), tmp_path) - bare
-    assert "argparse" in first  # built the parser, and stored every command's help
-    added = _imported(_main(argv), tmp_path) - bare
-    assert "clusterkit.cli.help_cache" in added and added <= CACHED_HELP, sorted(added - CACHED_HELP)
-
-
-def test_a_replayed_validate_imports_only_the_validation_cache(tmp_path: Path) -> None:
-    """As the console script runs it (main() reading sys.argv). A user script with no snapshot:
-    nothing it reads is written by the run (the first run of a trainer recipe writes the
-    TrainingArguments names, which the next run must see settle first)."""
-    command = ("import sys\nsys.argv[1:] = ['validate', %r]\nfrom clusterkit.cli.main import main\n"
-               "assert main() == 0" % str(RECIPES / "megatron-3d-24node.yaml"))
-    # Run in a folder older than the record's racy seconds: `python -c` puts it on sys.path.
-    bare = _imported("", tmp_path, cwd=RECIPES)
-    assert "yaml" in _imported(command, tmp_path, cwd=RECIPES) - bare  # validated, and stored
-    added = _imported(command, tmp_path, cwd=RECIPES) - bare
-    assert "clusterkit.cli.validate_cache" in added and added <= REPLAYED_VALIDATE, sorted(added - REPLAYED_VALIDATE)

@@ -120,7 +120,9 @@ def test_field_kinds_are_read_from_the_source() -> None:
 
 
 @pytest.mark.parametrize("cached", ['{"key": "K", "names": ["learning_rate"]}',  # what clusterkit wrote before kinds
-                                    '{"format": 2, "key": "K", "fields": {"learning_rate": "complex"}}', "{not json"])
+                                    '{"format": 2, "key": "K", "fields": {"learning_rate": "complex"}}', "{not json",
+                                    "[" * 100_000],  # nested deeper than json.loads goes
+                         ids=["names only", "an unknown kind", "no JSON", "nested too deep"])
 def test_an_old_or_damaged_cache_is_read_again_from_the_source(cached: str, tmp_path: Path) -> None:
     entry = tmp_path / "cache" / "clusterkit" / "training_args.json"
     entry.parent.mkdir(parents=True)
@@ -135,3 +137,56 @@ def test_an_old_or_damaged_cache_is_read_again_from_the_source(cached: str, tmp_
         assert done.returncode == 2 and "expected a number, got the text '3e-4'" in done.stderr, done.stderr
         written = json.loads(entry.read_text())
         assert written["format"] == 2 and written["fields"]["learning_rate"] == "float"
+
+
+def _cached_fields(cache_home: Path, fields: dict[str, str | None]) -> Path:
+    """A cache entry for this transformers' source (its key is right) that lists ``fields``, in a
+    private cache folder, as clusterkit writes them."""
+    root = cache_home / "clusterkit"
+    root.mkdir(parents=True, mode=0o700)
+    source = trainer_args._source_file()
+    stat = source.stat()
+    entry = root / "training_args.json"
+    entry.write_text(json.dumps({"format": 2, "key": f"{source}:{stat.st_size}:{stat.st_mtime_ns}", "fields": fields}))
+    entry.chmod(0o600)
+    return entry
+
+
+def _validate_bogus_key(tmp_path: Path, cache_home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    return run_cli("validate", str(_recipe(tmp_path, "bogus_field: 1")), env=env, timeout=60)
+
+
+def test_the_cached_fields_are_what_validate_checks_against(tmp_path: Path) -> None:
+    """The cache saves the parse: validate reads the entry (here forged, to be seen)."""
+    _cached_fields(tmp_path / "cache", {"bogus_field": "int"})
+    done = _validate_bogus_key(tmp_path, tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+
+
+def _moved_behind_a_link(entry: Path) -> None:
+    elsewhere = entry.parent.parent / "elsewhere.json"
+    entry.rename(elsewhere)
+    entry.symlink_to(elsewhere)
+
+
+def _fifo(entry: Path) -> None:
+    entry.unlink()
+    os.mkfifo(entry, 0o600)
+
+
+FOREIGN_ENTRIES = {
+    "an entry of another user": lambda entry: os.chown(entry, 65534, 65534),
+    "a cache root of another user": lambda entry: os.chown(entry.parent, 65534, 65534),
+    "a group-writable entry": lambda entry: entry.chmod(0o660),
+    "a world-writable cache root": lambda entry: entry.parent.chmod(0o777),
+    "a linked entry": _moved_behind_a_link,
+    "a FIFO": _fifo,  # read, it would wait for a writer
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOREIGN_ENTRIES))
+def test_fields_someone_else_could_have_cached_are_not_trusted(case: str, tmp_path: Path) -> None:
+    FOREIGN_ENTRIES[case](_cached_fields(tmp_path / "cache", {"bogus_field": "int"}))
+    done = _validate_bogus_key(tmp_path, tmp_path / "cache")
+    assert done.returncode == 2 and "unknown TrainingArguments key 'bogus_field'" in done.stderr, done.stderr

@@ -4,8 +4,9 @@ defaults for the commands that look runs up (``--runs-dir``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import DEFAULT_RUNS_DIR, print_columns
 
@@ -27,7 +28,8 @@ The user config is $CLUSTERKIT_CONFIG, else $XDG_CONFIG_HOME/clusterkit/config.y
                              how this machine reaches login nodes (over a profile's login:)"""
 
 
-class Setting(NamedTuple):  # not a dataclass: dataclasses (with inspect) would cost every --help ~5 ms
+@dataclasses.dataclass(frozen=True)
+class Setting:
     key: str
     value: str | None
     source: str  # flag, env, recipe, user config, profile or default
@@ -112,7 +114,7 @@ def _from_recipe(args: argparse.Namespace, config_file: Path) -> list[Setting]:
 def cmd_config(args: argparse.Namespace) -> int:
     found = settings(args)
     if args.json:
-        print(json.dumps([setting._asdict() for setting in found], indent=2))
+        print(json.dumps([dataclasses.asdict(setting) for setting in found], indent=2))
         return 0
     rows = [("SETTING", "VALUE", "FROM")]
     rows += [(s.key, "-" if s.value is None else s.value, s.source + (f" ({s.where})" if s.where else "")) for s in found]

@@ -12,7 +12,7 @@ import select
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from clusterkit.cli import completion, config, help_cache, hub, jobs, node, plot, recipes, runs, tracking
+from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs, tracking
 from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -38,19 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(arguments: Sequence[str]) -> int:
-    """The command ``arguments`` name, run: what :func:`clusterkit.cli.main.main` does once the
-    help cache had no answer."""
+    """The command ``arguments`` name, run (:func:`clusterkit.cli.main.main`)."""
     parser = build_parser()
     completion.complete(parser)  # when the shell asks for completions: answers them and exits
-    command = help_cache.help_request(list(arguments))
-    if command is not None:
-        texts = help_texts(parser)
-        if command in texts:  # else argparse says the command is unknown
-            help_cache.store(texts, help_cache.loaded_sources())
-            sys.stdout.write(texts[command])
-            return 0
     args = parser.parse_args(arguments)
-    # Once a command runs: --help and a usage error need none of it (dataclasses, inspect: ~6 ms).
+    # Once a command runs: --help and a usage error need none of it.
     from clusterkit.errors import ClusterkitError, FileSystemError, PathError, is_users_path_error
 
     try:
@@ -65,13 +57,6 @@ def run(arguments: Sequence[str]) -> int:
         return report(error(f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-
-
-def help_texts(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Every help argparse prints for ``--help`` (what its help action writes), by command."""
-    (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
-    return {help_cache.TOP_LEVEL: parser.format_help(),
-            **{name: command.format_help() for name, command in commands.choices.items()}}
 
 
 def stdout_reader_gone() -> bool:

@@ -39,11 +39,8 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from clusterkit import api
-    from clusterkit.cli import validate_cache
     from clusterkit.errors import RecipeError
 
-    if args.no_cache:
-        validate_cache.refuse("--no-cache")
     files, bases_skipped = _recipe_files(args.recipes)
     reports = []
     for path in files:
@@ -139,8 +136,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check recipes (files or folders); exit 2 on any error")
     p.add_argument("recipes", nargs="+", metavar="RECIPE")
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
-    p.add_argument("--no-cache", action="store_true",
-                   help="validate even if nothing it reads has changed since the same validation ran, and keep no record")
     with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_validate)

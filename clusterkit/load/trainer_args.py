@@ -1,7 +1,8 @@
 """The keywords ``transformers.TrainingArguments`` accepts, and the kind of value each takes where
 its annotation is one scalar type, read from its source with ``ast``: importing transformers costs
-seconds, and validate must start fast on a login node. Cached on disk, keyed by the source file's
-path, size and modification time.
+seconds, and validate must start fast on a login node. Cached on disk as JSON, in the private user
+cache (:mod:`clusterkit.spec.user_cache`: a forged entry would make validate accept unknown keys),
+keyed by the source file's path, size and modification time.
 
 TrainingArguments converts nothing: ``learning_rate: "3e-4"`` is kept as text and only the
 optimizer, in the job, refuses it. So validate checks the values of the ``bool``, ``int`` and
@@ -13,21 +14,16 @@ import ast
 import functools
 import importlib.util
 import json
-import os
 from pathlib import Path
 
-from clusterkit.spec.user_cache import user_cache_dir
+from clusterkit.spec.user_cache import read_entry, write_entry
 
 _CLASS = "TrainingArguments"
 _SCALARS = ("bool", "int", "float")
-_FORMAT = 2  # of the cache file: 1 held names only
+_CACHE_ENTRY = "training_args.json"
+_FORMAT = 2  # of the cache entry: 1 held names only
 # What a kind says to the user ("float?": a number or null).
 _KIND_WORDS = {"bool": "true or false", "int": "a whole number", "float": "a number"}
-
-
-def _cache_file() -> Path | None:
-    root = user_cache_dir()
-    return root / "training_args.json" if root else None
 
 
 def _source_file() -> Path | None:
@@ -122,10 +118,10 @@ def training_arguments() -> dict[str, str | None] | str:
 
 
 def _read_cache(key: str) -> dict[str, str | None] | None:
-    path = _cache_file()
+    entry = read_entry("", _CACHE_ENTRY)
     try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path else None
-    except (OSError, ValueError):
+        data = json.loads(entry) if entry is not None else None
+    except (ValueError, RecursionError):  # damaged (nested too deep, not UTF-8, not JSON)
         return None
     if not isinstance(data, dict) or data.get("format") != _FORMAT or data.get("key") != key:
         return None
@@ -138,15 +134,4 @@ def _read_cache(key: str) -> dict[str, str | None] | None:
 
 def _write_cache(key: str, fields: dict[str, str | None]) -> None:
     """Best effort: a read-only home only costs the next run the parse (~40 ms)."""
-    import tempfile  # here: validate reads the cache, and tempfile's imports cost ~2 ms of its start
-
-    target = _cache_file()
-    if target is None:
-        return
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=".training_args.", delete=False) as out:
-            json.dump({"format": _FORMAT, "key": key, "fields": fields}, out, sort_keys=True)
-        os.replace(out.name, target)
-    except OSError:
-        pass
+    write_entry("", _CACHE_ENTRY, json.dumps({"format": _FORMAT, "key": key, "fields": fields}, sort_keys=True).encode())
