@@ -201,7 +201,7 @@ class ModelSpec(_Struct):
     config: Union[dict[str, Any], NonEmptyLine, None] = None
     pretrained: Optional[NonEmptyLine] = None
     tokenizer: Optional[NonEmptyLine] = None
-    # The attention kernel; default (seed 004): flash_attention_2 on a GPU where flash-attn is
+    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is
     # installed, else sdpa.
     attention: Optional[Literal["sdpa", "flash_attention_2", "eager"]] = None
 
