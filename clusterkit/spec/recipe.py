@@ -374,11 +374,17 @@ def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
     return 1 if process_model == "launcher_per_node" else gpus_per_node
 
 
+def file_json_schema(struct: type, title: str) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a YAML file that decodes to ``struct``, for editors."""
+    schema = msgspec.json.schema(struct)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = title
+    return schema
+
+
 def recipe_json_schema() -> dict[str, Any]:
     """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
-    schema = msgspec.json.schema(Recipe)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "clusterkit recipe"
+    schema = file_json_schema(Recipe, "clusterkit recipe")
     # `extends` is resolved (and removed) before the struct is built, so it is not a Recipe field.
     recipe_def = schema["$defs"]["Recipe"]
     recipe_def["properties"]["extends"] = {
