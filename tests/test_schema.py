@@ -65,7 +65,8 @@ def test_a_typo_and_a_wrong_type_in_a_profile_are_flagged(profile_validator, tmp
     assert {p.split(":")[0] for p in _problems(profile_validator, wrong)} == {"interconnect", "gpus_per_node"}
     # clusterkit itself refuses the same typo, in one line (the schema is the loader's, not a copy)
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**typo, "name": "typo"}))
-    done = run_cli("validate", str(REPO / "recipes" / "tiny-gpt2-cpu.yaml"), "--set", f"cluster={tmp_path / 'typo.yaml'}")
+    recipe = str(REPO / "recipes" / "tiny-gpt2-cpu.yaml")
+    done = run_cli("validate", recipe, "--set", f"cluster={tmp_path / 'typo.yaml'}")
     assert done.returncode == 2 and "gpus_per_nod" in done.stderr, done.stderr
 
 

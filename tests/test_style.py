@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 # PENDING the formatting commit: the configuration landed before the code was formatted and its few
 # remaining findings fixed. That commit (`ruff format . && ruff check --fix .`, then the rest by
 # hand) removes this marker; strict, so a passing run fails until it is removed.
-PENDING_FORMAT = pytest.mark.xfail(strict=True, reason="the code is not formatted with ruff yet (remove in that commit)")
+PENDING_FORMAT = pytest.mark.xfail(strict=True, reason="the code is not ruff-formatted yet (remove in that commit)")
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
