@@ -85,7 +85,7 @@ Offload = Literal["none", "cpu", "nvme"]
 # none: clusterkit sets no network variable at all (the site's modules or container set them).
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
-# command: your own command on every node (it starts the ranks); see README "Launchers".
+# command: your own command on every node (it starts the ranks); see docs/guides/launchers.md.
 # mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
 Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command", "mpirun"]
 Rendezvous = Literal["static", "c10d"]
@@ -352,7 +352,8 @@ class Recipe(_Struct, kw_only=True):
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
     container_image: Optional[NonEmptyLine] = None
     hooks: Hooks = field(default_factory=Hooks)
-    drop: ProfileDrops = field(default_factory=ProfileDrops)  # the profile's env: set it to null in env
+    # The profile's modules and setup lines to leave out (to drop a profile's env variable, set it to null in env).
+    drop: ProfileDrops = field(default_factory=ProfileDrops)
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[PythonCommand] = None
