@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import html
 import inspect
 import io
 import json
@@ -172,7 +173,7 @@ def _type(prop: dict[str, Any]) -> str:
         pattern = prop.get("pattern", "")
         if pattern in SHORT_TEXT or not pattern:
             return SHORT_TEXT.get(pattern, "text")
-        return f"text: {HINTS[pattern]}" if pattern in HINTS else f"text matching `{pattern}`"
+        return f"text: {_markdown(HINTS[pattern])}" if pattern in HINTS else f"text matching `{pattern}`"
     if kind in ("integer", "number"):
         bounds = [f"≥ {prop['minimum']}"] if "minimum" in prop else []
         bounds += [f"> {prop['exclusiveMinimum']}"] if "exclusiveMinimum" in prop else []
@@ -200,7 +201,12 @@ def _default(prop: dict[str, Any]) -> str:
 
 
 def _markdown(text: str) -> str:
-    return text.replace("``", "`")
+    """A docstring or comment as Markdown: reST's double backquotes as code, and outside code the
+    characters Markdown would read as markup (``<run_dir>`` as a tag, ``dp*tp`` as emphasis) as text."""
+    parts = text.replace("``", "`").split("`")
+    for index in range(0, len(parts), 2):  # the even parts are outside code spans
+        parts[index] = html.escape(parts[index], quote=False).replace("*", "\\*")
+    return "`".join(parts)
 
 
 def _cell(text: str) -> str:
