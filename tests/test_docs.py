@@ -94,7 +94,7 @@ def _command_lines(block: Block) -> list[list[str]]:
 
 
 def _mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
-    if shutil.which("mkdocs") is None and not _importable("mkdocs"):
+    if not _importable("mkdocs"):
         pytest.fail("mkdocs is not installed: pip install -e '.[docs]' (bin/setup does)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "NO_MKDOCS_2_WARNING": "1"}
