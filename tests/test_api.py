@@ -93,12 +93,12 @@ def test_cancel_a_running_run(tmp_path: Path) -> None:
     assert not list(Path(run.run_dir).glob("timed-*.json")), "the script was stopped before it finished"
 
 
-def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
-    """The README's notebook-style example, extracted and run (so it cannot rot)."""
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("<!-- api-example -->")
-    code = readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
-    (tmp_path / "recipes").symlink_to(REPO / "recipes")  # run where the README is read, runs kept out of the repo
+def test_the_docs_python_example_runs_as_written(tmp_path: Path) -> None:
+    """The notebook-style example of docs/guides/python.md, extracted and run (so it cannot rot)."""
+    page = (REPO / "docs" / "guides" / "python.md").read_text()
+    start = page.index("<!-- api-example -->")
+    code = page[start:].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "recipes").symlink_to(REPO / "recipes")  # run where the page is read, runs kept out of the repo
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     last = json.loads(done.stdout.strip().splitlines()[-1])

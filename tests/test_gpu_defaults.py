@@ -1,8 +1,8 @@
-"""Seed 004's GPU defaults in the built-in runner, each overridable: bf16 (the GPU profiles'
+"""The GPU defaults of the built-in runner, each overridable: bf16 (the GPU profiles'
 default precision), fused AdamW, fused attention (SDPA, FlashAttention-2 where installed), TF32 on
 Ampere and later (set at run time), torch.compile through task.trainer.args, and gradient
 checkpointing turned on where the memory estimate says the recipe needs it. No GPU here: these are
-checked as settings, not timed (the README says what ran where)."""
+checked as settings, not timed (docs/guides/parallelism.md says what ran where)."""
 
 from __future__ import annotations
 

@@ -147,8 +147,9 @@ def test_a_name_that_is_neither_a_file_nor_shipped_lists_the_shipped_recipes(ven
 
 @pytest.mark.train
 def test_the_train_extra_keeps_the_sites_torch(wheel: Path, tmp_path: Path) -> None:
-    """The README's advice, checked with pip itself: a venv that sees the site's torch (here the
-    one installed in this interpreter) installs clusterkit[train] without replacing it."""
+    """The install advice (docs/getting-started.md), checked with pip itself: a venv that sees the
+    site's torch (here the one installed in this interpreter) installs clusterkit[train] without
+    replacing it."""
     torch = pytest.importorskip("torch")
     root = tmp_path / "train-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root)], check=True)

@@ -39,6 +39,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "schema": (
         "clusterkit schema > recipe.schema.json   # point your editor's YAML schema setting at it",
         "clusterkit schema | jq '.\"$defs\".Resources.properties.time'   # what one field takes",
+        "clusterkit schema --profile > profile.schema.json   # the same for cluster profiles",
     ),
     "submit": (
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",

@@ -126,9 +126,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from clusterkit.spec.recipe import recipe_json_schema
+    if args.profile:
+        from clusterkit.spec.profile import profile_json_schema as json_schema
+    else:
+        from clusterkit.spec.recipe import recipe_json_schema as json_schema
 
-    print(json.dumps(recipe_json_schema(), indent=2, sort_keys=True))
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
     return 0
 
 
@@ -159,5 +162,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     with_overrides(p)
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)")
+    p = sub.add_parser("schema", help="print the recipe (or cluster profile) JSON Schema, for editors")
+    p.add_argument("--profile", action="store_true", help="the schema of a cluster profile instead of a recipe")
     p.set_defaults(func=cmd_schema)

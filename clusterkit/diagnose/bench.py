@@ -1,4 +1,4 @@
-"""``clusterkit bench``: the same recipe at several scales, and how well it scales (seed 003's table).
+"""``clusterkit bench``: the same recipe at several scales, and how well it scales (samples/s, speedup, scaling efficiency).
 
 Every scale keeps the per-GPU work (micro batch and gradient accumulation; the global batch grows
 with the GPUs: weak scaling) and runs ``--steps`` steps. Throughput is measured from the runner's

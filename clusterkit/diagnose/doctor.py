@@ -2,7 +2,7 @@
 
 Facts are gathered once (commands, files, environment) into :class:`HostFacts`; :func:`diagnose`
 is a pure function of them, so captured outputs of real GPU nodes exercise every rule where no GPU
-exists. Rules of thumb are seed 003's (16 GB host RAM per GPU, identical GPUs in one job).
+exists. Rules of thumb: 16 GB host RAM per GPU, identical GPUs in one job.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def _topology_checks(topo: str) -> list[Check]:
         else:
             crossing = " (some across CPU sockets: SYS)" if "SYS" in kinds else ""
             checks.append(Check("GPU links", WARN, f"no NVLink: GPUs talk over PCIe ({', '.join(kinds)}){crossing}",
-                                "expect all-reduce far below NVLink speed (seed 002: DDP ~30% slower); keep tp=1, "
+                                "expect all-reduce far below NVLink speed (DDP ~30% slower); keep tp=1, "
                                 "or TP only within PIX pairs; use gradient accumulation to communicate less often"))
     far = sorted(gpu for gpu, kind in nic_affinity(topo).items() if kind in ("NODE", "SYS"))
     if far:

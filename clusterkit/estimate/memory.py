@@ -3,8 +3,8 @@ framework overhead, as ZeRO / DP, TP, PP and context parallelism (CP) divide the
 moves to host RAM. Expert parallelism is not modelled: the model shape has no experts, so its weights
 count as dense (and replicated over the expert-parallel ranks).
 
-Model-state bytes follow seed 004 (per parameter: 4 fp32 weights or 6 under mixed precision, 4 for
-gradients, 8 for AdamW, 4 Adafactor, 2 8-bit Adam) and, for ZeRO, DeepSpeed's own accounting
+Model-state bytes per parameter: 4 fp32 weights or 6 under mixed precision, 4 for gradients, 8 for
+AdamW, 4 Adafactor, 2 8-bit Adam; for ZeRO, DeepSpeed's own accounting
 (16-bit params and grads, fp32 master weights, gradients and optimizer states partitioned by stage).
 """
 

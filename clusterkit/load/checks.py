@@ -1,4 +1,4 @@
-"""Layout checks and derivations (seed 002's rules): world size, TP inside a node, batch arithmetic,
+"""Layout checks and derivations: world size, TP inside a node, batch arithmetic,
 ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see before a job is queued."""
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def _fit_memory(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[st
     """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
     families only: the meta-device fallback would import torch on the validate path). Where
     gradient checkpointing makes a trainer task fit and the recipe leaves it unset, it is turned
-    on (seed 004's default), said in a warning; ``gradient_checkpointing: false`` keeps it off."""
+    on (a GPU default), said in a warning; ``gradient_checkpointing: false`` keeps it off."""
     from clusterkit.estimate.memory import GIB, Layout, estimate, optimizer_kind
     from clusterkit.estimate.modelsize import CLOSED_FORM_FAMILIES, model_shape
 

@@ -1,6 +1,6 @@
 """``clusterkit plan``: will it fit, and which layout is fastest on this cluster?
 
-Seed 002's decision rules as executable advice, plus a search over every valid (dp, tp, pp, ZeRO
+The usual rules for choosing a parallel strategy as executable advice, plus a search over every valid (dp, tp, pp, ZeRO
 stage, offload, micro batch, accumulation, gradient checkpointing) ranked by a simple cost model:
 compute from 6·N·tokens FLOPs at the profile's peak and an assumed efficiency; communication from
 each strategy's volume over the profile's intra- and inter-node bandwidth; the pipeline bubble.
@@ -24,7 +24,7 @@ OFFLOAD_PCIE_GBPS = 25.0  # host<->GPU copies for offloaded states
 CPU_ADAM_PARAMS_PER_S = 1e9  # optimizer step on the host, per GPU's partition
 MAX_MICRO_BATCH = 64
 # Ranking only: a layout must be this much faster per ZeRO stage (and per offload) to beat a simpler
-# one — seed 002's "DDP when the model fits; ZeRO only if it helps".
+# one: "DDP when the model fits; ZeRO only if it helps".
 COMPLEXITY_PENALTY = 0.01
 
 
@@ -162,7 +162,7 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
 
 
 def advise(shape: ModelShape, loaded: LoadedRecipe, gpu_memory: int, estimate_for: Any) -> list[Advice]:
-    """Seed 002's rules for choosing a strategy, applied to this model and cluster."""
+    """The rules for choosing a strategy, applied to this model and cluster."""
     recipe, profile = loaded.recipe, loaded.profile
     advice = []
     single = estimate_for(Layout(dp=1))
@@ -185,7 +185,7 @@ def advise(shape: ModelShape, loaded: LoadedRecipe, gpu_memory: int, estimate_fo
                              "gradients every micro-batch)"))
     micro = recipe.parallelism.micro_batch_size or 1
     if micro % 8 or (shape.hidden and shape.hidden % 8):
-        advice.append(Advice("multiple-of-8", f"tensor cores want multiples of 8: micro batch {micro}, hidden size {shape.hidden} (seed 004)"))
+        advice.append(Advice("multiple-of-8", f"tensor cores want multiples of 8: micro batch {micro}, hidden size {shape.hidden}"))
     return advice
 
 
@@ -212,7 +212,7 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
     if wanted_global != recipe_global:
         ratio = wanted_global / recipe_global
         result.advice.append(Advice("lr-scaling", f"global batch {recipe_global} -> {wanted_global}: scale the learning rate "
-                                    f"linearly (x{ratio:.2f}) or by its square root (x{ratio ** 0.5:.2f}) (seed 003)"))
+                                    f"linearly (x{ratio:.2f}) or by its square root (x{ratio ** 0.5:.2f})"))
     if recipe.task.trainer is not None:
         result.notes.append("the built-in Trainer runner does data parallelism with ZeRO; TP/PP layouts need a user script")
     if shape.family == "unknown":

@@ -15,7 +15,7 @@ def _local(path: str, base_dir: Path) -> Path:
 
 
 def attention_implementation(on_gpu: bool, flash_installed: bool) -> str | None:
-    """Seed 004's default: fused attention. FlashAttention-2 on a GPU where its package is installed;
+    """The GPU default: fused attention. FlashAttention-2 on a GPU where its package is installed;
     else None, transformers' own choice: PyTorch's SDPA wherever the architecture supports it."""
     return "flash_attention_2" if on_gpu and flash_installed else None
 

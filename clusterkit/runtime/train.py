@@ -49,7 +49,7 @@ def trainer_task(recipe: ResolvedRecipe) -> TrainerTask:
 
 def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: Path) -> dict[str, Any]:
     """TrainingArguments keywords from the recipe. The layout keys come from the recipe; the user's
-    task.trainer.args fill or override the rest; defaults follow seed 004 on a GPU and still run on CPU."""
+    task.trainer.args fill or override the rest; GPU defaults (bf16, fused AdamW and attention, TF32) apply on a GPU and the rest still runs on CPU."""
     on_gpu = profile.accelerator == "gpu"
     cpus_per_rank = max(1, recipe.resources.cpus_per_task // recipe.ranks_per_node)
     settings: dict[str, Any] = {
@@ -226,7 +226,7 @@ def _train(job_file: Path) -> int:
     # previous checkpoint before the new one is marked complete, leaving a moment with none.
     keep_checkpoints = settings.pop("save_total_limit", None)
     if profile.accelerator == "gpu" and "tf32" not in settings and torch.cuda.get_device_capability() >= (8, 0):
-        settings["tf32"] = True  # seed 004: TF32 matmuls on Ampere and later, where they exist
+        settings["tf32"] = True  # TF32 matmuls on Ampere and later, where they exist
     args = TrainingArguments(**settings)
     subset = recipe.deepspeed.include or recipe.deepspeed.exclude
     # With DeepSpeed include/exclude only the launcher knows how many ranks remain.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from msgspec import Meta, field
 
@@ -24,6 +24,7 @@ from clusterkit.spec.recipe import (
     PATTERN_HINTS,
     WORD_PATTERN,
     _Struct,
+    file_json_schema,
 )
 
 BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
@@ -140,6 +141,11 @@ class ClusterProfile(_Struct, kw_only=True):
     offline: bool = False
     # HF_HOME for every job: an absolute path on the shared filesystem (the hub cache is its hub/ folder).
     hf_home: Optional[Annotated[str, Meta(pattern=HF_HOME_PATTERN)]] = None
+
+
+def profile_json_schema() -> dict[str, Any]:
+    """JSON Schema of a cluster profile file, for editors (``clusterkit schema --profile``)."""
+    return file_json_schema(ClusterProfile, "clusterkit cluster profile")
 
 
 def expanded(text: str) -> Path:

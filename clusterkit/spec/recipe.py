@@ -85,7 +85,7 @@ Offload = Literal["none", "cpu", "nvme"]
 # none: clusterkit sets no network variable at all (the site's modules or container set them).
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
-# command: your own command on every node (it starts the ranks); see README "Launchers".
+# command: your own command on every node (it starts the ranks); see docs/guides/launchers.md.
 # mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
 Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command", "mpirun"]
 Rendezvous = Literal["static", "c10d"]
@@ -201,7 +201,7 @@ class ModelSpec(_Struct):
     config: Union[dict[str, Any], NonEmptyLine, None] = None
     pretrained: Optional[NonEmptyLine] = None
     tokenizer: Optional[NonEmptyLine] = None
-    # The attention kernel; default (seed 004): flash_attention_2 on a GPU where flash-attn is
+    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is
     # installed, else sdpa.
     attention: Optional[Literal["sdpa", "flash_attention_2", "eager"]] = None
 
@@ -352,7 +352,8 @@ class Recipe(_Struct, kw_only=True):
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
     container_image: Optional[NonEmptyLine] = None
     hooks: Hooks = field(default_factory=Hooks)
-    drop: ProfileDrops = field(default_factory=ProfileDrops)  # the profile's env: set it to null in env
+    # The profile's modules and setup lines to leave out (to drop a profile's env variable, set it to null in env).
+    drop: ProfileDrops = field(default_factory=ProfileDrops)
     runs_dir: Optional[NonEmptyLine] = None
     master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
     python: Optional[PythonCommand] = None
@@ -374,11 +375,17 @@ def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
     return 1 if process_model == "launcher_per_node" else gpus_per_node
 
 
+def file_json_schema(struct: type, title: str) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a YAML file that decodes to ``struct``, for editors."""
+    schema = msgspec.json.schema(struct)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = title
+    return schema
+
+
 def recipe_json_schema() -> dict[str, Any]:
     """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
-    schema = msgspec.json.schema(Recipe)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "clusterkit recipe"
+    schema = file_json_schema(Recipe, "clusterkit recipe")
     # `extends` is resolved (and removed) before the struct is built, so it is not a Recipe field.
     recipe_def = schema["$defs"]["Recipe"]
     recipe_def["properties"]["extends"] = {
