@@ -34,6 +34,7 @@ import stat
 from typing import Sequence
 
 from clusterkit.errors import UserError
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 # Linux refuses to start a program with one environment string longer than this (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 128 * 1024
 _LINE = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
@@ -78,13 +79,13 @@ def _read_secrets_file(names: Sequence[str]) -> dict[bytes, tuple[bytes, str]]:
     path = config.secrets_path()
     if path is None:
         return {}
+    def private(info: os.stat_result) -> None:
+        if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise SecretError(f"{path}: secrets_file must be yours and readable by you only "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
+
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise SecretError(f"{path}: secrets_file must be yours and readable by you only "
-                                  f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
-            data = handle.read()
+        data = read_bounded(path, CONFIG_LIMIT, "the secrets_file", check=private)
     except OSError as exc:
         raise SecretError(f"{path}: cannot read the secrets_file ({config.location(('secrets_file',))} names it): "
                           f"{exc.strerror or exc}") from None
