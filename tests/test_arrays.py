@@ -301,6 +301,18 @@ def test_after_and_singleton_become_sbatchs_dependency(tmp_path: Path) -> None:
         assert refused.returncode == 2 and message in refused.stderr
 
 
+@pytest.mark.parametrize("after", [[""], [",,,"], ["12,,13"], ["12,"], [",12"], ["12", ""]])
+def test_an_empty_after_is_refused_not_dropped(tmp_path: Path, after: list[str]) -> None:
+    """``--after "$JOB"`` with JOB unset (or a stray comma) would otherwise queue the job with no dependency:
+    it could start before the job it was meant to wait for."""
+    flags = [word for value in after for word in ("--after", value)]
+    for extra in ((), ("--singleton",)):
+        done = run_cli("submit", str(_recipe(tmp_path)), "--dry-run", "--executor", "slurm", *flags, *extra, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("clusterkit: --after: an empty job id"), done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slurm
 def test_a_job_submitted_after_another_starts_when_it_ended(dev_cluster: str, tmp_path: Path) -> None:
     """Two one-node jobs would run side by side on the two nodes; --after makes the second wait."""
