@@ -67,6 +67,12 @@ DAMAGED_INFIX = ".damaged-"  # checkpoint_files sets a damaged checkpoint aside 
 # --- Written by other commands ---
 CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; read by status
 EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
+# The marker in a folder that `render -o` or `export -o` wrote (runs.output_dir): what kind of output it
+# holds and its files. Read by them (only such a folder is replaced) and by the code snapshot (never code).
+OutputKind = Literal["render", "export"]
+RENDER_MARKER = ".clusterkit-render"
+EXPORT_MARKER = ".clusterkit-export"
+OUTPUT_MARKERS: dict[OutputKind, str] = {"render": RENDER_MARKER, "export": EXPORT_MARKER}
 CURVES_PNG = "curves.png"  # `clusterkit plot`'s default chart (a sweep: in the array's directory)
 
 # --- Beside the run directories ---
