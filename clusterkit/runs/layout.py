@@ -43,6 +43,9 @@ METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; rea
 PREFLIGHT_RESULT = "preflight.json"  # preflight, rank 0; read by `clusterkit preflight` and status (slow nodes)
 # The runner, rank 0, when a preempted job is not requeued; read by the batch script (no retry) and status.
 PREEMPTED_RECORD = "preempted.json"
+# The runner, rank 0, just before it requeues the job (scontrol requeue): this job starts again; read by
+# the batch script, which then keeps the secrets file for that start (removed at each start).
+REQUEUED = "requeued"
 # The batch script, when it retries a failed run as a new job excluding the failing node: one JSON
 # line per retry (job_id, after_job, excluded host, node); read by status, which follows the newest.
 RETRIES = "retries.jsonl"
