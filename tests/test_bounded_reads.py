@@ -183,9 +183,12 @@ def test_status_of_a_run_whose_files_are_hostile_answers_at_once(tmp_path: Path)
     assert done.returncode != 0
     (run_dir,) = (tmp_path / "runs" / "r").iterdir()
     for name, kind in [("exit_code", "fifo"), ("hostfile", "dev-zero"), ("ranks/node0.exit", "fifo"),
-                       (f"{run_dir.name}_0_log.err", "dev-zero"), ("preempted.json", "directory")]:
+                       (f"{run_dir.name}_0_log.err", "dev-zero"), ("preempted.json", "directory"),
+                       ("metrics.jsonl", "fifo")]:
         (run_dir / name).unlink(missing_ok=True)
         _plant(run_dir / name, kind)
     status = _cli("status", str(run_dir), cwd=tmp_path)
     assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
     assert status.stdout.startswith(f"{run_dir.name}  r  FAILED  (the local batch process ended without an exit code)")
+    plotted = _cli("plot", str(run_dir), "-o", str(tmp_path / "c.png"), cwd=tmp_path)
+    assert "has no metrics yet" in _one_line(plotted, code=1)  # as before the job logs any

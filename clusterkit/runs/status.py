@@ -14,7 +14,7 @@ from clusterkit.runs.layout import (
     mpirun_output, mpirun_rank_logs, node_dir, node_exit, node_log, node_number,
 )
 from clusterkit.runs.record import RunRecord
-from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
@@ -193,7 +193,7 @@ def _text(path: Path) -> str:
     """A small file the job writes, as text; "" where it is missing, unreadable, no regular file or
     larger than any the job writes."""
     try:
-        return read_bounded(path, RECORD_LIMIT, "a run file").decode("utf-8", "replace")
+        return read_bounded(path, CONFIG_LIMIT, "a run file").decode("utf-8", "replace")
     except (OSError, InputFileError):
         return ""
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from clusterkit.errors import UserError
 
 MiB = 1 << 20
-CONFIG_LIMIT = 16 * MiB  # a YAML or JSON file written by hand (a recipe, a profile, a model config)
-RECORD_LIMIT = 1 * MiB  # a run record, a run directory's small status files
+CONFIG_LIMIT = 16 * MiB  # a file written by hand or by a job (a recipe, a profile, a model config, preflight.json)
+RECORD_LIMIT = 1 * MiB  # a run record, an output folder's marker
 
 
 class InputFileError(UserError):
