@@ -207,10 +207,11 @@ class Run:
 
     def metrics(self) -> list[dict[str, Any]]:
         """The rows of metrics.jsonl written so far (step, loss, samples/s, ...); none yet: []."""
+        from clusterkit.runs.logs import METRICS_LIMIT, read_run_file
+
         with self._scheduler() as scheduler:
             try:
-                with scheduler.run_file(self.record, METRICS).open("rb") as handle:
-                    text = handle.read().decode("utf-8", "replace")
+                text = read_run_file(scheduler.run_file(self.record, METRICS), METRICS_LIMIT, "the run's metrics")
             except FileNotFoundError:
                 return []
         from clusterkit.runs.record import metric_records

@@ -104,8 +104,9 @@ class BadRunRecord(UserError, LookupError):
     """A run.json or uploaded bundle that is not one (truncated, edited, not ours), named with what is wrong."""
 
 
-class RenderTargetError(UserError):
-    """The output path cannot take a render; the message is one line naming it."""
+class OutputDirError(UserError):
+    """The output folder cannot take what a command writes (``render -o``, ``export -o``): not empty and
+    not an earlier output of that command; the message is one line naming it."""
 
 
 class UnsafeValue(UserError, ValueError):

@@ -94,6 +94,23 @@ def test_every_point_is_a_validated_recipe_of_its_own(tmp_path: Path) -> None:
     assert {p.recipe.task.trainer.args["seed"] for p in more.points} == {7}
 
 
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_a_huge_grid_is_counted_before_it_is_built(tmp_path: Path, command: str) -> None:
+    """7 keys of 10 values (a few hundred bytes) are 10,000,000 points: refused from the lengths of the
+    value lists, in one line, within a memory limit that building them would exceed many times."""
+    grid = {f"env.K{key}": [f"v{value}" for value in range(10)] for key in range(6)}
+    path = _sweep(tmp_path, grid)
+    extra = ("--grid", "env.K6=" + ",".join(f"w{value}" for value in range(10)))
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (800 << 20, 800 << 20)); "
+    done = subprocess.run(["python", "-c", limit + "from clusterkit.cli.main import main; raise SystemExit(main())",
+                           command, str(path), *(extra if command == "sweep" else ()),
+                           *(("--executor", "local") if command == "sweep" else ())],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    points = "10,000,000" if command == "sweep" else "1,000,000"
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr == f"clusterkit: {path}: the grid has {points} points; one sweep runs at most 10,000\n"
+
+
 def test_one_bad_point_stops_the_sweep_before_anything_is_written(tmp_path: Path) -> None:
     path = _sweep(tmp_path, {"parallelism.micro_batch_size": [4, 0, 2]})
     done = run_cli("sweep", str(path), "--executor", "local", cwd=tmp_path)
@@ -299,6 +316,18 @@ def test_after_and_singleton_become_sbatchs_dependency(tmp_path: Path) -> None:
     for bad, message in ((["--after", "12;touch x"], "not a job id"), (["--after", "12", "--executor", "local"], "need SLURM's queue")):
         refused = run_cli("submit", str(path), "--dry-run", *bad, cwd=tmp_path)
         assert refused.returncode == 2 and message in refused.stderr
+
+
+@pytest.mark.parametrize("after", [[""], [",,,"], ["12,,13"], ["12,"], [",12"], ["12", ""]])
+def test_an_empty_after_is_refused_not_dropped(tmp_path: Path, after: list[str]) -> None:
+    """``--after "$JOB"`` with JOB unset (or a stray comma) would otherwise queue the job with no dependency:
+    it could start before the job it was meant to wait for."""
+    flags = [word for value in after for word in ("--after", value)]
+    for extra in ((), ("--singleton",)):
+        done = run_cli("submit", str(_recipe(tmp_path)), "--dry-run", "--executor", "slurm", *flags, *extra, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("clusterkit: --after: an empty job id"), done.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slurm

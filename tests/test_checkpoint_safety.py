@@ -178,6 +178,50 @@ def test_export_uses_only_complete_intact_checkpoints(tmp_path: Path) -> None:
     assert f"exported {good} to {out}/" in done.stdout and (out / "model.safetensors").is_file()
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_export_never_overwrites_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    """-o a folder of the user's own (their model, their notes): refused in one line, every byte kept;
+    an earlier export is replaced whole; an empty folder is filled in place; a render is no export."""
+    run_dir = tmp_path / "run"
+    _checkpoint(run_dir / "checkpoints", 10)
+    mine = tmp_path / "my-model"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}')
+    (mine / "model.safetensors").write_bytes(b"my weights")
+    before = _tree(mine)
+    done = run_cli("export", str(run_dir), "-o", str(mine), cwd=REPO)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "is not empty and is not an earlier clusterkit export" in done.stderr
+    assert _tree(mine) == before and sorted(p.name for p in tmp_path.iterdir()) == ["my-model", "run"]
+
+    out = tmp_path / "out"
+    for _ in range(2):  # the second replaces the first
+        done = run_cli("export", str(run_dir), "-o", str(out), cwd=REPO)
+        assert done.returncode == 0, done.stderr
+    assert {"config.json", "model.safetensors", ".clusterkit-export"} <= set(os.listdir(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-model", "out", "run"], "no staging or old folder left"
+    (out / "notes.txt").write_text("mine")
+    done = run_cli("export", str(run_dir), "-o", str(out), cwd=REPO)
+    assert done.returncode == 2 and "notes.txt" in done.stderr and (out / "notes.txt").read_text() == "mine"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    inode = empty.stat().st_ino
+    assert run_cli("export", str(run_dir), "-o", ".", cwd=empty).returncode == 0
+    assert (empty / "model.safetensors").is_file() and empty.stat().st_ino == inode
+
+    rendered = tmp_path / "rendered"
+    assert run_cli("render", str(TINY), "-o", str(rendered), cwd=REPO).returncode == 0
+    before = _tree(rendered)
+    done = run_cli("export", str(run_dir), "-o", str(rendered), cwd=REPO)
+    assert done.returncode == 2 and "not an earlier clusterkit export" in done.stderr and _tree(rendered) == before
+    done = run_cli("render", str(TINY), "-o", str(out), cwd=REPO)
+    assert done.returncode == 2 and "not an earlier clusterkit render" in done.stderr
+
+
 # --- a rank's end ----------------------------------------------------------------------------
 
 _FINISHING_RANK = """

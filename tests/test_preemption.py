@@ -122,6 +122,26 @@ def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_pa
     assert starts[1:] == steps[:3], "each restart resumes where the previous one stopped"
 
 
+def test_the_secrets_file_stays_for_the_requeue_and_goes_with_the_run(dev_cluster: str, tmp_path: Path) -> None:
+    """max_requeues > 0: the requeued start reads the secrets again (the run completes), and once the run
+    ended for good the file is gone from its run directory."""
+    steps = ("--set", "task.trainer.args.max_steps=120", "--set", "task.trainer.args.save_steps=40",
+             "--set", "task.trainer.args.logging_steps=10")
+    done = run_cli("submit", TINY, "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "secrets=[CK_TEST_TOKEN]",
+                   "--set", "preemption.max_requeues=2", *steps, cwd=REPO,
+                   env={**os.environ, "CK_TEST_TOKEN": "requeue-secret-MARK"})
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
+    run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
+    _preempt_once(job_id, run_dir, starts=1)
+    _release(job_id)
+    assert (run_dir / ".secrets.env").exists(), "the requeued start needs it"
+    assert "COMPLETED" in _wait_done(job_id, run_dir)
+    assert _scontrol(job_id).get("Restarts") == "1"
+    time.sleep(2)  # the batch script removes it as it exits
+    assert not (run_dir / ".secrets.env").exists() and not (run_dir / "requeued").exists()
+
+
 def _rank_processes(job_id: str, node: str) -> dict[int, str]:
     """pid → LOCAL_RANK of the rank processes torchrun started for this job on this node: its
     children (not torchrun itself, whose command line names the entry point too)."""

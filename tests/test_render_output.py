@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.render import output_dir as render_dir
+from clusterkit.errors import OutputDirError
 from clusterkit.render.output_dir import MARKER
 from conftest import REPO, run_cli
 
@@ -144,10 +145,10 @@ def test_a_failure_midway_leaves_the_target_as_it_was(tmp_path: Path, monkeypatc
         real_write(path, text)
 
     monkeypatch.setattr(render_dir, "_write_file", failing_write)
-    expected = KeyboardInterrupt if interrupt is KeyboardInterrupt else render_dir.RenderTargetError
+    expected = KeyboardInterrupt if interrupt is KeyboardInterrupt else OutputDirError
     with pytest.raises(expected) as caught:
         render_dir.write_render(files, out, "test")
-    if expected is render_dir.RenderTargetError:
+    if expected is OutputDirError:
         assert str(caught.value) == f"cannot write the render to {out}: No space left on device"
     assert _tree(tmp_path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if state == "new" else ["out"])

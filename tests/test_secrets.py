@@ -122,6 +122,83 @@ def test_a_local_job_with_requeues_still_removes_the_file_at_its_end(tmp_path: P
     assert not (run_dir / ".secrets.env").exists()
 
 
+# What the launch step does, as the fake srun below plays it on "SLURM" (no CLUSTERKIT_EXECUTOR):
+# completed, failed, requeued by the runner (it writes the marker, then the job is stopped), the batch
+# shell killed (SLURM's own requeue), failed with a retry queued.
+_FAKE_SRUN = """#!/bin/bash
+case "$OUTCOME" in
+  completed) exit 0 ;;
+  requeued) echo '{"step": 5, "restart": 1}' > "$RUN_DIR/requeued"; exit 0 ;;
+  killed) kill -TERM "$PPID"; sleep 5; exit 0 ;;
+  *) exit 1 ;;
+esac
+"""
+_FAKE_SLURM = {"srun": _FAKE_SRUN, "scontrol": "#!/bin/sh\n[ \"$1\" = show ] && echo localhost; exit 0\n",
+               "sbatch": "#!/bin/sh\necho 4243\n"}
+
+
+@pytest.mark.parametrize("outcome, retries, kept", [
+    ("completed", 0, False), ("failed", 0, False), ("stale-requeued", 0, False), ("preflight-failed", 0, False),
+    ("requeued", 0, True), ("killed", 0, True), ("failed", 1, True),
+])
+def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(tmp_path: Path, outcome: str, retries: int,
+                                                                         kept: bool) -> None:
+    """preemption.max_requeues > 0 on SLURM: the batch script keeps the file while the job may start
+    again (requeued by the runner, killed by SLURM for its own requeue, a retry queued) and removes it
+    once the launch step ended the run (completed, failed with nothing to start it again, a failed
+    preflight). The rendered script itself, in bash, with srun, scontrol and sbatch played by stand-ins."""
+    from clusterkit import load_recipe, render_job
+
+    preflight = {"preflight": {"enabled": True}} if outcome == "preflight-failed" else {}
+    recipe = secret_recipe(tmp_path, preemption={"max_requeues": 2, "max_retries": retries}, **preflight)
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_job(load_recipe(recipe)).files["job.sbatch"])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in _FAKE_SLURM.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    run_dir = tmp_path / "runs" / "sec" / "4242"
+    run_dir.mkdir(parents=True)
+    secrets = run_dir / ".secrets.env"
+    secrets.write_bytes(b"HF_TOKEN=requeue-MARK\0")
+    secrets.chmod(0o600)
+    if outcome == "stale-requeued":  # an earlier attempt's marker: this start is not requeued
+        (run_dir / "requeued").write_text("{}\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "CLUSTERKIT_"))}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost",
+               SLURM_SUBMIT_DIR=str(tmp_path), OUTCOME=outcome)
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode != 0 or outcome in ("completed", "stale-requeued", "requeued"), done.stderr
+    assert b"launchers exited" in done.stdout or outcome in ("killed", "preflight-failed"), done.stdout + done.stderr
+    assert secrets.exists() == kept, (done.stdout + done.stderr).decode()
+    assert (run_dir / "requeued").exists() == (outcome == "requeued")
+
+
+def test_the_runner_marks_its_requeue_before_asking_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch script may reach its end before SLURM stops the requeued job: the marker is written
+    first; a requeue SLURM refused is no requeue, and the marker goes again."""
+    pytest.importorskip("torch")
+    from clusterkit.runtime.preemption import PreemptionHandler
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n[ -e {tmp_path}/requeued ] && echo marked > {tmp_path}/seen\n"
+                                      f"exit $SCONTROL_RC\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.delenv("CLUSTERKIT_EXECUTOR", raising=False)
+    for rc, marked in (("0", True), ("1", False)):
+        monkeypatch.setenv("SCONTROL_RC", rc)
+        handler = PreemptionHandler(tmp_path, None, max_requeues=2)
+        handler.stopped_at = 5
+        assert handler.finish(is_rank_zero=True) == 0
+        assert (tmp_path / "seen").read_text() == "marked\n" and (tmp_path / "requeued").exists() == marked
+        (tmp_path / "seen").unlink()
+
+
 def test_a_value_from_the_secrets_file_reaches_the_ranks(tmp_path: Path) -> None:
     value = b"from-file-MARK ' \" $(id) \\"
     secrets_file = tmp_path / "secrets"

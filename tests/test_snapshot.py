@@ -314,3 +314,56 @@ def test_the_users_secrets_file_is_never_copied_with_the_code(tmp_path: Path) ->
         done = run_cli("submit", str(_recipe(repo, **fields)), "--executor", "local", "--dry-run", "--json", cwd=repo, env=env)
         assert done.returncode == 0, done.stderr
         assert "secrets.env" not in json.loads(done.stdout)["snapshot"]["files"]
+
+
+def _earlier_run(run_dir: Path, name: str = "old", **record: object) -> None:
+    """A run directory as clusterkit leaves one: its record, secrets, logs and code copy."""
+    (run_dir / "code" / "src").mkdir(parents=True)
+    (run_dir / "code" / "src" / "train.py").write_text("old copy\n")
+    (run_dir / "run.json").write_text(json.dumps({
+        "job_id": run_dir.name, "name": name, "scheduler": "slurm", "run_dir": str(run_dir), "recipe": "r.yaml",
+        "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1, "launcher": "python", **record}))
+    (run_dir / ".secrets.env").write_bytes(b"HF_TOKEN=old-run-MARK\0")
+    (run_dir / ".secrets.env").chmod(0o600)
+    (run_dir / f"{run_dir.name}_0_log.out").write_text("log\n")
+
+
+@pytest.mark.parametrize("how", ["git", "folder"])
+def test_earlier_run_directories_and_secrets_are_never_code(tmp_path: Path, how: str) -> None:
+    """Run directories of another runs_dir or a sweep's, a render folder and any .secrets.env inside the
+    copied tree are left out at any depth (and said), in a git tree (untracked or committed) and in a
+    plain folder; a code file that merely happens to be called run.json stays."""
+    if how == "git":
+        repo = _repo(tmp_path)
+        root = repo
+    else:
+        root = tmp_path / HOSTILE
+        _write_code(root, "plain")
+        repo = root
+    _earlier_run(root / "experiments" / "runs-a" / "snap" / "1234")
+    array = root / "sweeps" / "runs" / "grid" / "77"  # a sweep's array: its secrets at the top, a record per task
+    _earlier_run(array, tasks=[0, 1])
+    _earlier_run(array / "0", name="grid")
+    (root / "rendered").mkdir()
+    (root / "rendered" / ".clusterkit-render").write_text('{"files": ["job.sbatch"]}\n')
+    (root / "rendered" / "job.sbatch").write_text("#!/bin/bash\n")
+    (root / "src" / "conf").mkdir()
+    (root / "src" / "conf" / "run.json").write_text('{"learning_rate": 0.1}\n')  # the user's, not a run record
+    (root / "src" / "conf" / ".secrets.env").write_text("HF_TOKEN=stray-MARK\n")
+    if how == "git":
+        _git(repo, "add", "-A", "experiments")  # committed by mistake: still no code
+        _git(repo, "commit", "-qm", "an old run")
+    recipe = _recipe(repo, **({} if how == "git" else {"snapshot": {"dir": "."}}))
+    dry = run_cli("submit", str(recipe), "--executor", "local", "--dry-run", "--json", cwd=repo)
+    assert dry.returncode == 0, dry.stderr
+    snapshot = json.loads(dry.stdout)["snapshot"]
+    assert sorted(snapshot["files"]) == ["snap.yaml", "src/conf/run.json", "src/helper.py", "src/train.py"]
+    assert {"experiments/runs-a/snap/1234/ (a clusterkit run directory)",
+            "sweeps/runs/grid/77/ (a clusterkit run directory)",
+            "rendered/ (a clusterkit render)"} <= set(snapshot["left_out"])
+    run_dir = _submitted(run_cli("submit", str(recipe), "--executor", "local", cwd=repo))
+    _ran(run_dir)
+    copied = sorted(str(p.relative_to(run_dir / "code")) for p in (run_dir / "code").rglob("*") if not p.is_dir())
+    assert copied == sorted(snapshot["files"])
+    for path in [run_dir, *run_dir.rglob("*")]:
+        assert not path.is_file() or b"MARK" not in path.read_bytes() or path.name == ".secrets.env" and path.parent == run_dir

@@ -178,7 +178,7 @@ def test_an_empty_or_unreadable_config(tmp_path: Path) -> None:
     config.unlink()
     config.mkdir()  # a directory where the file should be
     done = run_cli("config", env=_env(tmp_path))
-    assert done.returncode == 2 and done.stderr.startswith(f"{config}: <top level>: cannot read"), done.stderr
+    assert done.returncode == 2 and done.stderr == f"{config}: <top level>: not a regular file\n", done.stderr
     shutil.rmtree(config)
 
 

@@ -29,7 +29,7 @@ def submit_choices(args: argparse.Namespace):
     return SubmitChoices(executor=args.executor, template_dirs=template_dirs(args), resume=getattr(args, "resume", None),
                          from_scratch=getattr(args, "from_scratch", False), grid=tuple(getattr(args, "grid", None) or ()),
                          max_parallel=getattr(args, "max_parallel", None), chain=getattr(args, "chain", None),
-                         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",") if job),
+                         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",")),
                          after_type=getattr(args, "after_type", "afterok"), singleton=getattr(args, "singleton", False))
 
 

@@ -107,6 +107,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from clusterkit.runs.preflight_report import format_report
     from clusterkit.runs.status import COMPLETED
     from clusterkit.schedulers.api import open_scheduler
+    from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 
     request = _prepare(args, (Override(("preflight", "enabled"), True), Override(("preflight", "only"), True)),
                        one_job="preflight").request
@@ -121,7 +122,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             _print_submitted(record)
             final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
     result_file = record.path / PREFLIGHT_RESULT
-    result = json.loads(result_file.read_text()) if result_file.is_file() else None
+    result = json.loads(read_bounded(result_file, CONFIG_LIMIT, "a preflight result")) if result_file.is_file() else None
     if args.json:
         print_json({"run": record_json(record), "status": status_json(final), "result": result})
     elif result is not None:

@@ -22,9 +22,11 @@ from clusterkit.load.loader import Override
 from clusterkit.schedulers.api import schedule, statuses
 from clusterkit.spec.resolved import decode_job_file
 from clusterkit.runs.layout import JOB_JSON, METRICS
+from clusterkit.runs.logs import METRICS_LIMIT, read_run_file
 from clusterkit.runs.poll import poll
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import JobStatus
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,12 @@ def with_scaling(results: list[ScaleResult]) -> list[ScaleResult]:
 def read_result(scale: Scale, record: RunRecord, state: str, warmup: int) -> ScaleResult:
     """The scale's throughput; none when the job left no metrics or no job.json (it failed early)."""
     try:
-        metrics = metric_records((record.path / METRICS).read_text(encoding="utf-8", errors="replace"))
-        global_batch = decode_job_file((record.path / JOB_JSON).read_bytes()).recipe.parallelism.global_batch_size
+        metrics = metric_records(read_run_file(record.path / METRICS, METRICS_LIMIT, "the run's metrics")
+                                 .decode("utf-8", "replace"))
+        job_file = read_bounded(record.path / JOB_JSON, CONFIG_LIMIT, "a job file")
+        global_batch = decode_job_file(job_file).recipe.parallelism.global_batch_size
         samples_per_s, steps = measured_throughput(metrics, global_batch, warmup)
-    except (OSError, ValueError, KeyError, TypeError):  # msgspec's decode errors are ValueErrors
+    except (OSError, ValueError, KeyError, TypeError, InputFileError):  # msgspec's decode errors are ValueErrors
         samples_per_s, steps = None, 0
     return ScaleResult(scale.nodes, scale.gpus_per_node, scale.gpus, record.job_id, record.run_dir, state,
                        samples_per_s, steps)

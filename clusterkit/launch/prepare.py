@@ -143,6 +143,9 @@ def dependency_of(options: SubmitOptions) -> str | None:
         raise UsageError(f"--after-type {options.after_type}: give one of {', '.join(DEPENDENCY_TYPES)}")
     jobs = []
     for reference in options.after:
+        if not reference:  # `--after "$JOB"` with JOB unset, or a stray comma: never a job without its dependency
+            raise UsageError("--after: an empty job id (an unset variable, or a comma with nothing beside it): "
+                             "give job ids (123), array tasks (123_4) or run directories")
         if re.fullmatch(r"[0-9]+(_[0-9]+)?", reference):
             jobs.append(reference)
         elif (Path(reference) / RUN_RECORD).is_file():

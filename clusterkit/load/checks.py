@@ -13,12 +13,12 @@ import msgspec
 from clusterkit.load import job_checks, launch_checks, parallel_checks
 from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Parallelism, Recipe, process_model_of
-from clusterkit.spec.resolved import (
-    ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources, resolved_parallelism,
-)
+from clusterkit.spec.resolved import (ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources,
+                                      resolved_parallelism)
 from clusterkit.runs.layout import DEEPSPEED_CONFIG
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
@@ -59,10 +59,10 @@ def read_model_config(recipe: Recipe, source: SourceMap) -> dict[str, Any] | Non
         path = path / "config.json"
     key = ("task", "trainer", "model", "config")
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
+        loaded = json.loads(read_bounded(path, CONFIG_LIMIT, "a model config"))
     except FileNotFoundError:
         raise RecipeError(Finding(source.locate(key), key, f"model config not found: {path}")) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, InputFileError) as exc:
         raise RecipeError(Finding(source.locate(key), key, f"cannot read model config {path}: {exc}")) from None
     if not isinstance(loaded, dict):
         raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
@@ -78,8 +78,8 @@ def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
     key = ("deepspeed", "config")
     path = Path(config)
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        loaded = json.loads(read_bounded(path, CONFIG_LIMIT, "a DeepSpeed config"))
+    except (OSError, ValueError, InputFileError) as exc:
         raise RecipeError(Finding(source.locate(key), key, f"cannot read DeepSpeed config {path}: {exc}")) from None
     if not isinstance(loaded, dict):
         raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))

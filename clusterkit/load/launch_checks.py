@@ -11,6 +11,7 @@ import yaml
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, Srun, process_model_of,
                                     tasks_per_node)
@@ -96,8 +97,8 @@ def check_accelerate_config(recipe: Recipe, error: Report) -> None:
         return
     key = ("accelerate", "config")
     try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        config = yaml.safe_load(read_bounded(path, CONFIG_LIMIT, "an accelerate config").decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputFileError) as exc:
         error(key, f"cannot read the accelerate config {path}: {getattr(exc, 'strerror', None) or exc}")
         return
     kind = config.get("distributed_type", "MULTI_GPU") if isinstance(config, dict) else None

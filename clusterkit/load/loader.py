@@ -145,7 +145,7 @@ def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
 
 
 def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMap]:
-    data, source = load_yaml_file(path)
+    data, source = load_yaml_file(path, pipe_ok=not chain)  # the recipe named may come through a pipe
     if not isinstance(data, dict) or "extends" not in data:
         return data, source
     bases = data["extends"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import re
 from typing import Any, Sequence
 
@@ -63,12 +64,13 @@ def load_sweep(base: LoadedRecipe, grid_texts: Sequence[str] = (), max_parallel:
         if max_parallel is not None:
             raise UsageError("--max-parallel throttles a sweep: give --grid key=v1,v2 (or a sweep: block)")
         return None
-    combos = list(itertools.product(*grid.values()))
-    if len(combos) > MAX_TASKS:
-        raise UsageError(f"the grid has {len(combos)} points; one sweep runs at most {MAX_TASKS}")
-    spec = array_spec(len(combos), max_parallel or (sweep.max_parallel if sweep else None))
+    # Counted from the value lists before any point is built: 7 keys of 10 values are 10^7 points.
+    count = math.prod(len(values) for values in grid.values())
+    if count > MAX_TASKS:
+        raise UsageError(f"{base.path}: the grid has {count:,} points; one sweep runs at most {MAX_TASKS:,}")
+    spec = array_spec(count, max_parallel or (sweep.max_parallel if sweep else None))
     points, findings = [], []
-    for index, combo in enumerate(combos):
+    for index, combo in enumerate(itertools.product(*grid.values())):
         values = dict(zip(grid, combo))
         point_overrides = [Override(tuple(int(p) if p.isdigit() else p for p in key.split(".")), value)
                            for key, value in values.items()]

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from clusterkit.errors import Finding, Location, RecipeError
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 
 try:  # libyaml is ~10x faster; fall back to the pure-Python loader where it is missing.
     _BaseLoader = yaml.CSafeLoader
@@ -82,16 +83,19 @@ class SourceMap:
         return self.default
 
 
-def load_yaml_file(path: Path) -> tuple[Any, SourceMap]:
-    """Parse one YAML document; return plain Python data and its source map.
+def load_yaml_file(path: Path, pipe_ok: bool = False) -> tuple[Any, SourceMap]:
+    """Parse one YAML document; return plain Python data and its source map. A regular file only,
+    of at most CONFIG_LIMIT bytes (``pipe_ok``: or a pipe, to its end).
 
     Duplicate keys are errors (plain ``yaml.safe_load`` silently keeps the last one).
     """
     display = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, CONFIG_LIMIT, "a YAML file", pipe_ok=pipe_ok).decode("utf-8")
     except FileNotFoundError:
         raise RecipeError(Finding(Location(display), (), "file not found")) from None
+    except InputFileError as exc:
+        raise RecipeError(Finding(Location(display), (), exc.problem)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError(Finding(Location(display), (), f"cannot read: {exc}")) from None
     return parse_yaml_text(text, display)

@@ -10,10 +10,11 @@ import json
 from typing import Any, Callable
 
 from clusterkit.runs.layout import METRICS, SWEEP_POINTS
-from clusterkit.runs.logs import Readable
+from clusterkit.runs.logs import METRICS_LIMIT, Readable, read_run_file
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import COMPLETED, FAILED, PENDING, RUNNING, TERMINAL, JobStatus
 from clusterkit.spec.arrays import task_job_id
+from clusterkit.spec.bounded_read import InputFileError
 
 
 def task_record(array: RunRecord, index: int) -> RunRecord:
@@ -56,9 +57,8 @@ class TaskResult:
 
 def _read(file: Readable) -> bytes:
     try:
-        with file.open("rb") as handle:
-            return handle.read()
-    except OSError:
+        return read_run_file(file, METRICS_LIMIT, "a run file")
+    except (OSError, InputFileError):
         return b""
 
 

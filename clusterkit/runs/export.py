@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from clusterkit.errors import UserError
-from clusterkit.runs.layout import COMPLETE, WEIGHTS
 from clusterkit.runs.checkpoint_files import checkpoints_dir, damage, newest_usable
+from clusterkit.runs.layout import COMPLETE, WEIGHTS
+from clusterkit.runs.output_dir import check_output_dir, write_output
 
 
 class ExportError(UserError, RuntimeError):
@@ -40,7 +41,10 @@ def usable(checkpoint: Path) -> Path:
 
 
 def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -> Path:
-    """Write ``out_dir/model.safetensors`` + ``config.json``; returns the checkpoint exported."""
+    """Write ``out_dir/model.safetensors`` + ``config.json``; returns the checkpoint exported.
+    ``out_dir`` is new, empty or an earlier export (replaced whole): a folder of the user's own is
+    refused before the model is loaded (:mod:`clusterkit.runs.output_dir`)."""
+    check_output_dir(out_dir, "export")
     from transformers import AutoConfig, AutoModelForCausalLM
 
     checkpoint = usable(checkpoint) if checkpoint else newest_checkpoint(run_dir)
@@ -57,8 +61,7 @@ def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -
         model.tie_weights()
     else:  # plain weights, or the full weights the runner wrote beside DeepSpeed's shards (AutoTP)
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir))
+    write_output(out_dir, "export", f"clusterkit export of {checkpoint}", lambda folder: model.save_pretrained(str(folder)))
     return checkpoint
 
 

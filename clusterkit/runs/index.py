@@ -29,11 +29,14 @@ import msgspec
 from clusterkit.errors import BadRunRecord
 from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import JobId, RunRecord, read_record
+from clusterkit.spec.bounded_read import InputFileError, MiB, read_bounded
 
 INDEX_NAME = "runs.jsonl"
 # Past this size an add rewrites the file with only the runs still on disk, the newest KEEP of them.
 COMPACT_BYTES = 1 << 20
 KEEP = 5000
+# Far more than KEEP runs' lines: an index past it is no index (a device, or a file filled by mistake).
+INDEX_LIMIT = 64 * MiB
 LOCK_WAIT_S = 5  # an add gives up (with a warning) after waiting this long for the lock
 
 
@@ -71,8 +74,9 @@ def add_run(record: RunRecord, record_dir: Path, warn: Callable[[str], None] = _
             os.write(handle.fileno(), line.encode())
             if size > COMPACT_BYTES:
                 _compact(path)
-    except OSError as exc:
-        warn(f"{path}: cannot add job {record.job_id} to the run index ({exc.strerror}); "
+    except (OSError, InputFileError) as exc:
+        why = exc.problem if isinstance(exc, InputFileError) else exc.strerror
+        warn(f"{path}: cannot add job {record.job_id} to the run index ({why}); "
              f"clusterkit status finds it only with --runs-dir")
 
 
@@ -114,7 +118,7 @@ def _compact(path: Path) -> None:
 def _entries(path: Path, warn: Callable[[str], None]) -> list[Entry]:
     """The index's entries, newest first; damaged lines skipped with one warning."""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, INDEX_LIMIT, "the run index")
     except FileNotFoundError:
         return []
     except OSError as exc:

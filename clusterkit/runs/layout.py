@@ -43,6 +43,9 @@ METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; rea
 PREFLIGHT_RESULT = "preflight.json"  # preflight, rank 0; read by `clusterkit preflight` and status (slow nodes)
 # The runner, rank 0, when a preempted job is not requeued; read by the batch script (no retry) and status.
 PREEMPTED_RECORD = "preempted.json"
+# The runner, rank 0, just before it requeues the job (scontrol requeue): this job starts again; read by
+# the batch script, which then keeps the secrets file for that start (removed at each start).
+REQUEUED = "requeued"
 # The batch script, when it retries a failed run as a new job excluding the failing node: one JSON
 # line per retry (job_id, after_job, excluded host, node); read by status, which follows the newest.
 RETRIES = "retries.jsonl"
@@ -67,6 +70,12 @@ DAMAGED_INFIX = ".damaged-"  # checkpoint_files sets a damaged checkpoint aside 
 # --- Written by other commands ---
 CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; read by status
 EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
+# The marker in a folder that `render -o` or `export -o` wrote (runs.output_dir): what kind of output it
+# holds and its files. Read by them (only such a folder is replaced) and by the code snapshot (never code).
+OutputKind = Literal["render", "export"]
+RENDER_MARKER = ".clusterkit-render"
+EXPORT_MARKER = ".clusterkit-export"
+OUTPUT_MARKERS: dict[OutputKind, str] = {"render": RENDER_MARKER, "export": EXPORT_MARKER}
 CURVES_PNG = "curves.png"  # `clusterkit plot`'s default chart (a sweep: in the array's directory)
 
 # --- Beside the run directories ---

@@ -10,10 +10,23 @@ from typing import IO, BinaryIO, Callable, Protocol, Sequence
 from clusterkit.runs.layout import (STREAMS, deepspeed_rank_log, mpirun_output, mpirun_rank_logs, node_dir, node_log,
                                     torchrun_rank_logs)
 from clusterkit.runs.record import RunRecord
+from clusterkit.spec.bounded_read import MiB, read_bounded
+
+# A run's metrics.jsonl read whole (plot, a sweep's results, Run.metrics): far more than a run logs.
+METRICS_LIMIT = 256 * MiB
 
 
 class Readable(Protocol):
     def open(self, mode: str = "rb") -> IO[bytes]: ...
+
+
+def read_run_file(file: Readable, limit: int, what: str) -> bytes:
+    """A run's file, whole: on this machine a regular file of at most ``limit`` bytes (else
+    :class:`~clusterkit.spec.bounded_read.InputFileError`), on a login node as its adapter reads it."""
+    if isinstance(file, Path):
+        return read_bounded(file, limit, what)
+    with file.open("rb") as handle:
+        return handle.read()
 
 
 def log_files(record: RunRecord, rank: int | None) -> list[Path]:

@@ -18,6 +18,7 @@ import msgspec
 
 from clusterkit.errors import BadRunRecord, RunNotFound
 from clusterkit.runs.layout import RUN_RECORD
+from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
 
 # A job id names files and directories and is matched in globs: one plain word, no path or pattern.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z_.-]+$")]
@@ -94,9 +95,11 @@ def metric_records(text: str) -> list[dict[str, Any]]:
 def read_record(run_dir: Path) -> RunRecord:
     path = run_dir / RUN_RECORD
     try:
-        text = path.read_bytes()
+        text = read_bounded(path, RECORD_LIMIT, "a run record")
     except OSError as exc:
         raise BadRunRecord(f"{path}: cannot read the run record: {exc.strerror}") from None
+    except InputFileError as exc:
+        raise BadRunRecord(str(exc)) from None
     return parse_record(text, str(path))
 
 

@@ -14,6 +14,7 @@ from clusterkit.runs.layout import (
     mpirun_output, mpirun_rank_logs, node_dir, node_exit, node_log, node_number,
 )
 from clusterkit.runs.record import RunRecord
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
@@ -52,8 +53,8 @@ class JobStatus:
 def exit_code_from_run_dir(run_dir: Path) -> int | None:
     """The batch script's exit code, once it has written one."""
     try:
-        return int((run_dir / EXIT_CODE).read_text().strip())
-    except (OSError, ValueError):
+        return int(_text(run_dir / EXIT_CODE).strip())
+    except ValueError:
         return None
 
 
@@ -87,8 +88,8 @@ def explained(record: RunRecord, status: JobStatus) -> JobStatus:
 
 def _preempted_record(run_dir: Path) -> dict | None:
     try:
-        stopped = json.loads((run_dir / PREEMPTED_RECORD).read_text())
-    except (OSError, ValueError):
+        stopped = json.loads(_text(run_dir / PREEMPTED_RECORD))
+    except ValueError:
         return None
     return stopped if isinstance(stopped, dict) else None
 
@@ -101,10 +102,10 @@ def _failing_node(run_dir: Path) -> int | None:
     ended = []
     for path in run_dir.glob(node_exit("*")):
         try:
-            when, code = path.read_text().split()
+            when, code = _text(path).split()
             if code != "0":
                 ended.append((float(when), node_number(path.stem)))
-        except (OSError, ValueError):
+        except ValueError:
             continue  # not a node's record (a damaged or stray file)
     return min(ended)[1] if ended else None
 
@@ -128,9 +129,9 @@ def _root_cause(record: RunRecord, node: int) -> str | None:
 
 def _hostname(record: RunRecord, node: int) -> str:
     try:
-        hosts = [line.split()[0] for line in (record.path / HOSTFILE).read_text().splitlines() if line.strip()]
+        hosts = [line.split()[0] for line in _text(record.path / HOSTFILE).splitlines() if line.strip()]
         return f", {hosts[node]}"
-    except (OSError, IndexError):
+    except IndexError:
         return ""
 
 
@@ -152,7 +153,7 @@ def first_failure(record: RunRecord) -> str | None:
     reports = []
     for error_file in run_dir.glob(f"{node_dir('*')}/{TORCHRUN_ERROR_FILES}"):
         try:
-            message = json.loads(error_file.read_text())["message"]
+            message = json.loads(_text(error_file))["message"]
             node = node_number(error_file.parts[-5])  # ranks/node<N>/<run id>/attempt_<k>/<local rank>/error.json
             rank = node * record.ranks_per_node + int(error_file.parts[-2])
             written = error_file.stat().st_mtime_ns
@@ -177,7 +178,7 @@ def first_failure(record: RunRecord) -> str | None:
 def _slow_preflight(run_dir: Path) -> str | None:
     """Why a job stopped before training when its preflight found slow nodes (on_slow: fail)."""
     try:
-        result = json.loads((run_dir / PREFLIGHT_RESULT).read_text())
+        result = json.loads(_text(run_dir / PREFLIGHT_RESULT))
         if not result.get("slow_nodes") or result.get("on_slow") != "fail":
             return None
         slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
@@ -188,10 +189,17 @@ def _slow_preflight(run_dir: Path) -> str | None:
         return None  # no preflight, or a damaged result
 
 
+def _text(path: Path) -> str:
+    """A small file the job writes, as text; "" where it is missing, unreadable, no regular file or
+    larger than any the job writes."""
+    try:
+        return read_bounded(path, CONFIG_LIMIT, "a run file").decode("utf-8", "replace")
+    except (OSError, InputFileError):
+        return ""
+
+
 def _tail(path: Path, size: int = 16384) -> str:
     try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - size))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
+        return read_bounded(path, size, "a log", tail=True).decode("utf-8", "replace")
+    except (OSError, InputFileError):
         return ""

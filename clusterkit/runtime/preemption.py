@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from clusterkit.runs.layout import PREEMPTED_RECORD
+from clusterkit.runs.layout import PREEMPTED_RECORD, REQUEUED
 from clusterkit.runtime.rank_exit import write_durably
 
 # Exit code of the ranks when the job stopped for preemption without being requeued.
@@ -65,7 +65,11 @@ class PreemptionHandler(TrainerCallback):
             if requeue:
                 print(f"clusterkit: preempted at step {self.stopped_at}; requeueing job {job_id} "
                       f"(restart {restarts + 1} of at most {self.max_requeues})", flush=True)
-                subprocess.run(["scontrol", "requeue", job_id], check=False)
+                # Before the requeue: the batch script may reach its end before SLURM stops it, and
+                # must then keep what the next start reads (the secrets file).
+                write_durably(self.run_dir / REQUEUED, json.dumps({"step": self.stopped_at, "restart": restarts + 1}) + "\n")
+                if subprocess.run(["scontrol", "requeue", job_id], check=False).returncode != 0:
+                    (self.run_dir / REQUEUED).unlink(missing_ok=True)  # not started again: this was the end
             else:
                 reason = (f"max_requeues ({self.max_requeues}) reached" if job_id and restarts >= self.max_requeues
                           else "no SLURM job to requeue")

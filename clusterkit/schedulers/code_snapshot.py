@@ -7,7 +7,10 @@ and the SSH adapter sends through its session to ``tar -x`` on the login node. A
 its tracked files as they are on disk (``git archive HEAD`` with the uncommitted diff applied: the
 same bytes, without the round trip through a patch) and its untracked files that .gitignore does
 not exclude; a plain folder gives everything under it. Either way DEFAULT_EXCLUDE, the recipe's
-``snapshot.exclude`` and the runs directory (a run's files, or a .git in it, are never code) are left out.
+``snapshot.exclude`` and the runs directory (a run's files, or a .git in it, are never code) are left out,
+and so is, at any depth, every folder clusterkit wrote: a run directory of another runs_dir or of a
+sweep (it holds a run record, and a secrets file: copied, it would travel with each later run, nested
+run after run) and a ``render -o``/``export -o`` folder; and any file named as a run's secrets file.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
-from clusterkit.errors import SubmitError, UsageError
+from clusterkit.errors import BadRunRecord, SubmitError, UsageError
 from clusterkit.load.snapshot import git
+from clusterkit.runs.layout import OUTPUT_MARKERS, RUN_RECORD, SECRETS_FILE, STAGING_PREFIX
+from clusterkit.runs.record import read_record
 from clusterkit.spec.snapshot import DEFAULT_EXCLUDE, CodeSnapshot
 
 @dataclass(frozen=True)
@@ -52,6 +57,23 @@ def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
     parts = PurePosixPath(relative).parts
     return any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in patterns) \
         or any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
+
+
+def _written_by_clusterkit(folder: str) -> str | None:
+    """What clusterkit wrote ``folder`` as ("a clusterkit run directory", "a clusterkit render"), or
+    None. A run.json counts only when it is a run record: a code file may have that name."""
+    for kind, marker in OUTPUT_MARKERS.items():
+        if os.path.isfile(os.path.join(folder, marker)):
+            return f"a clusterkit {kind}"
+    if os.path.basename(folder).startswith(STAGING_PREFIX):
+        return "a clusterkit run directory"  # a submit's, before its job had an id
+    if os.path.isfile(os.path.join(folder, RUN_RECORD)):
+        try:
+            read_record(Path(folder))
+        except BadRunRecord:
+            return None
+        return "a clusterkit run directory"
+    return None
 
 
 def _candidates(snapshot: CodeSnapshot, skipped: Callable[[str], bool]) -> Iterator[str]:
@@ -92,13 +114,26 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
     """The files to copy, the commit and dirtiness; a snapshot over ``max_mb`` is refused. ``runs``:
     the runs directory and what clusterkit keeps in it, left out where they lie inside the tree."""
     root = os.path.realpath(snapshot.root)
-    patterns = (*DEFAULT_EXCLUDE, *snapshot.exclude)
+    patterns = (*DEFAULT_EXCLUDE, SECRETS_FILE, *snapshot.exclude)
     inside = [os.path.relpath(os.path.realpath(folder), root) for folder in runs]
     runs_inside = tuple(folder for folder in inside if folder != "." and not folder.startswith(".."))
+    clusterkits: dict[str, str | None] = {}  # folder below root -> what clusterkit wrote it as (None: not)
+
+    def written_by_clusterkit(relative: str) -> bool:
+        """Whether ``relative`` or a folder above it (below root) is one clusterkit wrote."""
+        parts = PurePosixPath(relative).parts
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth])
+            if folder not in clusterkits:
+                full = os.path.join(root, folder)
+                clusterkits[folder] = _written_by_clusterkit(full) if os.path.isdir(full) else None
+            if clusterkits[folder]:
+                return True
+        return False
 
     def skipped(relative: str) -> bool:
         return _excluded(relative, patterns) or any(relative == folder or relative.startswith(folder + os.sep)
-                                                     for folder in runs_inside)
+                                                     for folder in runs_inside) or written_by_clusterkit(relative)
 
     files, left_out, size, untracked = [], [], 0, False
     tracked = set()
@@ -121,6 +156,8 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
         if size > snapshot.max_mb * 1_000_000:
             raise UsageError(f"snapshot: {snapshot.root} holds more than {snapshot.max_mb} MB (over snapshot.max_mb "
                              f"{snapshot.max_mb}): exclude paths (snapshot.exclude), raise max_mb, or submit --no-snapshot")
+    # Each outermost folder clusterkit wrote, said once (the folders below it were never looked at).
+    left_out += [f"{folder}/ ({what})" for folder, what in sorted(clusterkits.items()) if what]
     commit = dirty = None
     if snapshot.git:
         head = git(root, "rev-parse", "--verify", "-q", "HEAD")

@@ -20,10 +20,13 @@ sbatch runs as ``env -u NAME ... sbatch`` for the same reason.
 
 Why a file that stays: every later attempt of the run starts from the same script in the same run
 directory and needs the values again (a requeue after preemption, an automatic retry, a chain's
-next link, an array's other tasks). The batch script removes the file when its end is the run's end
-(a single job that no clusterkit requeue can restart: ``preemption.max_requeues: 0`` or the local
-executor, and no retry was queued); ``clusterkit cancel`` removes it too. Otherwise it stays, mode 0600, like
-``~/.cache/huggingface/token``: an interrupted submit (Ctrl-C, kill -9) leaves it no more readable.
+next link, an array's other tasks). The batch script of a single job removes the file when its end
+is the run's end: with ``preemption.max_requeues: 0`` (or the local executor) whenever it exits; with
+requeues on SLURM once the launch step (or a preflight) ended and the runner did not requeue the job
+(it writes :data:`~clusterkit.runs.layout.REQUEUED` first), never when SLURM kills the shell (its own
+requeue); in either case not when a retry was queued. ``clusterkit cancel`` removes it too. Otherwise
+(an array's, a chain's) it stays, mode 0600, like ``~/.cache/huggingface/token``: an interrupted
+submit (Ctrl-C, kill -9) leaves it no more readable.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import stat
 from typing import Sequence
 
 from clusterkit.errors import UserError
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 # Linux refuses to start a program with one environment string longer than this (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 128 * 1024
 _LINE = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
@@ -78,13 +82,13 @@ def _read_secrets_file(names: Sequence[str]) -> dict[bytes, tuple[bytes, str]]:
     path = config.secrets_path()
     if path is None:
         return {}
+    def private(info: os.stat_result) -> None:
+        if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise SecretError(f"{path}: secrets_file must be yours and readable by you only "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
+
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise SecretError(f"{path}: secrets_file must be yours and readable by you only "
-                                  f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
-            data = handle.read()
+        data = read_bounded(path, CONFIG_LIMIT, "the secrets_file", check=private)
     except OSError as exc:
         raise SecretError(f"{path}: cannot read the secrets_file ({config.location(('secrets_file',))} names it): "
                           f"{exc.strerror or exc}") from None
