@@ -13,9 +13,12 @@ Each public name is imported on first use (PEP 562): every training rank imports
 
 from __future__ import annotations
 
+import _signal  # the C half of `signal`, loaded with the interpreter (`import signal` costs ~1 ms)
 import atexit
 import gc
 import importlib
+import os
+import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a cached `clusterkit --help` ~2.5 ms
 
@@ -26,9 +29,32 @@ def _spare_types_at_exit() -> None:
     """msgspec issue #717: collecting msgspec.Meta-constrained Struct types while the interpreter
     shuts down can crash it (SIGABRT or SIGSEGV, every exit here once a recipe was converted or a
     job.json decoded). At exit, after the CLI or a rank is done, whatever is still alive (the types
-    among it, wherever they were defined) is frozen out of reach of the final collection."""
-    gc.collect()  # today's garbage is finalized as usual (files flushed, temporary directories removed)
-    gc.freeze()
+    among it, wherever they were defined) is frozen out of reach of the final collection.
+
+    The freeze must happen even when Ctrl-C lands meanwhile (a KeyboardInterrupt out of the
+    collection would skip it, and the interpreter crash): SIGINT only marks the exit as
+    interrupted until the types are frozen, and the process then exits 130, as a command does."""
+    interrupted: list[int] = []
+    restore: tuple = ()  # the SIGINT handler to put back, once one of ours replaced it
+    try:
+        try:
+            restore = (_signal.signal(_signal.SIGINT, lambda signum, _frame: interrupted.append(signum)),)
+        except ValueError:  # not the main thread: its signals are not ours to handle
+            pass
+        gc.collect()  # today's garbage is finalized as usual (files flushed, temporary directories removed)
+    except KeyboardInterrupt:  # before the handler above was in place
+        interrupted.append(_signal.SIGINT)
+    finally:
+        gc.freeze()
+    if interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # closed, gone or None
+                pass
+        os._exit(130)  # 128 + SIGINT, as the CLI exits on Ctrl-C; nothing is left to collect
+    if restore:
+        _signal.signal(_signal.SIGINT, restore[0])
 
 
 atexit.register(_spare_types_at_exit)
