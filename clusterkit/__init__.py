@@ -20,9 +20,9 @@ import importlib
 import os
 import sys
 
-TYPE_CHECKING = False  # not typing's: importing typing costs a cached `clusterkit --help` ~2.5 ms
+from clusterkit.version import __version__
 
-__version__ = "0.1.0"
+TYPE_CHECKING = False  # not typing's: importing typing costs a cached `clusterkit --help` ~2.5 ms
 
 
 def _spare_types_at_exit() -> None:

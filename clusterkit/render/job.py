@@ -19,7 +19,7 @@ import yaml
 
 import clusterkit.render.templates
 
-from clusterkit import __version__
+from clusterkit.version import __version__
 from clusterkit.runs import layout as run_layout
 from clusterkit.spec.accelerate_config import accelerate_config
 from clusterkit.spec.deepspeed_config import deepspeed_config

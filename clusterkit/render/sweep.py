@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from clusterkit import __version__
+from clusterkit.version import __version__
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.load.sweep import SweepPoints
 from clusterkit.render.job import (RenderedJob, jinja_environment, render_job, render_template, sbatch_options,
