@@ -21,7 +21,7 @@ from clusterkit.load import checks
 from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
-from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
+from clusterkit.load.paths import CLUSTER_PREFIX, OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.load.snapshot import resolve_snapshot
 from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import Recipe
@@ -59,6 +59,7 @@ class Override:
 
     key_path: KeyPath
     value: Any
+    given_as: str | None = None  # the option that gave it, as an error's location (--cluster X); None: --set
 
     def __str__(self) -> str:
         """``key.path=value``, with the value as JSON (which YAML reads back as the same value)."""
@@ -67,9 +68,10 @@ class Override:
 
 def cluster_override(reference: str) -> Override:
     """``--cluster X``; a path is taken relative to here, not to the recipe."""
+    given_as = f"{CLUSTER_PREFIX}{reference}"
     if "/" in reference or reference.endswith((".yaml", ".yml")):
         reference = str(expanded(reference).absolute())
-    return Override(("cluster",), reference)
+    return Override(("cluster",), reference, given_as)
 
 
 def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
@@ -139,8 +141,10 @@ def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
             continue  # reported when the file itself is loaded
         bases = contents[path].get("extends") if isinstance(contents[path], dict) else None
         for base in [bases] if isinstance(bases, str) else bases if isinstance(bases, list) else []:
-            if isinstance(base, str):
+            try:
                 extended.add((path.parent / base).resolve())
+            except (TypeError, ValueError, OSError, RuntimeError):  # no path (a NUL, a loop): said when it is loaded
+                continue
     return {path for path, data in contents.items() if path.resolve() in extended
             and not (isinstance(data, dict) and "name" in data and "task" in data)}
 
@@ -161,11 +165,9 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
     merged_source = SourceMap(source.default)
     merged_source.warnings.extend(source.warnings)
     for base in bases:
-        base_path = (path.parent / base).resolve()
+        base_path = _base_file(path, base, bases_location)
         if base_path in chain or base_path == path.resolve():
             raise RecipeError(Finding(bases_location, ("extends",), f"circular extends through {base}"))
-        if not base_path.is_file():
-            raise RecipeError(Finding(bases_location, ("extends",), f"base recipe not found: {base}"))
         base_data, base_source = _load_with_bases(base_path, chain + (path.resolve(),))
         if not isinstance(base_data, dict):
             raise RecipeError(Finding(base_source.default, (), "a base recipe must be a mapping"))
@@ -175,6 +177,24 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
     data = dict(data)
     _deep_merge(merged, data, merged_source, source, ())
     return merged, merged_source
+
+
+def _base_file(path: Path, base: str, location: Location) -> Path:
+    """The base recipe file ``base`` (in ``path``'s extends:) names, relative to ``path``'s folder."""
+    problem = None
+    if "\0" in base:
+        problem = "a path cannot hold a NUL character"
+    else:
+        try:
+            base_path = (path.parent / base).resolve()
+            if not base_path.is_file():
+                raise RecipeError(Finding(location, ("extends",), f"base recipe not found: {base}"))
+            return base_path
+        except RuntimeError:  # Python < 3.13 says a symlink loop so
+            problem = "a loop of symbolic links"
+        except OSError as exc:  # a name too long, a folder it may not enter
+            problem = exc.strerror or str(exc)
+    raise RecipeError(Finding(location, ("extends",), f"base recipe {base}: {problem}"))
 
 
 def _deep_merge(into: dict, new: dict, into_source: SourceMap, new_source: SourceMap, path: KeyPath) -> None:
@@ -227,7 +247,11 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
     else:
         key_path, value, value_source = parse_override(override)
         source.warnings.extend(value_source.warnings)
-    location = Location(f"{OVERRIDE_PREFIX}{override}")
+    given_as = override.given_as if isinstance(override, Override) else None
+    location = Location(given_as or f"{OVERRIDE_PREFIX}{override}")
+    if key_path[0] == "extends":  # the bases were merged as the file was read, before any override
+        raise RecipeError(Finding(location, ("extends",), "cannot be set from the command line (the bases are merged "
+                                                          "as the file is read); write extends: in a recipe file"))
     node: Any = data
     for depth, part in enumerate(key_path[:-1]):
         if isinstance(node, list) and isinstance(part, int) and part < len(node):
