@@ -20,7 +20,6 @@ import importlib
 import os
 import sys
 
-from clusterkit.version import __version__
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a cached `clusterkit --help` ~2.5 ms
 
@@ -70,9 +69,10 @@ _PUBLIC = {
     **dict.fromkeys(_ERRORS, "clusterkit.errors"),
     "LoadedRecipe": "clusterkit.load.loader",
     "RenderedJob": "clusterkit.render.job",
+    "__version__": "clusterkit.version",
 }
 
-__all__ = ["__version__", *sorted(_PUBLIC)]
+__all__ = sorted(_PUBLIC)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -83,6 +83,7 @@ if TYPE_CHECKING:
                                    SSHError, SubmitError, UsageError, UserError, WaitTimeout)
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
+    from clusterkit.version import __version__
 
 
 def __getattr__(name: str) -> Any:
