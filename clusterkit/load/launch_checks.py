@@ -154,16 +154,17 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
                                     "so it cannot run this image")
     if profile.container is None:
         return
-    runs = Path(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")).absolute()
+    runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
         error(("runs_dir",), f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
                              "choose a runs directory without them")
-    for index, mount in enumerate(profile.container.mounts):
-        source, _, rest = mount.partition(":")
-        target = rest.split(":")[0] or source
-        if Path(target) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
-            profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
-                                                          f"which hides the runs directory {runs}; mount it at its own path")
+    for index, entry in enumerate(profile.container.mounts):
+        for mount in filter(None, entry.split(",")):  # joined with ',', as both runtimes split their list
+            source, _, rest = mount.partition(":")
+            target = rest.split(":")[0] or source
+            if Path(os.path.normpath(target)) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
+                profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
+                                                              f"which hides the runs directory {runs}; mount it at its own path")
 
 
 def check_service(recipe: Recipe, error: Report) -> None:
