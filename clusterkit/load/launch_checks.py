@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, Report
+from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, Srun, process_model_of,
@@ -179,6 +179,9 @@ def check_service(recipe: Recipe, error: Report) -> None:
     name = service.address_env
     if name in OWNED_ENV or any(name.startswith(prefix) for prefix in OWNED_ENV_PREFIXES):
         error(("service", "address_env"), f"{name} is set by clusterkit or SLURM; choose another name")
+    elif problem := (f"{name} {SHELL_ENV[name]}" if name in SHELL_ENV else read_by_programs(name)):
+        error(("service", "address_env"), f"{problem}: the service's address (host:port) in it would change how "
+                                          "the job's programs run; choose a name of your own, such as SERVICE_ADDR")
     if name in recipe.env or name in recipe.network.env:
         error(("service", "address_env"), f"{name} is also set in env; the service's address would replace it")
 
