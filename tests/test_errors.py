@@ -207,5 +207,5 @@ def test_ctrl_c_during_the_exit_time_collection_exits_130() -> None:
         assert child.stdout.readline() == b"collecting\n"
         time.sleep(0.02)  # inside the collection (C code: the signal waits for it to return)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        _, err = child.communicate(timeout=60)
         assert (child.returncode, err) == (130, b"")
