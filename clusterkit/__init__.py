@@ -16,18 +16,42 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import os
+import signal
+import sys
 from typing import TYPE_CHECKING, Any
-
-__version__ = "0.1.0"
 
 
 def _spare_types_at_exit() -> None:
     """msgspec issue #717: collecting msgspec.Meta-constrained Struct types while the interpreter
     shuts down can crash it (SIGABRT or SIGSEGV, every exit here once a recipe was converted or a
     job.json decoded). At exit, after the CLI or a rank is done, whatever is still alive (the types
-    among it, wherever they were defined) is frozen out of reach of the final collection."""
-    gc.collect()  # today's garbage is finalized as usual (files flushed, temporary directories removed)
-    gc.freeze()
+    among it, wherever they were defined) is frozen out of reach of the final collection.
+
+    The freeze must happen even when Ctrl-C lands meanwhile (a KeyboardInterrupt out of the
+    collection would skip it, and the interpreter crash): SIGINT only marks the exit as
+    interrupted until the types are frozen, and the process then exits 130, as a command does."""
+    interrupted: list[int] = []
+    restore: tuple = ()  # the SIGINT handler to put back, once one of ours replaced it
+    try:
+        try:
+            restore = (signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum)),)
+        except ValueError:  # not the main thread: its signals are not ours to handle
+            pass
+        gc.collect()  # today's garbage is finalized as usual (files flushed, temporary directories removed)
+    except KeyboardInterrupt:  # before the handler above was in place
+        interrupted.append(signal.SIGINT)
+    finally:
+        gc.freeze()
+    if interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # closed, gone or None
+                pass
+        os._exit(130)  # 128 + SIGINT, as the CLI exits on Ctrl-C; nothing is left to collect
+    if restore:
+        signal.signal(signal.SIGINT, restore[0])
 
 
 atexit.register(_spare_types_at_exit)
@@ -43,9 +67,10 @@ _PUBLIC = {
     **dict.fromkeys(_ERRORS, "clusterkit.errors"),
     "LoadedRecipe": "clusterkit.load.loader",
     "RenderedJob": "clusterkit.render.job",
+    "__version__": "clusterkit.version",
 }
 
-__all__ = ["__version__", *sorted(_PUBLIC)]
+__all__ = sorted(_PUBLIC)
 
 if TYPE_CHECKING:
     from clusterkit.api import (Run, SubmitChoices, Validation, dry_run, find_run, list_runs, load_recipe, render_job,
@@ -54,6 +79,7 @@ if TYPE_CHECKING:
                                    SSHError, SubmitError, UsageError, UserError, WaitTimeout)
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
+    from clusterkit.version import __version__
 
 
 def __getattr__(name: str) -> Any:

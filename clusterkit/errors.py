@@ -113,8 +113,9 @@ class UnsafeValue(UserError, ValueError):
     """A value that cannot be rendered where a template put it (a line break in an #SBATCH line)."""
 
 
-class TemplateNotFound(UserError, LookupError):
-    """A template named by a template (an ``{% include %}``) is in no directory of the search path."""
+class TemplateError(LocatedError):
+    """A job template (an ops one: --template-dir, $CLUSTERKIT_TEMPLATES, the recipe's folder) that
+    cannot be read or rendered, or a template directory that is not one: ``file[:line]: template: ...``."""
 
 
 class PathError(UserError, LookupError):

@@ -72,6 +72,11 @@ def test_apptainer_is_the_command_srun_starts(tmp_path: Path) -> None:
     ({}, ["/elsewhere:{runs}"], "puts /elsewhere over {runs} inside the container, which hides the runs directory"),
     ({}, ["/elsewhere:{parent}:ro"], "which hides the runs directory"),
     ({"runs_dir": "{tmp}/a,b"}, None, "holds ',' or ':'"),
+    # Both runtimes split their mount list at ',': one entry holding it is several mounts.
+    ({}, ["/data:/data,/elsewhere:{runs}"], "puts /elsewhere over {runs} inside the container"),
+    ({}, ["/data:/data:ro,/elsewhere:{parent}:rw"], "puts /elsewhere over {parent} inside the container"),
+    ({}, ["/elsewhere:{runs}/"], "puts /elsewhere over {runs}/ inside the container"),
+    ({}, ["/elsewhere:{runs}/sub/.."], "which hides the runs directory"),
 ])
 def test_a_container_that_could_not_see_the_run_is_refused(tmp_path: Path, fields: dict, mounts: list | None,
                                                           message: str) -> None:

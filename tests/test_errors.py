@@ -176,3 +176,36 @@ def test_no_exit_crashes_after_recipe_types_were_used() -> None:
         for _ in range(2):
             done = subprocess.run([sys.executable, "-c", code], input=job_json, capture_output=True, cwd=REPO)
             assert done.returncode == 3, (code, done.returncode, done.stderr[-300:])
+
+
+# A process whose exit-time collection takes a while (a list of 30 M references, walked by every full
+# collection), saying on its stdout when that collection starts; clusterkit's handler runs it.
+_SLOW_EXIT = """
+import atexit, gc, os, sys
+from clusterkit import load_recipe
+load_recipe(sys.argv[1])
+alive = [0] * 30_000_000
+
+def say_collecting(phase, info):
+    if phase == "start" and info["generation"] == 2:
+        gc.callbacks.remove(say_collecting)
+        os.write(1, b"collecting\\n")
+
+atexit.register(gc.callbacks.append, say_collecting)  # runs before clusterkit's handler (last in, first out)
+"""
+
+
+def test_ctrl_c_during_the_exit_time_collection_exits_130() -> None:
+    """A KeyboardInterrupt out of the collection that keeps msgspec #717 away skipped the freeze, and
+    the interpreter crashed (double free, SIGABRT/SIGSEGV); now the exit says it was interrupted."""
+    import signal
+    import time
+
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", _SLOW_EXIT, str(TINY)], cwd=REPO,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout.readline() == b"collecting\n"
+        time.sleep(0.02)  # inside the collection (C code: the signal waits for it to return)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+        assert (child.returncode, err) == (130, b"")

@@ -4,6 +4,7 @@ DeepSpeed's own estimators, each advice rule on a constructed case, and the rank
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,35 @@ def test_apply_copies_times_and_env_values_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     planned = load_recipe(tmp_path / "7b.planned.yaml")
     assert planned.recipe.resources.time == "12:00" and planned.recipe.env == {"PYVER": "3.10", "FLAG": "yes"}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_a_recipe_layout_that_fits_is_among_the_ranked(recipe: Path) -> None:
+    """The shipped Megatron recipe knows only its model's size: its 96 layers and heads were taken as
+    1, which no pipeline or tensor split divides, so only pp=1 tp=1 layouts were tried, none fitted,
+    and the report said "no layout fits" under a table showing the recipe's own layout fitting."""
+    loaded = load_recipe(recipe)
+    if loaded.profile.gpu is None or not (loaded.recipe.task.model_size or loaded.model_config):
+        pytest.skip("nothing to plan with")
+    result = plan(loaded, top=10_000)
+    if result.current_memory.total <= result.gpu_memory:
+        assert result.ranked, recipe.stem
+        assert result.current in [row.layout for row in result.ranked], recipe.stem
+
+
+def test_plan_of_the_shipped_megatron_recipe_ranks_layouts() -> None:
+    done = run_cli("plan", str(RECIPES / "megatron-3d-24node.yaml"), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["current"]["fits"] and report["ranked"]
+    assert {row["layout"]["pp"] for row in report["ranked"]} != {1}  # a 175 B model is split across nodes
+    text = run_cli("plan", str(RECIPES / "megatron-3d-24node.yaml"), env={**os.environ, "COLUMNS": "200"})
+    assert text.returncode == 0 and "no layout fits" not in text.stdout
+
+
+def test_when_no_layout_the_search_tries_fits_the_recipes_own_is_not_called_unfit(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "infiniband-h100", 1, 8, GPT2_124M)  # gpt2's 12 heads: no tp of 8, so no dp of 1
+    done = run_cli("plan", str(recipe), "--global-batch", "7", env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert "yes," in done.stdout and "no layout fits" not in done.stdout
+    assert done.stdout.rstrip().endswith("no other layout the plan tries fits on this cluster; the recipe's does")

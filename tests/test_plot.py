@@ -238,3 +238,40 @@ def test_a_run_that_logs_only_its_loss_gets_one_panel(sweep: Sweep, tmp_path: Pa
     assert [axes.get_title() for axes in chart.axes] == ["loss"]
     text = plot(sweep, str(copy)).stdout
     assert text.count("┌") == 1 and "samples/s" not in text
+
+
+def _run_of_metrics(tmp_path: Path, rows: list[dict]) -> Path:
+    """A finished local run holding ``rows`` as its metrics.jsonl, no training needed."""
+    run_dir = tmp_path / "runs" / "x" / "41"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "job_id": "41", "name": "x", "scheduler": "local", "run_dir": str(run_dir), "recipe": "r.yaml",
+        "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1, "launcher": "torchrun"}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return run_dir
+
+
+@pytest.mark.parametrize("huge", [1e308, -1e308, 1.7976931348623157e308, 1e301])
+def test_a_value_too_large_to_draw_is_left_out_with_a_line(huge: float, tmp_path: Path) -> None:
+    """A diverged loss (1e308) made the chart's range overflow: a traceback from plotext, or a PNG
+    error blamed on -o. It is left out, said once, and the rest is drawn."""
+    rows = [{"step": 1, "loss": 2.5, "learning_rate": 1e-3}, {"step": 2, "loss": huge, "learning_rate": 1e-3},
+            {"step": 3, "loss": -huge, "learning_rate": huge}, {"step": 4, "loss": 1e300}]
+    run_dir = _run_of_metrics(tmp_path, rows)
+    for args in ([], ["--json"], ["-o", str(tmp_path / "c.png")]):
+        done = run_cli("plot", str(run_dir), *args, env=no_display())
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[0] == ("clusterkit: job 41: 2 loss values and 1 learning rate value beyond "
+                                               "±1e+300 left out (too large to draw)"), done.stderr
+    assert json.loads(run_cli("plot", str(run_dir), "--json", env=no_display()).stdout)["runs"][0]["series"] == {
+        "loss": {"steps": [1, 4], "values": [2.5, 1e300]}, "learning_rate": {"steps": [1, 2], "values": [1e-3, 1e-3]}}
+    assert png_size(tmp_path / "c.png") == (900, 560) and "┌" in run_cli("plot", str(run_dir), env=no_display()).stdout
+
+
+def test_a_run_whose_every_value_is_too_large_has_nothing_to_plot(tmp_path: Path) -> None:
+    run_dir = _run_of_metrics(tmp_path, [{"step": 1, "loss": 1e308}, {"step": 2, "loss": float("1e308") * -1}])
+    done = run_cli("plot", str(run_dir), env=no_display())
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == ["clusterkit: job 41: 2 loss values beyond ±1e+300 left out (too large to draw)",
+                                        f"clusterkit: job 41 has no metrics yet ({run_dir}/metrics.jsonl): nothing to plot"]

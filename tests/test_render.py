@@ -149,12 +149,12 @@ def test_template_override_by_search_path(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_template_typo_fails_loudly(tmp_path: Path) -> None:
-    import jinja2
+    from clusterkit.errors import TemplateError
 
     ops = tmp_path / "t"
     ops.mkdir()
     (ops / "env.sh.j2").write_text("export X={{ recipe.resourcez.nodes }}\n")
-    with pytest.raises(jinja2.UndefinedError):
+    with pytest.raises(TemplateError, match=f"^{ops / 'env.sh.j2'}:1: template: .*resourcez"):
         render_job(load_recipe(RECIPES_DIR / "tiny-gpt2-cpu.yaml"), (str(ops),))
 
 

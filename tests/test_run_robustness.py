@@ -288,6 +288,15 @@ BROKEN_RECORDS = {
     "a path as job id": json.dumps({"job_id": "../11", "name": "x", "scheduler": "local", "run_dir": "/x",
                                     "recipe": "r", "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1,
                                     "launcher": "torchrun"}),
+    # An ssh run's login block, read back to reach the run again: checked as a profile's login: is.
+    **{f"a login {what}": json.dumps({"job_id": "11", "name": "x", "scheduler": "ssh", "run_dir": "runs/x/11",
+                                      "recipe": "r", "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1,
+                                      "launcher": "torchrun", "login": login})
+       for what, login in (("host that is an ssh option", {"host": "-oProxyCommand=touch /tmp/pwned"}),
+                           ("port out of range", {"host": "login", "port": 70000}),
+                           ("with an unknown key", {"host": "login", "shell": "sh"}),
+                           ("without a host", {"port": 22}),
+                           ("python of two words", {"host": "login", "python": "python3 -c x"}))},
 }
 
 

@@ -46,6 +46,16 @@ def test_the_allocation_holds_both_roles_and_training_runs_on_its_own_nodes(tmp_
 @pytest.mark.parametrize("fields, service, message", [
     ({"launcher": "deepspeed", "process_model": "batch_launcher"}, {}, "a service role is not supported with launcher deepspeed"),
     ({}, {"address_env": "RANK"}, "service.address_env: RANK is set by clusterkit or SLURM"),
+    # A name a program reads to decide how it starts: the address (host:port) written into it would change that.
+    ({}, {"address_env": "LD_PRELOAD"}, "service.address_env: LD_PRELOAD: LD_* names are the dynamic loader's"),
+    ({}, {"address_env": "LD_AUDIT"}, "service.address_env: LD_AUDIT: LD_* names are the dynamic loader's"),
+    ({}, {"address_env": "LD_LIBRARY_PATH"}, "service.address_env: LD_LIBRARY_PATH: LD_* names are the dynamic loader's"),
+    ({}, {"address_env": "BASH_ENV"}, "service.address_env: BASH_ENV names a file every bash of the job runs"),
+    ({}, {"address_env": "PS4"}, "service.address_env: PS4 "),
+    ({}, {"address_env": "PYTHONSTARTUP"}, "service.address_env: PYTHONSTARTUP: PYTHON* names are Python's"),
+    ({}, {"address_env": "PYTHONPATH"}, "service.address_env: PYTHONPATH: PYTHON* names are Python's"),
+    ({}, {"address_env": "PATH"}, "service.address_env: PATH is set by"),
+    ({}, {"address_env": "MANPATH"}, "service.address_env: MANPATH is a search path"),
     ({"env": {"SERVICE_ADDR": "x"}}, {}, "SERVICE_ADDR is also set in env"),
     ({}, {"command": []}, "service.command"),
 ])
@@ -53,6 +63,12 @@ def test_what_a_service_role_cannot_be_is_refused(tmp_path: Path, fields: dict, 
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, {**_http_server(8123), **service}, **fields))
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("name", ["SERVICE_ADDR", "MY_SERVER", "REDIS_URL", "OLD_SERVER", "PATHFINDER_ADDR"])
+def test_a_name_of_its_own_is_the_address_variable(tmp_path: Path, name: str) -> None:
+    script = render_job(load_recipe(_recipe(tmp_path, {**_http_server(8123), "address_env": name}))).script
+    assert f"export {name}=" in script
 
 
 def test_the_local_executor_refuses_a_service_role(tmp_path: Path) -> None:

@@ -243,6 +243,24 @@ def test_ld_preload_is_allowed(tmp_path: Path) -> None:
     _validates(_write(tmp_path, SCRIPT + "env: {LD_PRELOAD: /usr/lib/libtcmalloc.so}\n"))
 
 
+# Names the shell reads as code to run (or as how to run): a value there runs in every bash of the job,
+# outside the job script and past what validate shows. Shell goes in setup:, where it is written on purpose.
+@pytest.mark.parametrize("name", ["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND"])
+@pytest.mark.parametrize("where,line", [("env: {%s: /tmp/x}\n", 5), ("network: {env: {%s: /tmp/x}}\n", 5),
+                                        ("secrets: [%s]\n", 5)], ids=["env", "network.env", "secrets"])
+def test_env_names_the_shell_runs_are_refused(tmp_path: Path, name: str, where: str, line: int) -> None:
+    errors = _refused(_write(tmp_path, SCRIPT + where % name))
+    key = {"env": f"env.{name}", "net": f"network.env.{name}", "sec": "secrets[0]"}[where[:3]]
+    assert errors[0].startswith(f"{tmp_path / 'recipe.yaml'}:{line}: {key}: {name} "), errors
+    assert "setup:" in errors[0], errors
+
+
+def test_env_names_the_shell_runs_are_refused_in_the_profile_too(tmp_path: Path) -> None:
+    _profile(tmp_path, "env: {BASH_ENV: /etc/site.sh}\n")
+    errors = _refused(_write(tmp_path, SCRIPT + "cluster: mine\n"))
+    assert errors[0].startswith(f"{tmp_path / 'clusters' / 'mine.yaml'}:6: env.BASH_ENV: BASH_ENV "), errors
+
+
 # 7. A runs_dir SLURM and the shell would read differently.
 @pytest.mark.parametrize("runs_dir,fragment", [("~/runs", "'~' is expanded by clusterkit"),
                                                ("runs/%j", "'%' is a pattern in #SBATCH --output"),

@@ -92,7 +92,7 @@ def _from_recipe(args: argparse.Namespace, config_file: Path) -> list[Setting]:
     """``cluster`` and ``runs_dir`` as submitting ``args.recipe`` would take them."""
     from clusterkit.launch.prepare import cluster_override
     from clusterkit.load.loader import load_recipe
-    from clusterkit.load.paths import OVERRIDE_PREFIX
+    from clusterkit.load.paths import COMMAND_LINE_PREFIXES
 
     loaded = load_recipe(args.recipe, [*(args.set or ()), *([cluster_override(args.cluster)] if args.cluster else [])])
     found = []
@@ -101,7 +101,7 @@ def _from_recipe(args: argparse.Namespace, config_file: Path) -> list[Setting]:
         if where is loaded.source.default:  # the recipe leaves it out
             in_profile = key == "runs_dir" and loaded.profile.runs_dir
             origin = ("profile", str(loaded.profile_source.locate((key,)))) if in_profile else ("default", "")
-        elif where.file.startswith(OVERRIDE_PREFIX):
+        elif where.file.startswith(COMMAND_LINE_PREFIXES):
             origin = ("flag", "--cluster" if key == "cluster" and args.cluster else where.file)
         elif where.file == str(config_file):
             origin = ("user config", str(where))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from clusterkit.cli.common import (EXIT_USAGE, code_words, int_list, print_json, record_json, status_json, submit_choices, submit_options,
@@ -21,12 +22,21 @@ def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):
     return prepared
 
 
+def _shown_workdir(workdir: str) -> str:
+    """remote_workdir as the login node's shell would read it: quoted, but for the home it starts from."""
+    if workdir == "~" or not workdir.startswith("~/"):
+        return workdir if workdir == "~" else shlex.quote(workdir)
+    return "~/" + shlex.quote(workdir.removeprefix("~/"))
+
+
 def _print_submitted(record) -> None:
     where = f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
     print(f"submitted job {record.job_id} to cluster {record.cluster} ({executor_words(record)})")
     print(f"run dir: {where}")
     if record.code_from:
-        print(f"code:    {code_words(record)}")
+        from clusterkit.errors import printable
+
+        print(printable(f"code:    {code_words(record)}"))
     print(f"follow:  clusterkit logs {record.job_id} -f   |   clusterkit status {record.job_id}")
 
 
@@ -48,6 +58,7 @@ def request_json(request) -> dict:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit import api
+    from clusterkit.errors import printable
     from clusterkit.schedulers.api import open_scheduler
 
     from clusterkit.load.loader import Override
@@ -57,8 +68,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.json:
             print_json(request_json(request))
             return 0
-        where = f" (in {request.login.remote_workdir} on {request.login.host})" if request.login else ""
-        print(f"# would run: {' '.join(request.argv)}{where}", file=sys.stderr)
+        where = f" (in {_shown_workdir(request.login.remote_workdir)} on {request.login.host})" if request.login else ""
+        print(printable(f"# would run: {shlex.join(request.argv)}{where}"), file=sys.stderr)
         print(f"# on cluster {request.cluster} with the {request.scheduler} executor", file=sys.stderr)
         if request.snapshot:
             print(f"# code snapshot into the run directory's code/: {request.snapshot.describe()}", file=sys.stderr)

@@ -83,11 +83,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from clusterkit import api
     from clusterkit.errors import MissingPackage
     from clusterkit.runs.charts import EXTRA_HINT, has_matplotlib, terminal_chart
-    from clusterkit.runs.curves import curves_json
+    from clusterkit.runs.curves import curves_json, too_large_note
 
     runs = list({(run.job_id, run.run_dir): run for run in
                  (api.find_run(job, args.runs_dir, args.accept_new_host_key) for job in args.job)}.values())
     curves = [c for run in runs for c in _read_curves(run, args.accept_new_host_key)]
+    for note in filter(None, map(too_large_note, curves)):
+        _note(note)
     drawn = [c for c in curves if not c.empty]
     if not drawn:
         _note(_no_metrics(curves))

@@ -21,6 +21,7 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
     and how many base files (extended by a recipe there, no recipe alone) a folder held."""
     from pathlib import Path
 
+    from clusterkit.errors import UsageError
     from clusterkit.load.loader import base_recipes
 
     files: list[Path] = []
@@ -30,6 +31,8 @@ def _recipe_files(paths: Sequence[str]) -> tuple[list[Path], int]:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.y*ml") if "clusters" not in p.relative_to(path).parts)
             bases = base_recipes(found)
+            if len(bases) == len(found):  # a typo'd folder, or the wrong one: "all valid" would be a lie
+                raise UsageError(f"{path}: no recipe (*.yaml, *.yml) in this folder")
             files.extend(p for p in found if p not in bases)
             skipped += len(bases)
         else:

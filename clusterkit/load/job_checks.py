@@ -36,6 +36,17 @@ OWNED_ENV_PREFIXES = {
     "SLURM_": "SLURM (describes the allocation; sbatch options go in resources.extra_sbatch)",
     "CLUSTERKIT_": "clusterkit (its own namespace)",
 }
+# Names the shell reads as code to run, or as how to run: set in the environment, they would run
+# code in every bash of the job (the job script's, each srun task's), past what the job script shows.
+SHELL_ENV = {
+    "BASH_ENV": "names a file every bash of the job runs first",
+    "ENV": "names a file a POSIX shell runs first",
+    "SHELLOPTS": "sets the options of every bash of the job (xtrace, errexit...)",
+    "BASHOPTS": "sets the shopt options of every bash of the job",
+    "PS4": "is expanded, commands and all, for each line a traced bash runs",
+    "PROMPT_COMMAND": "is run by bash before each prompt",
+}
+_SHELL_HINT = "write such shell in setup:, where it runs once, as written, in the job script"
 
 _RESOURCES = "resources."
 # #SBATCH options clusterkit writes (render.sbatch_options) → the recipe field that sets each.
@@ -83,6 +94,23 @@ def env_owner(name: str) -> str | None:
     return OWNED_ENV.get(name) or next((o for p, o in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
 
 
+def shell_env_problem(name: str) -> str | None:
+    """Why ``name`` may not be set from a recipe or profile's env (nor be a secret): the shell runs it."""
+    return f"{name} {SHELL_ENV[name]}; {_SHELL_HINT}" if name in SHELL_ENV else None
+
+
+def read_by_programs(name: str) -> str | None:
+    """What reads ``name`` to decide how a program starts (beyond the shell's): a variable clusterkit
+    writes a value of its own into (an address) must be none of these."""
+    if name.startswith("LD_"):
+        return f"{name}: LD_* names are the dynamic loader's, read as every program of the job starts"
+    if name.startswith("PYTHON"):
+        return f"{name}: PYTHON* names are Python's, read as it starts"
+    if name.endswith("PATH"):
+        return f"{name} is a search path programs read"
+    return None
+
+
 def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
                               (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
@@ -92,6 +120,8 @@ def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, prof
             owner = env_owner(name)
             if owner is not None:
                 report(base + (name,), f"{name} is set by {owner}; remove it here")
+            elif problem := shell_env_problem(name):
+                report(base + (name,), problem)
 
 
 def check_secrets(recipe: Recipe, error: Report, warn: Report) -> None:
@@ -101,6 +131,8 @@ def check_secrets(recipe: Recipe, error: Report, warn: Report) -> None:
         owner = env_owner(name)
         if owner is not None:
             error(("secrets", index), f"{name} is set by {owner}; it cannot be a secret")
+        elif problem := shell_env_problem(name):
+            error(("secrets", index), problem)
         elif name in recipe.secrets[:index]:
             error(("secrets", index), f"{name} is named twice")
     for base, env in ((("env",), recipe.env), (("network", "env"), recipe.network.env)):

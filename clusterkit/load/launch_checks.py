@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, Report
+from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.profile import ClusterProfile
@@ -155,16 +155,17 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
                                     "so it cannot run this image")
     if profile.container is None:
         return
-    runs = Path(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")).absolute()
+    runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
         error(("runs_dir",), f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
                              "choose a runs directory without them")
-    for index, mount in enumerate(profile.container.mounts):
-        source, _, rest = mount.partition(":")
-        target = rest.split(":")[0] or source
-        if Path(target) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
-            profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
-                                                          f"which hides the runs directory {runs}; mount it at its own path")
+    for index, entry in enumerate(profile.container.mounts):
+        for mount in filter(None, entry.split(",")):  # joined with ',', as both runtimes split their list
+            source, _, rest = mount.partition(":")
+            target = rest.split(":")[0] or source
+            if Path(os.path.normpath(target)) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
+                profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
+                                                              f"which hides the runs directory {runs}; mount it at its own path")
 
 
 def check_service(recipe: Recipe, error: Report) -> None:
@@ -179,6 +180,9 @@ def check_service(recipe: Recipe, error: Report) -> None:
     name = service.address_env
     if name in OWNED_ENV or any(name.startswith(prefix) for prefix in OWNED_ENV_PREFIXES):
         error(("service", "address_env"), f"{name} is set by clusterkit or SLURM; choose another name")
+    elif problem := (f"{name} {SHELL_ENV[name]}" if name in SHELL_ENV else read_by_programs(name)):
+        error(("service", "address_env"), f"{problem}: the service's address (host:port) in it would change how "
+                                          "the job's programs run; choose a name of your own, such as SERVICE_ADDR")
     if name in recipe.env or name in recipe.network.env:
         error(("service", "address_env"), f"{name} is also set in env; the service's address would replace it")
 

@@ -18,12 +18,13 @@ from typing import Any
 import msgspec
 
 from clusterkit.load import checks
+from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
-from clusterkit.load.paths import OVERRIDE_PREFIX, resolve_local_paths
+from clusterkit.load.paths import CLUSTER_PREFIX, OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.load.snapshot import resolve_snapshot
 from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
-from clusterkit.spec.recipe import PATTERN_HINTS, Recipe
+from clusterkit.spec.recipe import Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
 from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
@@ -58,6 +59,7 @@ class Override:
 
     key_path: KeyPath
     value: Any
+    given_as: str | None = None  # the option that gave it, as an error's location (--cluster X); None: --set
 
     def __str__(self) -> str:
         """``key.path=value``, with the value as JSON (which YAML reads back as the same value)."""
@@ -66,9 +68,10 @@ class Override:
 
 def cluster_override(reference: str) -> Override:
     """``--cluster X``; a path is taken relative to here, not to the recipe."""
+    given_as = f"{CLUSTER_PREFIX}{reference}"
     if "/" in reference or reference.endswith((".yaml", ".yml")):
         reference = str(expanded(reference).absolute())
-    return Override(("cluster",), reference)
+    return Override(("cluster",), reference, given_as)
 
 
 def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
@@ -82,7 +85,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
         _apply_override(data, source, override)
     fill_recipe_defaults(data, source)
     data.pop("extends", None)
-    recipe = _convert(data, Recipe, source)
+    recipe = convert(data, Recipe, source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
     recipe, path_findings = resolve_local_paths(recipe, source)
     model_config = checks.read_model_config(recipe, source)
@@ -138,8 +141,10 @@ def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
             continue  # reported when the file itself is loaded
         bases = contents[path].get("extends") if isinstance(contents[path], dict) else None
         for base in [bases] if isinstance(bases, str) else bases if isinstance(bases, list) else []:
-            if isinstance(base, str):
+            try:
                 extended.add((path.parent / base).resolve())
+            except (TypeError, ValueError, OSError, RuntimeError):  # no path (a NUL, a loop): said when it is loaded
+                continue
     return {path for path, data in contents.items() if path.resolve() in extended
             and not (isinstance(data, dict) and "name" in data and "task" in data)}
 
@@ -160,11 +165,9 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
     merged_source = SourceMap(source.default)
     merged_source.warnings.extend(source.warnings)
     for base in bases:
-        base_path = (path.parent / base).resolve()
+        base_path = _base_file(path, base, bases_location)
         if base_path in chain or base_path == path.resolve():
             raise RecipeError(Finding(bases_location, ("extends",), f"circular extends through {base}"))
-        if not base_path.is_file():
-            raise RecipeError(Finding(bases_location, ("extends",), f"base recipe not found: {base}"))
         base_data, base_source = _load_with_bases(base_path, chain + (path.resolve(),))
         if not isinstance(base_data, dict):
             raise RecipeError(Finding(base_source.default, (), "a base recipe must be a mapping"))
@@ -174,6 +177,24 @@ def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMa
     data = dict(data)
     _deep_merge(merged, data, merged_source, source, ())
     return merged, merged_source
+
+
+def _base_file(path: Path, base: str, location: Location) -> Path:
+    """The base recipe file ``base`` (in ``path``'s extends:) names, relative to ``path``'s folder."""
+    problem = None
+    if "\0" in base:
+        problem = "a path cannot hold a NUL character"
+    else:
+        try:
+            base_path = (path.parent / base).resolve()
+            if not base_path.is_file():
+                raise RecipeError(Finding(location, ("extends",), f"base recipe not found: {base}"))
+            return base_path
+        except RuntimeError:  # Python < 3.13 says a symlink loop so
+            problem = "a loop of symbolic links"
+        except OSError as exc:  # a name too long, a folder it may not enter
+            problem = exc.strerror or str(exc)
+    raise RecipeError(Finding(location, ("extends",), f"base recipe {base}: {problem}"))
 
 
 def _deep_merge(into: dict, new: dict, into_source: SourceMap, new_source: SourceMap, path: KeyPath) -> None:
@@ -226,7 +247,11 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
     else:
         key_path, value, value_source = parse_override(override)
         source.warnings.extend(value_source.warnings)
-    location = Location(f"{OVERRIDE_PREFIX}{override}")
+    given_as = override.given_as if isinstance(override, Override) else None
+    location = Location(given_as or f"{OVERRIDE_PREFIX}{override}")
+    if key_path[0] == "extends":  # the bases were merged as the file was read, before any override
+        raise RecipeError(Finding(location, ("extends",), "cannot be set from the command line (the bases are merged "
+                                                          "as the file is read); write extends: in a recipe file"))
     node: Any = data
     for depth, part in enumerate(key_path[:-1]):
         if isinstance(node, list) and isinstance(part, int) and part < len(node):
@@ -244,133 +269,6 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
         raise RecipeError(Finding(location, key_path, "cannot set a key inside a non-mapping value"))
     source.drop_below(key_path)
     source.set(key_path, location)
-
-
-_T = typing.TypeVar("_T")
-_ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
-_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
-
-
-def _convert(data: Any, target: type[_T], source: SourceMap) -> _T:
-    try:
-        return msgspec.convert(data, target, strict=True)
-    except msgspec.ValidationError as exc:
-        raise RecipeError(_finding_from_validation(str(exc), target, source, data)) from None
-
-
-def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any = None) -> Finding:
-    match = _ERROR_AT.match(text)
-    assert match is not None  # the pattern matches any string
-    message, raw_path = match.group("message"), match.group("path") or ""
-    unknown = re.match(r"Object contains unknown field `(.*)`", message)
-    missing = re.match(r"Object missing required field `(.*)`", message)
-    path: list[str | int] = []
-    for name, index in _PATH_PART.findall(raw_path):
-        if index == "...":
-            # msgspec does not say which entry of a mapping failed; for a bad key in an entry's own
-            # mapping (env: {X: {prefix: ...}}) the data does.
-            entry = _entry_with_key(data, path, (unknown or missing).group(1)) if unknown or missing else None
-            if entry is None:
-                break
-            path.append(entry)
-            continue
-        path.append(name if name else int(index))
-    if unknown:
-        key = unknown.group(1)
-        choices = _struct_fields(root, path)
-        from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
-
-        close = get_close_matches(key, choices, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        message = f"unknown key '{key}'; {hint}valid keys: {', '.join(choices)}"
-        path.append(key)
-    elif missing:
-        message = f"required key '{missing.group(1)}' is missing"
-        path.append(missing.group(1))
-    elif "matching regex" in message:
-        # msgspec quotes the pattern as Python's repr does
-        pattern = message.split("matching regex ", 1)[1].strip("'").replace("\\\\", "\\")
-        message = f"must be {PATTERN_HINTS.get(pattern, 'text matching ' + pattern)}"
-    elif message.startswith("Expected `") and (pattern := _pattern_at(root, path)) in PATTERN_HINTS:
-        # A number or a list where text of a format was meant (mem: 4.5, time: true): say the format.
-        got = re.search(r"got `(\w+)`", message)
-        if got is None:  # a number out of range (time: 0)
-            message = f"must be {PATTERN_HINTS[pattern]}; {message[0].lower()}{message[1:]}"
-        else:
-            quote = " (quote it to make it text)" if got[1] in ("int", "float", "bool") else ""
-            message = f"must be {PATTERN_HINTS[pattern]}, not {_KINDS.get(got[1], got[1])}{quote}"
-    return Finding(source.locate(tuple(path)), tuple(path), message)
-
-
-# msgspec's names of what a value was, as a recipe's reader knows them.
-_KINDS = {"int": "a whole number", "float": "a decimal number", "bool": "true/false", "array": "a list",
-          "object": "a mapping", "null": "empty"}
-
-
-def _pattern_at(root: Any, path: list[str | int]) -> str | None:
-    """The pattern of the text field at ``path`` (of a text field that also takes a number, as
-    resources.time does); None for a list or mapping of patterned text, or a field with none."""
-    current: Any = root
-    for part in path:
-        current = _descend(current, part)
-    return _pattern_of(current)
-
-
-def _pattern_of(annotation: Any) -> str | None:
-    if typing.get_origin(annotation) in (list, dict):
-        return None
-    for meta in getattr(annotation, "__metadata__", ()):
-        if isinstance(meta, msgspec.Meta) and meta.pattern:
-            return meta.pattern
-    return next(filter(None, map(_pattern_of, typing.get_args(annotation))), None)
-
-
-def _entry_with_key(data: Any, path: list[str | int], key: str) -> str | None:
-    """The first entry of the mapping at ``path`` in ``data`` whose value is a mapping holding (for
-    an unknown key) or lacking (for a missing one) ``key``; None when no single entry says so."""
-    node = data
-    for part in path:
-        try:
-            node = node[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    if not isinstance(node, dict):
-        return None
-    found = [name for name, value in node.items() if isinstance(value, dict) and key in value]
-    return found[0] if len(found) == 1 else None
-
-
-def _struct_fields(root: Any, path: list[str | int]) -> list[str]:
-    """Field names of the struct found by following ``path`` through ``root``'s type annotations."""
-    current: Any = root
-    for part in path:
-        current = _descend(current, part)
-        if current is None:
-            return []
-    struct = _find_struct(current)
-    return list(struct.__struct_fields__) if struct else []
-
-
-def _find_struct(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _find_struct(arg)
-        if found:
-            return found
-    return None
-
-
-def _descend(annotation: Any, part: str | int) -> Any:
-    struct = _find_struct(annotation)
-    if isinstance(part, str) and struct is not None:
-        return typing.get_type_hints(struct, include_extras=True).get(part)
-    for arg in typing.get_args(annotation):  # list[T] / dict[K, V]: the element type
-        if typing.get_origin(arg) in (list, dict):
-            return typing.get_args(arg)[-1]
-    if typing.get_origin(annotation) in (list, dict):
-        return typing.get_args(annotation)[-1]
-    return None
 
 
 def load_profile(reference: str, base_dir: Path, where: Location | None = None) -> tuple[ClusterProfile, Path, SourceMap]:
@@ -391,4 +289,4 @@ def load_profile(reference: str, base_dir: Path, where: Location | None = None) 
     data, profile_source = load_yaml_file(profile_path)
     if not isinstance(data, dict):
         raise RecipeError(Finding(profile_source.default, (), "a cluster profile must be a mapping"))
-    return _convert(data, ClusterProfile, profile_source), profile_path, profile_source
+    return convert(data, ClusterProfile, profile_source), profile_path, profile_source

@@ -16,15 +16,18 @@ from clusterkit.spec.recipe import Recipe
 if TYPE_CHECKING:  # annotations only: the profile imports this module into every rank, which needs no YAML
     from clusterkit.load.yaml_source import KeyPath, SourceMap
 
-# The file name every ``--set`` location starts with (see loader.parse_override).
+# The file name every ``--set`` location starts with (see loader.parse_override), and that of
+# ``--cluster`` (loader.cluster_override): values given on the command line.
 OVERRIDE_PREFIX = "--set "
+CLUSTER_PREFIX = "--cluster "
+COMMAND_LINE_PREFIXES = (OVERRIDE_PREFIX, CLUSTER_PREFIX)
 _LOCAL_PREFIXES = ("./", "../", "/", "~")
 
 
 def _written_in(source: SourceMap, key: KeyPath) -> Path:
     """The directory a relative path at ``key`` is relative to."""
     location = source.locate(key)
-    if location.file.startswith(OVERRIDE_PREFIX):
+    if location.file.startswith(COMMAND_LINE_PREFIXES):
         return Path.cwd()
     return Path(location.file).absolute().parent
 

@@ -120,11 +120,10 @@ def _parse(path: Path, from_env: bool) -> LoadedConfig:
     try:
         config = msgspec.convert(data, UserConfig, strict=True)
     except msgspec.ValidationError:
-        # Worded as the recipe's errors are; imported only now (the loader is slow to import, and
-        # imports this module).
-        from clusterkit.load.loader import _convert
+        # Worded as the recipe's errors are; imported only now (a valid config needs none of it).
+        from clusterkit.load.convert import convert
 
-        config = _convert(data, UserConfig, source)
+        config = convert(data, UserConfig, source)
     return LoadedConfig(config, path, from_env, source)
 
 

@@ -26,6 +26,7 @@ MAX_MICRO_BATCH = 64
 # Ranking only: a layout must be this much faster per ZeRO stage (and per offload) to beat a simpler
 # one: "DDP when the model fits; ZeRO only if it helps".
 COMPLEXITY_PENALTY = 0.01
+SIZE_ONLY = "unknown"  # the family of a model known by its size alone (task.model_size)
 
 
 class PlanError(UserError, ValueError):
@@ -83,7 +84,7 @@ def shape_of(loaded: LoadedRecipe) -> ModelShape:
             raise PlanError(str(exc)) from None
     if task.model_size:
         # A user script that only gives its size: model states are exact, activations unknown.
-        return ModelShape(task.model_size, 1, 0, 1, 0, 0, 0, 0, "unknown")
+        return ModelShape(task.model_size, 1, 0, 1, 0, 0, 0, 0, SIZE_ONLY)
     raise PlanError("plan needs the model's shape: task.trainer.model.config (dict or local config.json), "
                     "task.model_config, or task.model_size")
 
@@ -140,12 +141,14 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
     builtin_runner = recipe.task.trainer is not None
     model_type = str((loaded.model_config or {}).get("model_type", "")).lower()
     autotp = builtin_runner and model_type not in ("", *AUTOTP_UNSUPPORTED)
+    # Only the model's size known (task.model_size): its layers and heads are not, so they constrain no split.
+    known = shape.family != SIZE_ONLY
     layouts = []
     for tp in _divisors(gpus_per_node) if autotp or not builtin_runner else [1]:
-        if shape.heads % tp:
+        if known and shape.heads % tp:
             continue
         for pp in [1] if builtin_runner else _divisors(world // tp):
-            if shape.layers % pp or (world // tp) % pp:
+            if (known and shape.layers % pp) or (world // tp) % pp:
                 continue
             dp = world // (tp * pp)
             if global_batch % dp or dp % recipe.parallelism.ep:
@@ -215,7 +218,7 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
                                     f"linearly (x{ratio:.2f}) or by its square root (x{ratio ** 0.5:.2f})"))
     if recipe.task.trainer is not None:
         result.notes.append("the built-in Trainer runner does data parallelism with ZeRO; TP/PP layouts need a user script")
-    if shape.family == "unknown":
+    if shape.family == SIZE_ONLY:
         result.notes.append("only task.model_size is known: activations are not estimated")
     ranked = []
     for layout in candidate_layouts(shape, loaded, wanted_global):

@@ -9,7 +9,7 @@ import yaml
 
 from clusterkit.load.loader import BUILTIN_RECIPES_DIR, LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout
-from clusterkit.plan.planner import Plan
+from clusterkit.plan.planner import SIZE_ONLY, Plan
 from clusterkit.load.yaml_source import load_yaml_file
 
 if TYPE_CHECKING:  # rich is imported to print only: `plan --json` and `--apply` need none of it
@@ -28,10 +28,11 @@ def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = Non
 
     console = console or Console()
     shape, memory = result.shape, result.current_memory
+    detail = ("task.model_size: no layers, heads or sequence known" if shape.family == SIZE_ONLY else
+              f"{shape.family}, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
+              f"vocab {shape.vocab}, sequence {shape.seq_len}")
     console.print(Text.assemble((loaded.recipe.name, "bold"),
-                                f" on {loaded.profile.name}: {shape.params / 1e9:.3f} B parameters "
-                                f"({shape.family}, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
-                                f"vocab {shape.vocab}, sequence {shape.seq_len})"))
+                                f" on {loaded.profile.name}: {shape.params / 1e9:.3f} B parameters ({detail})"))
     table = Table(title=f"per-GPU memory, recipe layout {result.current.describe()}")
     for column in ("weights", "gradients", "optimizer", "activations", "overhead", "total GiB", "GPU GiB", "fits"):
         table.add_column(column, justify="right")
@@ -53,7 +54,12 @@ def print_plan(loaded: LoadedRecipe, result: Plan, console: Console | None = Non
     for index, row in enumerate(result.ranked, 1):
         ranked.add_row(str(index), row.layout.describe(), _gib(row.memory.total), f"{row.step_s:.3f}",
                        f"{row.tokens_per_s:,.0f}", Text(row.why))
-    console.print(ranked if result.ranked else Text("no layout fits on this cluster", style="red"))
+    if result.ranked:
+        console.print(ranked)
+    elif fits:  # a layout the search does not try (an nvme offload, a micro batch over its range)
+        console.print(Text("no other layout the plan tries fits on this cluster; the recipe's does"))
+    else:
+        console.print(Text("no layout fits on this cluster", style="red"))
 
 
 def apply_layout(loaded: LoadedRecipe, layout: Layout, target: Path | None) -> Path:

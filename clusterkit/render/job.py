@@ -19,17 +19,17 @@ import yaml
 
 import clusterkit.render.templates
 
-from clusterkit import __version__
+from clusterkit.version import __version__
 from clusterkit.runs import layout as run_layout
 from clusterkit.spec.accelerate_config import accelerate_config
 from clusterkit.spec.deepspeed_config import deepspeed_config
-from clusterkit.errors import TemplateNotFound
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.runtime_values import expanded_late
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.render.template_cache import template_cache
+from clusterkit.render.template_files import TemplateFiles, checked_directories, checked_script, render_template
 from clusterkit.render.tracking_env import tracking_env
 from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
                                      runtime_text)
@@ -57,6 +57,7 @@ def template_search_path(loaded: LoadedRecipe, extra_dirs: tuple[str, ...] = ())
     """Where templates are looked up, first match wins: ``extra_dirs`` (the CLI passes the
     ``--template-dir`` directories, then those of $CLUSTERKIT_TEMPLATES), the recipe's directory, the
     built-ins. Nothing here reads the environment: the same arguments give the same path."""
+    checked_directories(extra_dirs)
     dirs = [*extra_dirs, str(loaded.path.parent), str(BUILTIN_TEMPLATES)]
     return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs))
 
@@ -74,7 +75,7 @@ _SYNTAX = {
 
 @functools.lru_cache(maxsize=8)
 def jinja_environment(search_path: tuple[str, ...]) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
+    env = jinja2.Environment(loader=TemplateFiles(list(search_path)),
                              bytecode_cache=template_cache(_SYNTAX), **_SYNTAX)
     env.filters["comment"] = comment
     env.filters["one_line"] = one_line
@@ -241,21 +242,13 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     if recipe.process_model == "batch_launcher":
         files[run_layout.TASK_SHIM] = TASK_SHIM.read_text(encoding="utf-8")
     files[run_layout.ENV_SCRIPT] = render_template(env, ENV_TEMPLATE, context)
-    files[run_layout.JOB_SCRIPT] = render_template(env, JOB_TEMPLATE, context)
+    files[run_layout.JOB_SCRIPT] = checked_script(env, JOB_TEMPLATE, render_template(env, JOB_TEMPLATE, context))
     files[run_layout.RESOLVED_RECIPE] = (
         f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
         f"on cluster profile {comment(loaded.profile_path)}\n"
         + yaml.safe_dump(resolved, sort_keys=False, allow_unicode=False, width=100)
     )
     return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summarize(loaded))
-
-
-def render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
-    try:
-        return env.get_template(name).render(context)
-    except jinja2.TemplateNotFound as exc:  # an ops template includes one that no directory holds
-        searched = ", ".join(env.loader.searchpath)  # type: ignore[union-attr]
-        raise TemplateNotFound(f"template {exc.name} is in none of the template directories ({searched})") from None
 
 
 def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from clusterkit import __version__
+from clusterkit.version import __version__
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.load.sweep import SweepPoints
-from clusterkit.render.job import (RenderedJob, jinja_environment, render_job, render_template, sbatch_options,
-                                   template_search_path)
+from clusterkit.render.job import RenderedJob, jinja_environment, render_job, sbatch_options, template_search_path
+from clusterkit.render.template_files import checked_script, render_template
 from clusterkit.runs import layout as run_layout
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
@@ -41,7 +41,7 @@ def render_sweep(sweep: SweepPoints, template_dirs: tuple[str, ...] = ()) -> Ren
     context = {"version": __version__, "name": recipe.name, "recipe_file": str(sweep.base.path), "sbatch": header,
                "run_dir_base": f"{recipe.runs_dir}/{recipe.name}", "points": points, "layout": run_layout}
     env = jinja_environment(template_search_path(base, template_dirs))
-    files[run_layout.SWEEP_SCRIPT] = render_template(env, SWEEP_TEMPLATE, context)
+    files[run_layout.SWEEP_SCRIPT] = checked_script(env, SWEEP_TEMPLATE, render_template(env, SWEEP_TEMPLATE, context))
     summary = [("sweep", f"{len(points)} points of {', '.join(sweep.grid)} as one array (--array={sweep.spec})"),
                *rendered[0].summary]
     return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summary,

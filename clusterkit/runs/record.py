@@ -19,6 +19,7 @@ import msgspec
 from clusterkit.errors import BadRunRecord, RunNotFound
 from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.profile import Login
 
 # A job id names files and directories and is matched in globs: one plain word, no path or pattern.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z_.-]+$")]
@@ -107,9 +108,15 @@ def parse_record(text: str | bytes, source: str = "run record") -> RunRecord:
     """The record, with every field's type checked (a field of the wrong type would fail later,
     far from the file that holds it)."""
     try:
-        return msgspec.json.decode(text, type=RunRecord)
+        record = msgspec.json.decode(text, type=RunRecord)
     except msgspec.DecodeError as exc:
         raise BadRunRecord(f"{source}: not a clusterkit run record: {exc}") from None
+    if record.login is not None:  # kept as the mapping it is; checked as a profile's login: is
+        try:
+            msgspec.convert(record.login, Login)
+        except msgspec.ValidationError as exc:
+            raise BadRunRecord(f"{source}: not a clusterkit run record: login: {exc}") from None
+    return record
 
 
 def _warn(message: str) -> None:

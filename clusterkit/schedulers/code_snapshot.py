@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
-from clusterkit.errors import BadRunRecord, SubmitError, UsageError
+from clusterkit.errors import BadRunRecord, SubmitError, UsageError, printable
 from clusterkit.load.snapshot import git
 from clusterkit.runs.layout import OUTPUT_MARKERS, RUN_RECORD, SECRETS_FILE, STAGING_PREFIX
 from clusterkit.runs.record import read_record
@@ -41,12 +41,13 @@ class Inventory:
     left_out: tuple[str, ...]  # what is not copied and why: "link -> /elsewhere (points outside)"
 
     def describe(self) -> str:
-        """One line for the dry run and the submit."""
+        """One line for the dry run and the submit; a file name's escape sequences and line breaks
+        are shown escaped, never sent to the terminal."""
         where = (f"git tree {self.root} at {self.commit[:12] if self.commit else 'no commit yet'}"
                  f"{' + uncommitted changes' if self.dirty else ''}") if self.git else f"folder {self.root}"
         more = f" and {len(self.left_out) - 5} more" if len(self.left_out) > 5 else ""
         left = f"; left out: {', '.join(self.left_out[:5])}{more}" if self.left_out else ""
-        return f"{len(self.files)} files ({_mb(self.size)}) of {where}{left}"
+        return printable(f"{len(self.files)} files ({_mb(self.size)}) of {where}{left}")
 
 
 def _mb(size: int) -> str:

@@ -103,6 +103,10 @@ def connect(login: Login, accept_new_host_key: bool = False) -> Session:
 
 
 def command_line(argv: Sequence[str], cwd: str | None = None) -> str:
-    """A remote shell command line: every word quoted, so no value can reach the shell unquoted."""
+    """A remote shell command line: every word quoted, so no value can reach the shell unquoted.
+    ``cwd`` is a folder even where it reads as an option (``-P``): after ``--``; and ``-``, which
+    ``cd`` takes as the previous folder even then, as ``./-``."""
     line = " ".join(shlex.quote(str(word)) for word in argv)
-    return f"cd {shlex.quote(cwd)} && {line}" if cwd else line
+    if not cwd:
+        return line
+    return f"cd -- {shlex.quote('./-' if cwd == '-' else cwd)} && {line}"
