@@ -74,8 +74,8 @@ def test_a_recipe(tmp_path: Path, kind: str) -> None:
     recipe = tmp_path / "recipe.yaml"
     _plant(recipe, kind)
     # A folder given to validate is a folder of recipes: render reads the one recipe it names.
-    done = _cli("render" if kind == "directory" else "validate", str(recipe), "-o" if kind == "directory" else "--json",
-                str(tmp_path / "out") if kind == "directory" else "--no-cache", cwd=tmp_path)
+    argv = ["render", str(recipe), "-o", str(tmp_path / "out")] if kind == "directory" else ["validate", str(recipe), "--json"]
+    done = _cli(*argv, cwd=tmp_path)
     if kind == "directory":
         assert _one_line(done) == f"{recipe}: <top level>: not a regular file"
     elif kind == "fifo":  # a recipe may come through a pipe (validate /dev/stdin): one no process writes is empty
@@ -86,7 +86,7 @@ def test_a_recipe(tmp_path: Path, kind: str) -> None:
 
 def test_a_recipe_through_a_pipe_is_read_to_its_end(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "validate", "--no-cache", "/dev/stdin"],
+    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "validate", "/dev/stdin"],
                           input=recipe.read_text(), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0 and done.stdout == "/dev/stdin: ok\n", done.stderr
 
