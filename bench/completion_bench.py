@@ -51,15 +51,31 @@ def main() -> None:
                 run_dir = home / "runs" / "x" / str(100000 + n)
                 run_dir.mkdir(parents=True)
                 (run_dir / "run.json").write_text("{}")
-                index.write(json.dumps({"job_id": str(100000 + n), "name": "x", "scheduler": "local",
-                                        "record_dir": str(run_dir), "submitted_at": n}) + "\n")
+                index.write(
+                    json.dumps(
+                        {
+                            "job_id": str(100000 + n),
+                            "name": "x",
+                            "scheduler": "local",
+                            "record_dir": str(run_dir),
+                            "submitted_at": n,
+                        }
+                    )
+                    + "\n"
+                )
         env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_STATE_HOME": str(home / "state")}
         bare = median_ms([sys.executable, "-c", "pass"], env, tmp, runs)
         print(f"{'python -c pass':<18} {bare:6.0f} ms")
         for kind, line in LINES.items():
             answer = home / "answer"  # where argcomplete writes the completions (else to fd 8)
-            asked = {**env, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
-                     "_ARGCOMPLETE_IFS": "\v", "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+            asked = {
+                **env,
+                "_ARGCOMPLETE": "1",
+                "COMP_LINE": line,
+                "COMP_POINT": str(len(line)),
+                "_ARGCOMPLETE_IFS": "\v",
+                "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+            }
             took = median_ms([sys.executable, "-m", "clusterkit"], asked, tmp, runs)
             offered = answer.read_text().split("\v")
             print(f"{kind:<18} {took:6.0f} ms  (+{took - bare:.0f} ms)  {len(offered)} offered, e.g. {offered[0]}")

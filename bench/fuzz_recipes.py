@@ -36,6 +36,7 @@ def main() -> None:
     n = options.examples
     fuzz = settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     start = time.time()
+
     def recipe_alone(recipe: object) -> None:
         check_recipe(recipe)
 
@@ -55,8 +56,10 @@ def main() -> None:
 
     start = time.time()
     settings(fuzz, max_examples=options.hostile)(given(cases(str(canary)))(hostile))()
-    print(f"{sum(outcomes.values())} hostile field values: {outcomes['refused']} refused with one line, "
-          f"{outcomes['executed']} rendered and executed inert ({time.time() - start:.0f} s)")
+    print(
+        f"{sum(outcomes.values())} hostile field values: {outcomes['refused']} refused with one line, "
+        f"{outcomes['executed']} rendered and executed inert ({time.time() - start:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

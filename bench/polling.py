@@ -38,7 +38,9 @@ def counting_shims(shim_dir: Path, log: Path) -> None:
         if real is None:
             continue
         path = shim_dir / command
-        path.write_text(f'#!/bin/sh\nprintf "%s %s\\n" "$(date +%s.%N)" "{command} $*" >> "{log}"\nexec "{real}" "$@"\n')
+        path.write_text(
+            f'#!/bin/sh\nprintf "%s %s\\n" "$(date +%s.%N)" "{command} $*" >> "{log}"\nexec "{real}" "$@"\n'
+        )
         path.chmod(0o755)
 
 
@@ -54,28 +56,69 @@ def status_calls(log: Path) -> list[tuple[float, str]]:
 
 def follow_array(workdir: Path, jobs: int, sleep_s: float) -> dict:
     recipe = workdir / "polling.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "name": "polling", "cluster": "dev", "runs_dir": str(workdir / "runs"), "launcher": "python",
-        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5", "array": f"0-{jobs - 1}"},
-        "task": {"script": str(SLEEPER), "args": [str(sleep_s)]}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "polling",
+                "cluster": "dev",
+                "runs_dir": str(workdir / "runs"),
+                "launcher": "python",
+                "resources": {
+                    "nodes": 1,
+                    "gpus_per_node": 1,
+                    "cpus_per_task": 1,
+                    "time": "5",
+                    "array": f"0-{jobs - 1}",
+                },
+                "task": {"script": str(SLEEPER), "args": [str(sleep_s)]},
+            }
+        )
+    )
     log = workdir / "calls.log"
     counting_shims(workdir / "shims", log)
     env = {**os.environ, "PATH": f"{workdir / 'shims'}{os.pathsep}{os.environ['PATH']}"}
     start = time.time()
-    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--follow"],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--follow"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     seconds = time.time() - start
     if "submitted job" not in done.stdout:
         raise SystemExit(f"submit failed:\n{done.stdout}{done.stderr}")
     calls = status_calls(log)
     by_command = Counter(argv.split()[0] + (" show job" if argv.startswith("scontrol") else "") for _, argv in calls)
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
-    states = json.loads(subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "status", job_id, "--json",
-                                        "--runs-dir", str(workdir / "runs")], capture_output=True, text=True,
-                                       check=True, cwd=REPO).stdout)
-    return {"jobs": jobs, "sleep_s": sleep_s, "follow_s": round(seconds, 1), "exit_code": done.returncode,
-            "calls": len(calls), "calls_per_minute": round(len(calls) / seconds * 60, 1), "by_command": dict(by_command),
-            "states": dict(Counter(task["state"] for task in states["tasks"]))}
+    states = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "clusterkit.cli.main",
+                "status",
+                job_id,
+                "--json",
+                "--runs-dir",
+                str(workdir / "runs"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+    )
+    return {
+        "jobs": jobs,
+        "sleep_s": sleep_s,
+        "follow_s": round(seconds, 1),
+        "exit_code": done.returncode,
+        "calls": len(calls),
+        "calls_per_minute": round(len(calls) / seconds * 60, 1),
+        "by_command": dict(by_command),
+        "states": dict(Counter(task["state"] for task in states["tasks"])),
+    }
 
 
 def main() -> None:
@@ -86,9 +129,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ck-polling-") as tmp:
         result = follow_array(Path(tmp), args.jobs, args.sleep)
-    print(f"followed {result['jobs']} jobs for {result['follow_s']} s: {result['calls']} SLURM status calls, "
-          f"{result['calls_per_minute']} per minute ({', '.join(f'{n} {c}' for c, n in result['by_command'].items())}); "
-          f"tasks: {result['states']}")
+    print(
+        f"followed {result['jobs']} jobs for {result['follow_s']} s: {result['calls']} SLURM status calls, "
+        f"{result['calls_per_minute']} per minute ({', '.join(f'{n} {c}' for c, n in result['by_command'].items())}); "
+        f"tasks: {result['states']}"
+    )
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.output}")
 

@@ -58,13 +58,21 @@ def main() -> None:
         for nodes in (64, 4096):
             recipe = Path(tmp) / f"bench-{nodes}.yaml"
             recipe.write_text(RECIPE.format(nodes=nodes))
-            commands[f"render {nodes:>4} nodes x 8 GPUs"] = [*cli_argv(), "render", str(recipe), "-o", f"{tmp}/out-{nodes}"]
+            commands[f"render {nodes:>4} nodes x 8 GPUs"] = [
+                *cli_argv(),
+                "render",
+                str(recipe),
+                "-o",
+                f"{tmp}/out-{nodes}",
+            ]
         seven_b = Path(__file__).resolve().parent.parent / "recipes" / "llama-7b-zero3-ib.yaml"
         commands["plan 7B on 2 x 8 GPUs"] = [*cli_argv(), "plan", str(seven_b), "--json"]
         for label, command in commands.items():
             times = sorted(measure(command, args.runs))
-            print(f"{label}: median {statistics.median(times) * 1000:.0f} ms, "
-                  f"min {times[0] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms over {args.runs} runs")
+            print(
+                f"{label}: median {statistics.median(times) * 1000:.0f} ms, "
+                f"min {times[0] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms over {args.runs} runs"
+            )
 
 
 if __name__ == "__main__":

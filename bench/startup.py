@@ -63,13 +63,19 @@ def main() -> None:
         }
         medians = {label: measure(command, args.runs) for label, command in commands.items()}
     bare_wall, bare_cpu = medians["python -c pass"]
-    report = {"python": sys.version.split()[0], "interpreter": sys.executable, "runs": args.runs,
-              "median_wall_ms": {label: round(wall * 1000, 2) for label, (wall, _) in medians.items()},
-              "median_cpu_ms": {label: round(cpu * 1000, 2) for label, (_, cpu) in medians.items()},
-              "wall_ratio": {label: round(wall / bare_wall, 2) for label, (wall, _) in medians.items()},
-              "cpu_ratio": {label: round(cpu / bare_cpu, 2) for label, (_, cpu) in medians.items()}}
+    report = {
+        "python": sys.version.split()[0],
+        "interpreter": sys.executable,
+        "runs": args.runs,
+        "median_wall_ms": {label: round(wall * 1000, 2) for label, (wall, _) in medians.items()},
+        "median_cpu_ms": {label: round(cpu * 1000, 2) for label, (_, cpu) in medians.items()},
+        "wall_ratio": {label: round(wall / bare_wall, 2) for label, (wall, _) in medians.items()},
+        "cpu_ratio": {label: round(cpu / bare_cpu, 2) for label, (_, cpu) in medians.items()},
+    }
     for label, (wall, cpu) in medians.items():
-        print(f"{label:<22} wall {wall * 1000:6.1f} ms {wall / bare_wall:4.1f}x   cpu {cpu * 1000:6.1f} ms {cpu / bare_cpu:4.1f}x")
+        print(
+            f"{label:<22} wall {wall * 1000:6.1f} ms {wall / bare_wall:4.1f}x   cpu {cpu * 1000:6.1f} ms {cpu / bare_cpu:4.1f}x"
+        )
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.output}")
 

@@ -55,20 +55,53 @@ def _summary(start: float, records: list[dict]) -> tuple[float, float]:
 def run_clusterkit(workdir: Path, steps: int) -> tuple[float, float]:
     start = time.time()
     done = subprocess.run(
-        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(RECIPE), "--set", f"runs_dir={workdir}",
-         "--set", "task.trainer.args.logging_steps=1", "--set", f"task.trainer.args.max_steps={steps}",
-         "--set", f"task.trainer.args.save_steps={steps}"],
-        capture_output=True, text=True, check=True, cwd=REPO)
-    run_dir = Path(next(l for l in done.stdout.splitlines() if l.startswith("run dir: ")).split(": ", 1)[1])
+        [
+            sys.executable,
+            "-m",
+            "clusterkit.cli.main",
+            "submit",
+            str(RECIPE),
+            "--set",
+            f"runs_dir={workdir}",
+            "--set",
+            "task.trainer.args.logging_steps=1",
+            "--set",
+            f"task.trainer.args.max_steps={steps}",
+            "--set",
+            f"task.trainer.args.save_steps={steps}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    run_dir = Path(next(line for line in done.stdout.splitlines() if line.startswith("run dir: ")).split(": ", 1)[1])
     return _summary(start, _metrics(run_dir / "metrics.jsonl"))
 
 
 def run_hand_written(workdir: Path, steps: int) -> tuple[float, float]:
     # The same job.json (resolved recipe) clusterkit would hand the runner.
     render = workdir / "render"
-    subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "render", str(RECIPE), "-o", str(render),
-                    "--set", "task.trainer.args.logging_steps=1", "--set", f"task.trainer.args.max_steps={steps}",
-                    "--set", f"task.trainer.args.save_steps={steps}"], capture_output=True, check=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clusterkit.cli.main",
+            "render",
+            str(RECIPE),
+            "-o",
+            str(render),
+            "--set",
+            "task.trainer.args.logging_steps=1",
+            "--set",
+            f"task.trainer.args.max_steps={steps}",
+            "--set",
+            f"task.trainer.args.save_steps={steps}",
+        ],
+        capture_output=True,
+        check=True,
+        cwd=REPO,
+    )
     job_json = render.parent / "job.json"
     script_text = (render / "job.sbatch").read_text()
     job_json.write_text(script_text.split("<<'CLUSTERKIT_EOF'\n", 1)[1].split("CLUSTERKIT_EOF", 1)[0])
@@ -89,9 +122,13 @@ def main() -> None:
         for name, runner in (("clusterkit", run_clusterkit), ("hand-written", run_hand_written)):
             with tempfile.TemporaryDirectory(dir=REPO / "runs" if (REPO / "runs").is_dir() else None) as tmp:
                 results[name].append(runner(Path(tmp), args.steps))
-    medians = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for name, rs in results.items()}
+    medians = {
+        name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for name, rs in results.items()
+    }
     for name, (first, rate) in medians.items():
-        print(f"{name:>12}: submit -> first step {first:5.1f} s, training {rate:6.1f} samples/s (median of {args.repeats})")
+        print(
+            f"{name:>12}: submit -> first step {first:5.1f} s, training {rate:6.1f} samples/s (median of {args.repeats})"
+        )
     ck, hw = medians["clusterkit"], medians["hand-written"]
     print(f"ratio: first step {ck[0] / hw[0]:.2f}x (target <= 1.2x), samples/s {ck[1] / hw[1]:.2f}x (target >= 0.95x)")
 

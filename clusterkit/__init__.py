@@ -58,10 +58,32 @@ atexit.register(_spare_types_at_exit)
 
 # Public name → the module that defines it.
 # No name of a subpackage (load, render, runs...): importing the subpackage would replace the function.
-_API = ("Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load_recipe", "render_job",
-        "statuses", "submit", "validate")
-_ERRORS = ("ClusterkitError", "ExternalError", "RecipeError", "RecipeErrors", "RunNotFound", "SSHError",
-           "SchedulerError", "SubmitError", "UsageError", "UserError", "WaitTimeout")
+_API = (
+    "Run",
+    "SubmitChoices",
+    "Validation",
+    "dry_run",
+    "find_run",
+    "list_runs",
+    "load_recipe",
+    "render_job",
+    "statuses",
+    "submit",
+    "validate",
+)
+_ERRORS = (
+    "ClusterkitError",
+    "ExternalError",
+    "RecipeError",
+    "RecipeErrors",
+    "RunNotFound",
+    "SSHError",
+    "SchedulerError",
+    "SubmitError",
+    "UsageError",
+    "UserError",
+    "WaitTimeout",
+)
 _PUBLIC = {
     **dict.fromkeys(_API, "clusterkit.api"),
     **dict.fromkeys(_ERRORS, "clusterkit.errors"),
@@ -73,10 +95,32 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 if TYPE_CHECKING:
-    from clusterkit.api import (Run, SubmitChoices, Validation, dry_run, find_run, list_runs, load_recipe, render_job,
-                                statuses, submit, validate)
-    from clusterkit.errors import (ClusterkitError, ExternalError, RecipeError, RecipeErrors, RunNotFound, SchedulerError,
-                                   SSHError, SubmitError, UsageError, UserError, WaitTimeout)
+    from clusterkit.api import (
+        Run,
+        SubmitChoices,
+        Validation,
+        dry_run,
+        find_run,
+        list_runs,
+        load_recipe,
+        render_job,
+        statuses,
+        submit,
+        validate,
+    )
+    from clusterkit.errors import (
+        ClusterkitError,
+        ExternalError,
+        RecipeError,
+        RecipeErrors,
+        RunNotFound,
+        SchedulerError,
+        SSHError,
+        SubmitError,
+        UsageError,
+        UserError,
+        WaitTimeout,
+    )
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
     from clusterkit.version import __version__

@@ -19,12 +19,14 @@ paramiko or torch; each function imports what it needs when called.
 
 from __future__ import annotations
 
+import collections
 import io
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from clusterkit.errors import UsageError, WaitTimeout
 from clusterkit.runs.layout import METRICS
@@ -61,7 +63,8 @@ def overrides_of(overrides: Overrides) -> list[str | Override]:
 def load_recipe(recipe: str | PathLike[str], overrides: Overrides = None, cluster: str | None = None) -> LoadedRecipe:
     """Load, validate and resolve a recipe; raises :class:`~clusterkit.errors.RecipeError` (each
     finding ``file:line: key: message``). ``cluster``: a profile name or file instead of the recipe's."""
-    from clusterkit.load.loader import cluster_override, load_recipe as load_resolved
+    from clusterkit.load.loader import cluster_override
+    from clusterkit.load.loader import load_recipe as load_resolved
 
     return load_resolved(recipe, [*overrides_of(overrides), *([cluster_override(cluster)] if cluster else [])])
 
@@ -95,8 +98,9 @@ def _loaded(recipe: RecipeRef, overrides: Overrides, cluster: str | None) -> Loa
     return load_recipe(recipe, overrides, cluster)
 
 
-def render_job(recipe: RecipeRef, template_dirs: Sequence[str] = (), *, overrides: Overrides = None,
-               cluster: str | None = None) -> RenderedJob:
+def render_job(
+    recipe: RecipeRef, template_dirs: Sequence[str] = (), *, overrides: Overrides = None, cluster: str | None = None
+) -> RenderedJob:
     """The job's files in memory (``.files``: name -> text, ``.summary``); nothing is written.
     ``template_dirs`` are looked up first (as ``--template-dir``). A sweep renders its array driver
     and each point's files."""
@@ -125,31 +129,54 @@ class SubmitChoices:
     singleton: bool = False
 
 
-def prepare(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
-            choices: SubmitChoices = SubmitChoices(), extra: Sequence[Override] = (), one_job: str | None = None):
+def prepare(
+    recipe: RecipeRef | None,
+    overrides: Overrides = None,
+    cluster: str | None = None,
+    choices: SubmitChoices = SubmitChoices(),
+    extra: Sequence[Override] = (),
+    one_job: str | None = None,
+):
     """The loaded recipe and the exact request (a :class:`~clusterkit.launch.prepare.Prepared`)."""
-    from clusterkit.launch.prepare import SubmitOptions, prepare as prepare_request
+    from clusterkit.launch.prepare import SubmitOptions
+    from clusterkit.launch.prepare import prepare as prepare_request
     from clusterkit.load.loader import LoadedRecipe
 
     if isinstance(recipe, LoadedRecipe):  # loaded once more with the submit's own overrides (resume, chain)
         overrides = [*recipe.overrides, *overrides_of(overrides)]
         recipe = str(recipe.path)
-    options = SubmitOptions(recipe=None if recipe is None else str(recipe), overrides=tuple(overrides_of(overrides)),
-                            cluster=cluster, executor=choices.executor, template_dirs=tuple(choices.template_dirs),
-                            resume=choices.resume, from_scratch=choices.from_scratch, grid=tuple(choices.grid),
-                            max_parallel=choices.max_parallel, chain=choices.chain, after=tuple(choices.after),
-                            after_type=choices.after_type, singleton=choices.singleton)
+    options = SubmitOptions(
+        recipe=None if recipe is None else str(recipe),
+        overrides=tuple(overrides_of(overrides)),
+        cluster=cluster,
+        executor=choices.executor,
+        template_dirs=tuple(choices.template_dirs),
+        resume=choices.resume,
+        from_scratch=choices.from_scratch,
+        grid=tuple(choices.grid),
+        max_parallel=choices.max_parallel,
+        chain=choices.chain,
+        after=tuple(choices.after),
+        after_type=choices.after_type,
+        singleton=choices.singleton,
+    )
     return prepare_request(options, extra, one_job)
 
 
-def dry_run(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
-            **choices: Any) -> SubmitRequest:
+def dry_run(
+    recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None, **choices: Any
+) -> SubmitRequest:
     """The exact request :func:`submit` would send (``.argv``, ``.script``, ``.files``), sending nothing."""
     return prepare(recipe, overrides, cluster, SubmitChoices(**choices)).request
 
 
-def submit(recipe: RecipeRef | None, overrides: Overrides = None, cluster: str | None = None,
-           accept_new_host_key: bool = False, **choices: Any) -> Run:
+def submit(
+    recipe: RecipeRef | None,
+    overrides: Overrides = None,
+    cluster: str | None = None,
+    accept_new_host_key: bool = False,
+    **choices: Any,
+) -> Run:
     """Validate, render and submit; the :class:`Run`. ``choices``: see :class:`SubmitChoices`."""
     from clusterkit.schedulers.api import schedule
 
@@ -230,10 +257,13 @@ class Run:
             time.sleep(seconds if deadline is None else max(0.0, min(seconds, deadline - time.monotonic())))
 
         with self._scheduler() as scheduler:
-            for status in poll(lambda: scheduler.status(self.record),
-                               lambda status: status.done or deadline is not None and time.monotonic() >= deadline,
-                               Backoff(first_s=poll_s), sleep):
-                pass
+            polled = poll(
+                lambda: scheduler.status(self.record),
+                lambda status: status.done or deadline is not None and time.monotonic() >= deadline,
+                Backoff(first_s=poll_s),
+                sleep,
+            )
+            (status,) = collections.deque(polled, maxlen=1)  # the last answer: done, or the deadline passed
         if not status.done:
             raise WaitTimeout(f"job {self.job_id} is still {status.state} after {timeout:g} s")
         return status
@@ -286,7 +316,9 @@ def find_run(job: str, runs_dir: str | PathLike[str] | None = None, accept_new_h
             raise
         array = _record(array_id, where)
         if int(index) not in array.tasks:
-            raise RunNotFound(f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})") from None
+            raise RunNotFound(
+                f"job {array_id} has no task {index} (tasks {', '.join(map(str, array.tasks))})"
+            ) from None
         return Run(task_record(array, int(index)), accept_new_host_key)
 
 
@@ -307,9 +339,22 @@ def statuses(found: Sequence[Run], unreachable_ok: bool = False) -> list[JobStat
     """Each run's status, asking each scheduler (and login node) once for all of its runs."""
     from clusterkit.schedulers.api import statuses as scheduler_statuses
 
-    return scheduler_statuses([run.record for run in found], any(run.accept_new_host_key for run in found),
-                              unreachable_ok)
+    return scheduler_statuses(
+        [run.record for run in found], any(run.accept_new_host_key for run in found), unreachable_ok
+    )
 
 
-__all__ = ["Overrides", "Run", "SubmitChoices", "Validation", "dry_run", "find_run", "list_runs", "load_recipe", "render_job", "statuses",
-           "submit", "validate"]
+__all__ = [
+    "Overrides",
+    "Run",
+    "SubmitChoices",
+    "Validation",
+    "dry_run",
+    "find_run",
+    "list_runs",
+    "load_recipe",
+    "render_job",
+    "statuses",
+    "submit",
+    "validate",
+]

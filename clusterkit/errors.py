@@ -148,8 +148,19 @@ class FileSystemError(ExternalError, RuntimeError):
 
 
 # Errors of the path the user chose; any other (ENOSPC, EIO, EDQUOT) is the machine's.
-_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
-                          errno.EROFS, errno.ELOOP, errno.ENOENT})
+_PATH_ERRNOS = frozenset(
+    {
+        errno.ENOTDIR,
+        errno.EEXIST,
+        errno.EISDIR,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENAMETOOLONG,
+        errno.EROFS,
+        errno.ELOOP,
+        errno.ENOENT,
+    }
+)
 
 
 def is_users_path_error(exc: OSError) -> bool:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -18,11 +18,18 @@ SHIPPED_RECIPES = sorted(RECIPES.glob("*.yaml"))
 PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """The real CLI in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "clusterkit.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -77,37 +77,105 @@ RECIPE_FIELDS = string_fields(mi.type_info(Recipe))
 PROFILE_FIELDS = string_fields(mi.type_info(ClusterProfile))
 
 PROFILE = {
-    "name": "fuzzprofile", "accelerator": "cpu", "gpus_per_node": 2, "gpu_request": "none", "cpus_per_node": 2,
-    "partition": "debug", "interconnect": "loopback", "modules": ["mod/1"], "runs_dir": "runs",
-    "container": {"image": "img", "mounts": ["/a:/b"], "workdir": "/w"}, "env": {"PROFILE_ENV": "p"},
-    "network_env": {"NET_ENV": "n"}, "python": "python3",
+    "name": "fuzzprofile",
+    "accelerator": "cpu",
+    "gpus_per_node": 2,
+    "gpu_request": "none",
+    "cpus_per_node": 2,
+    "partition": "debug",
+    "interconnect": "loopback",
+    "modules": ["mod/1"],
+    "runs_dir": "runs",
+    "container": {"image": "img", "mounts": ["/a:/b"], "workdir": "/w"},
+    "env": {"PROFILE_ENV": "p"},
+    "network_env": {"NET_ENV": "n"},
+    "python": "python3",
     "login": {"host": "h", "user": "u", "proxy_jump": "j", "identity_file": "k", "remote_workdir": "w"},
 }
 SCRIPT_RECIPE = {
-    "name": "fuzz", "cluster": "profile.yaml", "launcher": "torchrun",
-    "resources": {"nodes": 2, "gpus_per_node": 2, "time": "10", "account": "acct", "qos": "q", "constraint": "c",
-                  "reservation": "r", "mem": "1G", "extra_sbatch": {"comment": "c"}},
+    "name": "fuzz",
+    "cluster": "profile.yaml",
+    "launcher": "torchrun",
+    "resources": {
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "time": "10",
+        "account": "acct",
+        "qos": "q",
+        "constraint": "c",
+        "reservation": "r",
+        "mem": "1G",
+        "extra_sbatch": {"comment": "c"},
+    },
     "task": {"script": "train.py", "args": ["--x", "{run_dir}/y"]},
-    "env": {"RECIPE_ENV": "e"}, "network": {"env": {"NCCL_DEBUG_SUBSYS": "INIT"}}, "runs_dir": "runs",
-    "description": "d", "preflight": {"enabled": True},
+    "env": {"RECIPE_ENV": "e"},
+    "network": {"env": {"NCCL_DEBUG_SUBSYS": "INIT"}},
+    "runs_dir": "runs",
+    "description": "d",
+    "preflight": {"enabled": True},
 }
 TRAINER_RECIPE = {
-    "name": "fuzzds", "cluster": "profile.yaml", "launcher": "deepspeed",
+    "name": "fuzzds",
+    "cluster": "profile.yaml",
+    "launcher": "deepspeed",
     "resources": {"nodes": 2, "gpus_per_node": 2, "time": "10"},
     "parallelism": {"zero_stage": 1, "micro_batch_size": 2},
     "deepspeed": {"include": "127.0.0.1:0,1@127.0.0.2:0,1"},
-    "task": {"trainer": {"model": {"config": {"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
-                                              "vocab_size": 64, "n_positions": 64}},
-                         "dataset": {"type": "synthetic", "seq_len": 16}, "args": {"max_steps": 1}}},
+    "task": {
+        "trainer": {
+            "model": {
+                "config": {
+                    "model_type": "gpt2",
+                    "n_layer": 2,
+                    "n_head": 2,
+                    "n_embd": 16,
+                    "vocab_size": 64,
+                    "n_positions": 64,
+                }
+            },
+            "dataset": {"type": "synthetic", "seq_len": 16},
+            "args": {"max_steps": 1},
+        }
+    },
     "runs_dir": "runs",
 }
 
 
 def hostile_tokens(canary: str) -> list[str]:
     return [
-        "'", '"', "\\", "$(touch CANARY/dollar)", "`touch CANARY/backtick`", ";touch CANARY/semicolon;", "%", "%j",
-        "{{ 7*7 }}", "{% raw %}", "\n", "\r", "\u2028", "\u2029", "\x85", "\x00", "\x1b[31m", "\x07", "-", "--x", " ",
-        "\t", "~", "*", "&&", "|", ">CANARY/redirect", "CLUSTERKIT_EOF", "a", "é", "x=y,z", "#", "!",
+        "'",
+        '"',
+        "\\",
+        "$(touch CANARY/dollar)",
+        "`touch CANARY/backtick`",
+        ";touch CANARY/semicolon;",
+        "%",
+        "%j",
+        "{{ 7*7 }}",
+        "{% raw %}",
+        "\n",
+        "\r",
+        "\u2028",
+        "\u2029",
+        "\x85",
+        "\x00",
+        "\x1b[31m",
+        "\x07",
+        "-",
+        "--x",
+        " ",
+        "\t",
+        "~",
+        "*",
+        "&&",
+        "|",
+        ">CANARY/redirect",
+        "CLUSTERKIT_EOF",
+        "a",
+        "é",
+        "x=y,z",
+        "#",
+        "!",
     ]
 
 
@@ -126,10 +194,22 @@ class Case:
 
 
 def cases(canary: str) -> st.SearchStrategy[Case]:
-    recipe_case = st.builds(Case, st.just("recipe"), st.sampled_from(RECIPE_FIELDS), hostile_strings(canary),
-                            st.sampled_from(["script", "trainer"]), st.booleans())
-    profile_case = st.builds(Case, st.just("profile"), st.sampled_from(PROFILE_FIELDS), hostile_strings(canary),
-                             st.sampled_from(["script", "trainer"]), st.just(False))
+    recipe_case = st.builds(
+        Case,
+        st.just("recipe"),
+        st.sampled_from(RECIPE_FIELDS),
+        hostile_strings(canary),
+        st.sampled_from(["script", "trainer"]),
+        st.booleans(),
+    )
+    profile_case = st.builds(
+        Case,
+        st.just("profile"),
+        st.sampled_from(PROFILE_FIELDS),
+        hostile_strings(canary),
+        st.sampled_from(["script", "trainer"]),
+        st.just(False),
+    )
     return st.one_of(recipe_case, profile_case)
 
 
@@ -173,9 +253,11 @@ printf '\\n' >> "{records}/{name}.calls"
 
 
 def _stubs(bin_dir: Path, records: Path) -> None:
-    extras = {"srun": f'env -0 > "{records}/srun.env"',
-              "scontrol": 'if [ "$1" = show ]; then printf "127.0.0.1\\n127.0.0.2\\n"; fi',
-              "module": ""}
+    extras = {
+        "srun": f'env -0 > "{records}/srun.env"',
+        "scontrol": 'if [ "$1" = show ]; then printf "127.0.0.1\\n127.0.0.2\\n"; fi',
+        "module": "",
+    }
     for name, extra in extras.items():
         path = bin_dir / name
         path.write_text(_STUB.format(name=name, records=records, extra=extra))
@@ -227,14 +309,22 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     if shellcheck:
         # Warnings and errors; not SC2016 "expressions don't expand in single quotes" (info), which is
         # exactly what a quoted hostile value should do. The shipped renders pass at every level (test_render).
-        lint = subprocess.run(["shellcheck", "-s", "bash", "-S", "warning", str(script)], capture_output=True, text=True)
+        lint = subprocess.run(
+            ["shellcheck", "-s", "bash", "-S", "warning", str(script)], capture_output=True, text=True
+        )
         assert lint.returncode == 0, (case, lint.stdout)
     sandbox, bin_dir, records = work / "sandbox", work / "bin", work / "records"
     for d in (sandbox, bin_dir, records):
         d.mkdir()
     _stubs(bin_dir, records)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(work / "home"), "SLURM_JOB_ID": JOB_ID,
-           "SLURM_JOB_NODELIST": "127.0.0.[1-2]", "SLURM_NNODES": "2", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(work / "home"),
+        "SLURM_JOB_ID": JOB_ID,
+        "SLURM_JOB_NODELIST": "127.0.0.[1-2]",
+        "SLURM_NNODES": "2",
+        "LANG": "C.UTF-8",
+    }
     done = subprocess.run(["bash", str(script)], cwd=sandbox, env=env, capture_output=True, text=True, timeout=60)
     assert sorted(os.listdir(canary)) == [], f"a hostile value was executed: {case}"
     assert done.returncode == 0, (case, done.stderr[-2000:])
@@ -244,7 +334,9 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     outside = [p for p in sandbox.rglob("*") if p.is_file() and run_dir not in p.resolve().parents]
     assert outside == [], f"wrote outside its run dir: {outside} ({case})"
     # read_bytes: read_text would turn a "\r" in a value into "\n" (universal newlines)
-    srun_env = dict(item.split("=", 1) for item in (records / "srun.env").read_bytes().decode().split("\0") if "=" in item)
+    srun_env = dict(
+        item.split("=", 1) for item in (records / "srun.env").read_bytes().decode().split("\0") if "=" in item
+    )
     for key, value in {**resolved["env"], **resolved["network"]["env"]}.items():
         if isinstance(value, str):
             assert srun_env.get(key) == value, (case, key)

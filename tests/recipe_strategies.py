@@ -6,20 +6,85 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-RECIPE_KEYS = ["name", "cluster", "extends", "resources", "parallelism", "launcher", "precision", "task", "network",
-               "deepspeed", "preemption", "env", "setup", "runs_dir", "master_port", "python", "resume_from", "description"]
-NESTED_KEYS = ["nodes", "gpus_per_node", "cpus_per_task", "time", "partition", "dp", "tp", "pp", "zero_stage",
-               "micro_batch_size", "global_batch_size", "gradient_accumulation_steps", "offload_optimizer", "trainer",
-               "script", "args", "model", "config", "dataset", "profile", "env", "debug", "signal", "max_requeues",
-               "include", "exclude", "extra_sbatch", "type", "seq_len", "pretrained"]
+RECIPE_KEYS = [
+    "name",
+    "cluster",
+    "extends",
+    "resources",
+    "parallelism",
+    "launcher",
+    "precision",
+    "task",
+    "network",
+    "deepspeed",
+    "preemption",
+    "env",
+    "setup",
+    "runs_dir",
+    "master_port",
+    "python",
+    "resume_from",
+    "description",
+]
+NESTED_KEYS = [
+    "nodes",
+    "gpus_per_node",
+    "cpus_per_task",
+    "time",
+    "partition",
+    "dp",
+    "tp",
+    "pp",
+    "zero_stage",
+    "micro_batch_size",
+    "global_batch_size",
+    "gradient_accumulation_steps",
+    "offload_optimizer",
+    "trainer",
+    "script",
+    "args",
+    "model",
+    "config",
+    "dataset",
+    "profile",
+    "env",
+    "debug",
+    "signal",
+    "max_requeues",
+    "include",
+    "exclude",
+    "extra_sbatch",
+    "type",
+    "seq_len",
+    "pretrained",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=40),
-    st.sampled_from(["$(touch /tmp/clusterkit-fuzz)", "`id`", "a\nb", "{{ 7*7 }}", "%j", "auto", "cpu", "deepspeed",
-                     "torchrun", "2", "-1", "1:00:00", "dev", "../../etc/passwd", "\u202e\u0000", "é" * 3]),
+    st.sampled_from(
+        [
+            "$(touch /tmp/clusterkit-fuzz)",
+            "`id`",
+            "a\nb",
+            "{{ 7*7 }}",
+            "%j",
+            "auto",
+            "cpu",
+            "deepspeed",
+            "torchrun",
+            "2",
+            "-1",
+            "1:00:00",
+            "dev",
+            "../../etc/passwd",
+            "\u202e\u0000",
+            "é" * 3,
+        ]
+    ),
 )
 
 
@@ -47,17 +112,36 @@ def _nest(depth: int) -> dict:
 
 
 VALID = {
-    "name": "fuzz", "cluster": "dev", "launcher": "torchrun",
+    "name": "fuzz",
+    "cluster": "dev",
+    "launcher": "torchrun",
     "resources": {"nodes": 2, "gpus_per_node": 2, "time": "10"},
     "parallelism": {"micro_batch_size": 2, "zero_stage": 0},
-    "task": {"trainer": {"model": {"config": {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64,
-                                                "vocab_size": 512}},
-                         "dataset": {"type": "synthetic", "seq_len": 32}, "args": {"max_steps": 5}}},
-    "env": {"A": "1"}, "setup": ["true"],
+    "task": {
+        "trainer": {
+            "model": {"config": {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 512}},
+            "dataset": {"type": "synthetic", "seq_len": 32},
+            "args": {"max_steps": 5},
+        }
+    },
+    "env": {"A": "1"},
+    "setup": ["true"],
 }
-PATHS = [(), ("resources",), ("parallelism",), ("task",), ("task", "trainer"), ("task", "trainer", "args"),
-         ("task", "trainer", "model"), ("task", "trainer", "model", "config"), ("task", "trainer", "dataset"),
-         ("env",), ("network",), ("deepspeed",), ("preemption",)]
+PATHS = [
+    (),
+    ("resources",),
+    ("parallelism",),
+    ("task",),
+    ("task", "trainer"),
+    ("task", "trainer", "args"),
+    ("task", "trainer", "model"),
+    ("task", "trainer", "model", "config"),
+    ("task", "trainer", "dataset"),
+    ("env",),
+    ("network",),
+    ("deepspeed",),
+    ("preemption",),
+]
 
 
 def _mutate(recipe: dict, mutations: list) -> dict:
@@ -79,8 +163,31 @@ mutation = st.tuples(st.sampled_from(PATHS), st.sampled_from(RECIPE_KEYS + NESTE
 recipes = st.builds(_mutate, st.just(VALID), st.lists(mutation, min_size=0, max_size=3))
 # Any structure at all, the recipe file's whole content.
 anything = st.one_of(values, deep)
-profiles = st.builds(lambda extra: {"name": "p", "gpus_per_node": 2, "cpus_per_node": 2, "interconnect": "loopback",
-                                    "accelerator": "cpu", **extra},
-                     st.dictionaries(st.sampled_from(["gpus_per_node", "accelerator", "interconnect", "gpu", "modules",
-                                                      "setup", "max_time", "container", "network_env", "bogus"]),
-                                     values, max_size=4))
+profiles = st.builds(
+    lambda extra: {
+        "name": "p",
+        "gpus_per_node": 2,
+        "cpus_per_node": 2,
+        "interconnect": "loopback",
+        "accelerator": "cpu",
+        **extra,
+    },
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "gpus_per_node",
+                "accelerator",
+                "interconnect",
+                "gpu",
+                "modules",
+                "setup",
+                "max_time",
+                "container",
+                "network_env",
+                "bogus",
+            ]
+        ),
+        values,
+        max_size=4,
+    ),
+)

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-NSS_WRAPPER = [f"{directory}/libnss_wrapper.so" for directory in
-               (f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}", "/usr/lib64", "/usr/lib")]
+NSS_WRAPPER = [
+    f"{directory}/libnss_wrapper.so"
+    for directory in (f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}", "/usr/lib64", "/usr/lib")
+]
 
 
 def free_port() -> int:
@@ -27,8 +29,11 @@ def free_port() -> int:
 
 
 def keygen(path: Path, passphrase: str = "") -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name, "-f", str(path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
     return path
 
 
@@ -55,7 +60,7 @@ class SSHServer:
         key_type, key = Path(f"{self.host_key}.pub").read_text().split()[:2]
         return f"[127.0.0.1]:{self.port} {key_type} {key}\n"
 
-    def start(self) -> "SSHServer":
+    def start(self) -> SSHServer:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
         self.process = subprocess.Popen([SSHD, "-D", "-f", str(self.config), "-E", str(self.log)])
         deadline = time.monotonic() + 10
@@ -97,8 +102,13 @@ def client_env(home: Path, passphrase: str | None) -> dict[str, str]:
     user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
     (accounts / "passwd").write_text(f"{user}:x:{os.getuid()}:{os.getgid()}:{user}:{home}:/bin/sh\n")
     (accounts / "group").write_text(f"{group}:x:{os.getgid()}:\n")
-    env |= {"HOME": str(home), "LD_PRELOAD": library, "NSS_WRAPPER_PASSWD": str(accounts / "passwd"),
-            "NSS_WRAPPER_GROUP": str(accounts / "group"), "XDG_RUNTIME_DIR": str(runtime_dir(home))}
+    env |= {
+        "HOME": str(home),
+        "LD_PRELOAD": library,
+        "NSS_WRAPPER_PASSWD": str(accounts / "passwd"),
+        "NSS_WRAPPER_GROUP": str(accounts / "group"),
+        "XDG_RUNTIME_DIR": str(runtime_dir(home)),
+    }
     if passphrase is not None:
         env["CLUSTERKIT_SSH_PASSPHRASE"] = passphrase
     return env
@@ -119,8 +129,12 @@ def masters(home: Path) -> list[Path]:
 def stop_masters(home: Path) -> None:
     """End the master connections clusterkit's ssh left for ``home`` (sshd keeps them when it stops)."""
     for socket_path in masters(home):
-        subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "--", "master"],
-                       capture_output=True, timeout=10, check=False)
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "--", "master"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
 
 
 def forget_client(home: Path) -> None:

@@ -21,16 +21,26 @@ SLEEP = str(REPO / "tests" / "scripts" / "timed_sleep.py")
 
 def _script_recipe(tmp_path: Path, seconds: float) -> Path:
     path = tmp_path / "sleep.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "sleepy", "cluster": "dev", "runs_dir": str(tmp_path / "runs"), "launcher": "python",
-        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
-        "task": {"script": SLEEP, "args": [str(seconds)]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sleepy",
+                "cluster": "dev",
+                "runs_dir": str(tmp_path / "runs"),
+                "launcher": "python",
+                "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
+                "task": {"script": SLEEP, "args": [str(seconds)]},
+            }
+        )
+    )
     return path
 
 
 def test_importing_the_api_pulls_in_nothing_heavy() -> None:
-    code = ("import sys, clusterkit; clusterkit.load_recipe; clusterkit.Run; "
-            "print(sorted(m for m in ('jinja2', 'rich', 'paramiko', 'torch', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, clusterkit; clusterkit.load_recipe; clusterkit.Run; "
+        "print(sorted(m for m in ('jinja2', 'rich', 'paramiko', 'torch', 'transformers') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.strip() == "[]"
 
@@ -105,14 +115,18 @@ def test_the_docs_python_example_runs_as_written(tmp_path: Path) -> None:
     assert last["state"] == "COMPLETED" and last["steps"] > 0
 
 
-@pytest.mark.parametrize("login_host, executor, expected", [
-    ("login.other-cluster.example", None, "ssh"),  # sbatch is on PATH here, yet the profile names another cluster
-    ("login.other-cluster.example", "slurm", "slurm"),  # asked for explicitly
-    (None, None, "slurm"),  # no login node: this machine's SLURM
-    ("{this host}", None, "slurm"),  # the login node is this machine
-])
-def test_submit_goes_to_the_cluster_the_profile_names(tmp_path: Path, login_host: str | None, executor: str | None,
-                                                      expected: str) -> None:
+@pytest.mark.parametrize(
+    "login_host, executor, expected",
+    [
+        ("login.other-cluster.example", None, "ssh"),  # sbatch is on PATH here, yet the profile names another cluster
+        ("login.other-cluster.example", "slurm", "slurm"),  # asked for explicitly
+        (None, None, "slurm"),  # no login node: this machine's SLURM
+        ("{this host}", None, "slurm"),  # the login node is this machine
+    ],
+)
+def test_submit_goes_to_the_cluster_the_profile_names(
+    tmp_path: Path, login_host: str | None, executor: str | None, expected: str
+) -> None:
     import shutil
     import socket
 
@@ -127,8 +141,15 @@ def test_submit_goes_to_the_cluster_the_profile_names(tmp_path: Path, login_host
         assert request.login.host == login_host and request.argv[0] == "sbatch"  # sbatch, on the login node
     from conftest import run_cli
 
-    dry = run_cli("submit", str(TINY), "--cluster", str(tmp_path / "other.yaml"), "--dry-run",
-                  *(["--executor", executor] if executor else []), cwd=tmp_path)
+    dry = run_cli(
+        "submit",
+        str(TINY),
+        "--cluster",
+        str(tmp_path / "other.yaml"),
+        "--dry-run",
+        *(["--executor", executor] if executor else []),
+        cwd=tmp_path,
+    )
     assert dry.returncode == 0 and f"# on cluster other with the {expected} executor\n" in dry.stderr, dry.stderr
 
 

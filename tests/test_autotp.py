@@ -44,15 +44,23 @@ def test_the_deepspeed_config_asks_autotp_for_tp_and_leaves_the_batch_to_deepspe
     assert "tensor_parallel" not in plain and plain["train_batch_size"] == 16
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"task.trainer.model.config.model_type": "gpt2", "task.trainer.model.config.num_key_value_heads": None},
-     "DeepSpeed AutoTP cannot shard gpt2 models"),
-    ({"parallelism.zero_stage": 3}, "DeepSpeed AutoTP trains with ZeRO stage 0, 1 or 2, not 3"),
-    ({"task.trainer.model.config.num_key_value_heads": 1}, "the model's 1 key/value heads are not divisible by tp=2"),
-    ({"deepspeed.enabled": False}, "tp=2 trains through DeepSpeed AutoTP; remove enabled: false"),
-    ({"parallelism.tp": 4}, "tensor parallelism must stay inside one node"),
-    ({"parallelism.pp": 2, "parallelism.tp": 1}, "the built-in HF Trainer runner cannot do pipeline parallelism"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"task.trainer.model.config.model_type": "gpt2", "task.trainer.model.config.num_key_value_heads": None},
+            "DeepSpeed AutoTP cannot shard gpt2 models",
+        ),
+        ({"parallelism.zero_stage": 3}, "DeepSpeed AutoTP trains with ZeRO stage 0, 1 or 2, not 3"),
+        (
+            {"task.trainer.model.config.num_key_value_heads": 1},
+            "the model's 1 key/value heads are not divisible by tp=2",
+        ),
+        ({"deepspeed.enabled": False}, "tp=2 trains through DeepSpeed AutoTP; remove enabled: false"),
+        ({"parallelism.tp": 4}, "tensor parallelism must stay inside one node"),
+        ({"parallelism.pp": 2, "parallelism.tp": 1}, "the built-in HF Trainer runner cannot do pipeline parallelism"),
+    ],
+)
 def test_what_autotp_cannot_run_is_refused_at_validate(tmp_path: Path, changes: dict, message: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, **changes))
@@ -83,7 +91,9 @@ def test_a_layout_that_is_not_the_recipes_is_named() -> None:
 
 
 def _losses(run_dir: Path) -> list[float]:
-    return [m["loss"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if m["event"] == "log"]
+    return [
+        m["loss"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if m["event"] == "log"
+    ]
 
 
 @pytest.mark.slurm
@@ -93,7 +103,9 @@ def test_tensor_parallel_training_on_the_dev_cluster(dev_cluster: str, tmp_path:
     assert tp.returncode == 0, tp.stdout + tp.stderr
     run_dir = next((runs / "tiny-llama-tp").iterdir())
     ranks = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]
-    assert [(r["tp_size"], r["dp_size"], r["slurm_node"]) for r in ranks] == [(2, 2, "node1")] * 2 + [(2, 2, "node2")] * 2
+    assert [(r["tp_size"], r["dp_size"], r["slurm_node"]) for r in ranks] == [(2, 2, "node1")] * 2 + [
+        (2, 2, "node2")
+    ] * 2
     assert {tuple(r["attention_shard_shape"]) for r in ranks} == {(32, 64)}  # half of q_proj's 64 outputs each
     # TP peers (the ranks of a node) train on the same batches, the two DP groups on different ones.
     assert ranks[0]["batch_fingerprints"] == ranks[1]["batch_fingerprints"]
@@ -102,8 +114,18 @@ def test_tensor_parallel_training_on_the_dev_cluster(dev_cluster: str, tmp_path:
     tp_losses = _losses(run_dir)
     assert len(tp_losses) == 10 and tp_losses[-1] < tp_losses[0]
     # The same global batch (8) and seed as plain data parallelism: the same curve.
-    dp = run_cli("submit", str(TINY_LLAMA), "--follow", "--set", f"runs_dir={tmp_path / 'dp'}", "--set", "parallelism.tp=1",
-                 "--set", "parallelism.micro_batch_size=2", cwd=REPO)
+    dp = run_cli(
+        "submit",
+        str(TINY_LLAMA),
+        "--follow",
+        "--set",
+        f"runs_dir={tmp_path / 'dp'}",
+        "--set",
+        "parallelism.tp=1",
+        "--set",
+        "parallelism.micro_batch_size=2",
+        cwd=REPO,
+    )
     assert dp.returncode == 0, dp.stdout + dp.stderr
     dp_losses = _losses(next((tmp_path / "dp" / "tiny-llama-tp").iterdir()))
     assert dp_losses == pytest.approx(tp_losses, rel=1e-4)
@@ -116,7 +138,9 @@ def test_tensor_parallel_training_on_the_dev_cluster(dev_cluster: str, tmp_path:
         model = AutoModelForCausalLM.from_pretrained(str(folder))
         assert tuple(model.model.layers[0].self_attn.q_proj.weight.shape) == (64, 64)
     # Resuming continues the sharded run from its checkpoint, with the same layout.
-    resumed = run_cli("submit", "--resume", str(run_dir), "--set", "task.trainer.args.max_steps=14", "--follow", cwd=REPO)
+    resumed = run_cli(
+        "submit", "--resume", str(run_dir), "--set", "task.trainer.args.max_steps=14", "--follow", cwd=REPO
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     second = max((runs / "tiny-llama-tp").iterdir(), key=lambda p: int(p.name))
     record = json.loads((second / "ranks" / "rank-3.json").read_text())
@@ -130,9 +154,19 @@ def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_
     run checkpoints, requeues itself and finishes at exactly max_steps with the same layout."""
     from test_preemption import _events, _preempt_once, _release, _scontrol, _wait_done
 
-    done = run_cli("submit", str(TINY_LLAMA), "--set", f"runs_dir={tmp_path / 'runs'}", "--set",
-                   "task.trainer.args.max_steps=300", "--set", "task.trainer.args.save_steps=100",
-                   "--set", "task.trainer.args.logging_steps=10", cwd=REPO)
+    done = run_cli(
+        "submit",
+        str(TINY_LLAMA),
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "task.trainer.args.max_steps=300",
+        "--set",
+        "task.trainer.args.save_steps=100",
+        "--set",
+        "task.trainer.args.logging_steps=10",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-llama-tp" / job_id
@@ -150,8 +184,18 @@ def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_
 @pytest.mark.slurm
 def test_tensor_parallel_under_the_deepspeed_launcher(dev_cluster: str, tmp_path: Path) -> None:
     """The other launcher: DeepSpeed's, one per node, applies the same AutoTP layout."""
-    done = run_cli("submit", str(TINY_LLAMA), "--follow", "--set", f"runs_dir={tmp_path / 'runs'}",
-                   "--set", "launcher=deepspeed", "--set", "task.trainer.args.max_steps=4", cwd=REPO)
+    done = run_cli(
+        "submit",
+        str(TINY_LLAMA),
+        "--follow",
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "launcher=deepspeed",
+        "--set",
+        "task.trainer.args.max_steps=4",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "tiny-llama-tp").iterdir())
     ranks = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]

@@ -19,9 +19,13 @@ def test_throughput_excludes_warmup_and_scaling_is_against_the_smallest_scale() 
     metrics[1]["time"] = 1.0  # a slow first step, inside the warm-up
     assert measured_throughput(metrics, global_batch=16, warmup=2) == (pytest.approx(16.0), 8)
     assert measured_throughput(metrics[:2], global_batch=16, warmup=0) == (None, 0)
-    results = with_scaling([ScaleResult(1, 2, 2, "1", "a", "COMPLETED", 100.0, 8),
-                            ScaleResult(2, 2, 4, "2", "b", "COMPLETED", 180.0, 8),
-                            ScaleResult(4, 2, 8, "3", "c", "FAILED", None, 0)])
+    results = with_scaling(
+        [
+            ScaleResult(1, 2, 2, "1", "a", "COMPLETED", 100.0, 8),
+            ScaleResult(2, 2, 4, "2", "b", "COMPLETED", 180.0, 8),
+            ScaleResult(4, 2, 8, "3", "c", "FAILED", None, 0),
+        ]
+    )
     assert results[0].speedup == 1.0 and results[0].efficiency_pct == 100.0
     assert results[1].speedup == pytest.approx(1.8) and results[1].efficiency_pct == pytest.approx(90.0)
     assert results[2].speedup is None
@@ -30,8 +34,19 @@ def test_throughput_excludes_warmup_and_scaling_is_against_the_smallest_scale() 
 @pytest.mark.slurm
 def test_bench_one_and_two_nodes_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    done = run_cli("bench", TINY, "--nodes", "1,2", "--steps", "12", "-o", str(out),
-                   "--set", f"runs_dir={tmp_path / 'runs'}", cwd=REPO)
+    done = run_cli(
+        "bench",
+        TINY,
+        "--nodes",
+        "1,2",
+        "--steps",
+        "12",
+        "-o",
+        str(out),
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "submitted 2 scales as dependent jobs" in done.stdout
     report = json.loads((out / "bench.json").read_text())

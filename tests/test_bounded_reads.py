@@ -39,8 +39,12 @@ def _plant(path: Path, kind: str) -> None:
 
 
 KINDS = ["dev-zero", "fifo", "directory", "huge"]
-PROBLEM = {"dev-zero": "not a regular file", "fifo": "not a regular file", "directory": "not a regular file",
-           "huge": "larger than 16 MiB"}
+PROBLEM = {
+    "dev-zero": "not a regular file",
+    "fifo": "not a regular file",
+    "directory": "not a regular file",
+    "huge": "larger than 16 MiB",
+}
 
 
 def _limited() -> None:
@@ -49,9 +53,16 @@ def _limited() -> None:
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, timeout=TIMEOUT_S,
-                          preexec_fn=_limited, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        timeout=TIMEOUT_S,
+        preexec_fn=_limited,
+        check=False,
+    )
     assert time.monotonic() - started < TIMEOUT_S
     return done
 
@@ -65,7 +76,9 @@ def _one_line(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 def _recipe(folder: Path, **fields: object) -> Path:
     path = folder / "r.yaml"
-    path.write_text(yaml.safe_dump({"name": "r", "resources": {"time": "5"}, "task": {"script": "/bin/true"}, **fields}))
+    path.write_text(
+        yaml.safe_dump({"name": "r", "resources": {"time": "5"}, "task": {"script": "/bin/true"}, **fields})
+    )
     return path
 
 
@@ -74,20 +87,33 @@ def test_a_recipe(tmp_path: Path, kind: str) -> None:
     recipe = tmp_path / "recipe.yaml"
     _plant(recipe, kind)
     # A folder given to validate is a folder of recipes: render reads the one recipe it names.
-    argv = ["render", str(recipe), "-o", str(tmp_path / "out")] if kind == "directory" else ["validate", str(recipe), "--json"]
+    argv = (
+        ["render", str(recipe), "-o", str(tmp_path / "out")]
+        if kind == "directory"
+        else ["validate", str(recipe), "--json"]
+    )
     done = _cli(*argv, cwd=tmp_path)
     if kind == "directory":
         assert _one_line(done) == f"{recipe}: <top level>: not a regular file"
     elif kind == "fifo":  # a recipe may come through a pipe (validate /dev/stdin): one no process writes is empty
-        assert done.returncode == 2 and '"message": "a recipe must be a mapping of keys to values"' in done.stdout, done.stdout
+        assert done.returncode == 2 and '"message": "a recipe must be a mapping of keys to values"' in done.stdout, (
+            done.stdout
+        )
     else:
         assert done.returncode == 2 and f'"message": "{PROBLEM[kind]}"' in done.stdout, done.stdout + done.stderr
 
 
 def test_a_recipe_through_a_pipe_is_read_to_its_end(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "validate", "/dev/stdin"],
-                          input=recipe.read_text(), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", "validate", "/dev/stdin"],
+        input=recipe.read_text(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0 and done.stdout == "/dev/stdin: ok\n", done.stderr
 
 
@@ -97,8 +123,11 @@ def test_a_recipe_it_extends(tmp_path: Path, kind: str) -> None:
     recipe = _recipe(tmp_path, extends="base.yaml")
     line = _one_line(_cli("validate", str(recipe), cwd=tmp_path))
     # What is no file is no base recipe.
-    assert line == (f"{tmp_path / 'base.yaml'}: <top level>: {PROBLEM[kind]}" if kind == "huge"
-                    else f"{recipe}:1: extends: base recipe not found: base.yaml")
+    assert line == (
+        f"{tmp_path / 'base.yaml'}: <top level>: {PROBLEM[kind]}"
+        if kind == "huge"
+        else f"{recipe}:1: extends: base recipe not found: base.yaml"
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -106,8 +135,11 @@ def test_a_cluster_profile(tmp_path: Path, kind: str) -> None:
     _plant(tmp_path / "clusters" / "site.yaml", kind)
     line = _one_line(_cli("validate", str(_recipe(tmp_path, cluster="site")), cwd=tmp_path))
     # Where a profile is looked up by name, what is no file is no profile.
-    expected = f"{tmp_path / 'clusters' / 'site.yaml'}: <top level>: {PROBLEM[kind]}" if kind == "huge" \
+    expected = (
+        f"{tmp_path / 'clusters' / 'site.yaml'}: <top level>: {PROBLEM[kind]}"
+        if kind == "huge"
         else "no cluster profile 'site'"
+    )
     assert expected in line
 
 
@@ -177,14 +209,24 @@ def test_status_of_a_run_whose_files_are_hostile_answers_at_once(tmp_path: Path)
     """A run directory's own files (exit code, hostfile, a node's end, its log) read as missing when
     they are no regular files: status answers, from the rest, as for a run that left none."""
     (tmp_path / "fail.py").write_text("import sys\nsys.exit(3)\n")
-    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), task={"script": str(tmp_path / "fail.py")},
-                     resources={"time": "5", "nodes": 1, "gpus_per_node": 1}, snapshot=False)
+    recipe = _recipe(
+        tmp_path,
+        runs_dir=str(tmp_path / "runs"),
+        task={"script": str(tmp_path / "fail.py")},
+        resources={"time": "5", "nodes": 1, "gpus_per_node": 1},
+        snapshot=False,
+    )
     done = _cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
     assert done.returncode != 0
     (run_dir,) = (tmp_path / "runs" / "r").iterdir()
-    for name, kind in [("exit_code", "fifo"), ("hostfile", "dev-zero"), ("ranks/node0.exit", "fifo"),
-                       (f"{run_dir.name}_0_log.err", "dev-zero"), ("preempted.json", "directory"),
-                       ("metrics.jsonl", "fifo")]:
+    for name, kind in [
+        ("exit_code", "fifo"),
+        ("hostfile", "dev-zero"),
+        ("ranks/node0.exit", "fifo"),
+        (f"{run_dir.name}_0_log.err", "dev-zero"),
+        ("preempted.json", "directory"),
+        ("metrics.jsonl", "fifo"),
+    ]:
         (run_dir / name).unlink(missing_ok=True)
         _plant(run_dir / name, kind)
     status = _cli("status", str(run_dir), cwd=tmp_path)

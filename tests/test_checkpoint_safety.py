@@ -17,8 +17,8 @@ import msgspec
 import pytest
 
 from clusterkit import load_recipe
-from clusterkit.runs.layout import COMPLETE, LATEST
 from clusterkit.runs.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
+from clusterkit.runs.layout import COMPLETE, LATEST
 from clusterkit.runs.record import RunRecord
 from conftest import REPO, run_cli
 
@@ -117,8 +117,17 @@ def test_resume_from_a_run_without_a_usable_checkpoint_fails_in_the_job(tmp_path
 def _earlier_run(tmp_path: Path, job_id: str = "41") -> Path:
     run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
     run_dir.mkdir(parents=True)
-    RunRecord(job_id=job_id, name="tiny-gpt2", scheduler="slurm", run_dir=str(run_dir), recipe=str(TINY),
-              submitted_at=time.time(), nodes=2, ranks_per_node=2, launcher="torchrun").write()
+    RunRecord(
+        job_id=job_id,
+        name="tiny-gpt2",
+        scheduler="slurm",
+        run_dir=str(run_dir),
+        recipe=str(TINY),
+        submitted_at=time.time(),
+        nodes=2,
+        ranks_per_node=2,
+        launcher="torchrun",
+    ).write()
     return run_dir
 
 
@@ -238,7 +247,9 @@ finish(7)
 
 def test_finish_exits_with_its_code_and_loses_no_output(tmp_path: Path) -> None:
     with (tmp_path / "stdout").open("w") as stdout:  # a file: both stdio layers buffer fully
-        done = subprocess.run([sys.executable, "-c", _FINISHING_RANK, str(tmp_path)], stdout=stdout, cwd=REPO, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", _FINISHING_RANK, str(tmp_path)], stdout=stdout, cwd=REPO, timeout=60
+        )
     assert done.returncode == 7
     assert (tmp_path / "stdout").read_text() == "python-buffered c-buffered"
     assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "done"
@@ -255,15 +266,39 @@ def _local_job(tmp_path: Path, *overrides: str) -> Path:
 
 
 def _torchrun(job_file: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             f"--log-dir={job_file.parent / 'logs'}", "-m", "clusterkit.runtime.runner", str(job_file)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            f"--log-dir={job_file.parent / 'logs'}",
+            "-m",
+            "clusterkit.runtime.runner",
+            str(job_file),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_rotation_never_leaves_the_run_without_a_complete_checkpoint(tmp_path: Path) -> None:
-    job_file = _local_job(tmp_path, "task.trainer.args.max_steps=12", "task.trainer.args.save_steps=1",
-                          "task.trainer.args.save_total_limit=1", "task.trainer.args.logging_steps=1")
+    job_file = _local_job(
+        tmp_path,
+        "task.trainer.args.max_steps=12",
+        "task.trainer.args.save_steps=1",
+        "task.trainer.args.save_total_limit=1",
+        "task.trainer.args.logging_steps=1",
+    )
     checkpoints = job_file.parent / "checkpoints"
     counts: list[int] = []
     stop = threading.Event()

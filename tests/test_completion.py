@@ -19,7 +19,7 @@ import yaml
 from clusterkit.cli.completion import recipe_key_paths
 from clusterkit.runs import index
 from clusterkit.runs.record import RunRecord
-from conftest import REPO, RECIPES, run_cli
+from conftest import RECIPES, REPO, run_cli
 
 DRIVER = r"""
 eval "$(clusterkit completion bash)"
@@ -55,16 +55,21 @@ def shell_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     wrapper = bin_dir / "clusterkit"
-    wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m clusterkit \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m clusterkit "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "XDG_CONFIG_HOME": str(tmp_path / "config"),
-            "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
 
 
 def complete(line: str, env: dict[str, str], cwd: Path) -> list[str]:
-    done = subprocess.run(["bash", "--norc", "-c", DRIVER, "driver", line], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "--norc", "-c", DRIVER, "driver", line], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return [word.rstrip() for word in done.stdout.splitlines() if word]
 
@@ -122,7 +127,9 @@ def test_job_ids_of_known_runs(tmp_path: Path, shell_env: dict[str, str]) -> Non
 
 def test_set_and_grid_key_paths_from_the_recipe_schema(tmp_path: Path, shell_env: dict[str, str]) -> None:
     assert complete("clusterkit submit r.yaml --set resources.no", shell_env, tmp_path) == ["resources.nodes="]
-    assert complete("clusterkit sweep r.yaml --grid parallelism.micro", shell_env, tmp_path) == ["parallelism.micro_batch_size="]
+    assert complete("clusterkit sweep r.yaml --grid parallelism.micro", shell_env, tmp_path) == [
+        "parallelism.micro_batch_size="
+    ]
     assert complete("clusterkit render r.yaml --set resources.nodes=", shell_env, tmp_path) == []  # a value
     paths = recipe_key_paths()
     assert {"cluster=", "resources.nodes=", "task.trainer.args=", "env="} <= set(paths) and "resources=" not in paths
@@ -130,9 +137,17 @@ def test_set_and_grid_key_paths_from_the_recipe_schema(tmp_path: Path, shell_env
 
 def test_no_completion_without_the_shell_asking(tmp_path: Path) -> None:
     """``_ARGCOMPLETE`` unset: a normal run, argcomplete not even imported."""
-    done = subprocess.run([sys.executable, "-c", "import sys; from clusterkit.cli.main import main; main(['ls']); "
-                           "print('argcomplete' in sys.modules)"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from clusterkit.cli.main import main; main(['ls']); print('argcomplete' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.stdout.splitlines()[-1] == "False", done.stderr
 
 
@@ -150,11 +165,21 @@ def test_the_zsh_and_fish_scripts(tmp_path: Path, shell_env: dict[str, str], she
     assert check.returncode == 0, check.stderr
     for line, expected in (("clusterkit sta", "status"), ("clusterkit validate --q", "--quiet")):
         if shell == "fish":
-            driven = subprocess.run(["fish", "--no-config", "-c", f"source {tmp_path / 'c.sh'}; complete -C {shlex.quote(line)}"],
-                                    env=shell_env, capture_output=True, text=True, timeout=60)
+            driven = subprocess.run(
+                ["fish", "--no-config", "-c", f"source {tmp_path / 'c.sh'}; complete -C {shlex.quote(line)}"],
+                env=shell_env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         else:
-            driven = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "driver", str(tmp_path / "c.sh"), line],
-                                    env=shell_env, capture_output=True, text=True, timeout=60)
+            driven = subprocess.run(
+                ["zsh", "-f", "-c", ZSH_DRIVER, "driver", str(tmp_path / "c.sh"), line],
+                env=shell_env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         # fish: "status<TAB>description"; zsh: "status:description"
         assert [word.split(":")[0] for word in driven.stdout.split()[:1]] == [expected], driven.stderr
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -49,12 +49,21 @@ def deepspeed_comm() -> Iterator[None]:
 def _zero_variants(tmp_path: Path) -> list[Path]:
     """Every ZeRO stage and offload combination on the tiny layout, besides the shipped recipes."""
     variants = []
-    for stage, offload_opt, offload_params in [(1, "none", "none"), (2, "cpu", "none"), (3, "cpu", "cpu"), (3, "none", "none")]:
+    for stage, offload_opt, offload_params in [
+        (1, "none", "none"),
+        (2, "cpu", "none"),
+        (3, "cpu", "cpu"),
+        (3, "none", "none"),
+    ]:
         text = (RECIPES / "tiny-gpt2-cpu.yaml").read_text()
         path = tmp_path / f"zero{stage}-{offload_opt}-{offload_params}.yaml"
-        path.write_text(text.replace("launcher: torchrun", "launcher: deepspeed").replace(
-            "parallelism:\n", f"parallelism:\n  zero_stage: {stage}\n  offload_optimizer: {offload_opt}\n"
-                              f"  offload_params: {offload_params}\n"))
+        path.write_text(
+            text.replace("launcher: torchrun", "launcher: deepspeed").replace(
+                "parallelism:\n",
+                f"parallelism:\n  zero_stage: {stage}\n  offload_optimizer: {offload_opt}\n"
+                f"  offload_params: {offload_params}\n",
+            )
+        )
         variants.append(path)
     return variants
 

@@ -22,9 +22,19 @@ def _deepspeed(stage: int, *extra: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_stage_trains_and_resumes(dev_cluster: str, tmp_path: Path, stage: int) -> None:
-    rc, first, output = _submit(tmp_path, TINY, *_deepspeed(stage, "--set", "task.trainer.args.max_steps=6",
-                                                            "--set", "task.trainer.args.save_steps=3",
-                                                            "--set", "task.trainer.args.logging_steps=2"))
+    rc, first, output = _submit(
+        tmp_path,
+        TINY,
+        *_deepspeed(
+            stage,
+            "--set",
+            "task.trainer.args.max_steps=6",
+            "--set",
+            "task.trainer.args.save_steps=3",
+            "--set",
+            "task.trainer.args.logging_steps=2",
+        ),
+    )
     assert rc == 0, output
     _assert_real_data_parallel(first, world=4, nodes={"node1", "node2"})
     assert {(r["zero_stage"], r["optimizer"]) for r in _rank_records(first)} == {(stage, ZERO_OPTIMIZER[stage])}
@@ -40,10 +50,22 @@ def test_zero_stage_trains_and_resumes(dev_cluster: str, tmp_path: Path, stage: 
 
 
 @pytest.mark.parametrize("stage,offload_optimizer,offload_params", [(2, "cpu", "none"), (3, "none", "cpu")])
-def test_offload_to_cpu(dev_cluster: str, tmp_path: Path, stage: int, offload_optimizer: str, offload_params: str) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY, *_deepspeed(
-        stage, "--set", f"parallelism.offload_optimizer={offload_optimizer}",
-        "--set", f"parallelism.offload_params={offload_params}", "--set", "task.trainer.args.max_steps=10"))
+def test_offload_to_cpu(
+    dev_cluster: str, tmp_path: Path, stage: int, offload_optimizer: str, offload_params: str
+) -> None:
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        *_deepspeed(
+            stage,
+            "--set",
+            f"parallelism.offload_optimizer={offload_optimizer}",
+            "--set",
+            f"parallelism.offload_params={offload_params}",
+            "--set",
+            "task.trainer.args.max_steps=10",
+        ),
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     facts = {(r["offload_optimizer"], r["offload_params"]) for r in _rank_records(run_dir)}
@@ -51,7 +73,9 @@ def test_offload_to_cpu(dev_cluster: str, tmp_path: Path, stage: int, offload_op
 
 
 def test_torchrun_with_zero2(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "parallelism.zero_stage=2", "--set", "task.trainer.args.max_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path, TINY, "--set", "parallelism.zero_stage=2", "--set", "task.trainer.args.max_steps=10"
+    )
     assert rc == 0, output
     assert "-m torch.distributed.run" in (run_dir / "job.sbatch").read_text()
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
@@ -62,8 +86,11 @@ def test_zero3_model_loads_and_matches_the_shards(dev_cluster: str, tmp_path: Pa
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
-    rc, run_dir, output = _submit(tmp_path, TINY, *_deepspeed(3, "--set", "task.trainer.args.max_steps=10",
-                                                               "--set", "task.trainer.args.save_steps=10"))
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        *_deepspeed(3, "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=10"),
+    )
     assert rc == 0, output
     assert list((run_dir / "checkpoints" / "checkpoint-10").glob("global_step10/*zero_pp_rank_*")), "ZeRO-3 shards"
     export = run_cli("export", str(run_dir), "-o", str(tmp_path / "consolidated"), cwd=REPO)
@@ -79,8 +106,9 @@ def test_zero3_model_loads_and_matches_the_shards(dev_cluster: str, tmp_path: Pa
 
 
 def test_exclude_a_gpu(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY, *_deepspeed(2, "--set", "deepspeed.exclude=node2:1",
-                                                               "--set", "task.trainer.args.max_steps=6"))
+    rc, run_dir, output = _submit(
+        tmp_path, TINY, *_deepspeed(2, "--set", "deepspeed.exclude=node2:1", "--set", "task.trainer.args.max_steps=6")
+    )
     assert rc == 0, output
     records = _rank_records(run_dir)
     assert sorted(r["rank"] for r in records) == [0, 1, 2]

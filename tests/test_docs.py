@@ -59,7 +59,7 @@ def _blocks(page: Path) -> list[Block]:
         before = next((lines[i].strip() for i in range(index - 1, -1, -1) if lines[i].strip()), "")
         marker = MARKER.fullmatch(before)
         expected = (int(marker.group(1) or 0)) if marker else None
-        found.append(Block(page, index + 1, fence.group(2), "\n".join(lines[index + 1:end]) + "\n", expected))
+        found.append(Block(page, index + 1, fence.group(2), "\n".join(lines[index + 1 : end]) + "\n", expected))
         index = end + 1
     return found
 
@@ -96,10 +96,19 @@ def _command_lines(block: Block) -> list[list[str]]:
 def _mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
     if not _importable("mkdocs"):
         pytest.fail("mkdocs is not installed: pip install -e '.[docs]' (bin/setup does)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=config_dir, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "NO_MKDOCS_2_WARNING": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=config_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _importable(module: str) -> bool:
@@ -120,11 +129,15 @@ def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
     assert "clusterkit schema" in (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
 
 
-@pytest.mark.parametrize("damage", [
-    ("guides/ssh.md", "\nSee [the missing page](no-such-page.md).\n", "no-such-page.md"),
-    ("guides/ssh.md", "\nSee [a missing section](recipes.md#no-such-section).\n", "no-such-section"),
-    ("guides/unlisted.md", "# A page the nav does not list\n", "guides/unlisted.md"),
-], ids=["broken-link", "broken-anchor", "page-not-in-nav"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("guides/ssh.md", "\nSee [the missing page](no-such-page.md).\n", "no-such-page.md"),
+        ("guides/ssh.md", "\nSee [a missing section](recipes.md#no-such-section).\n", "no-such-section"),
+        ("guides/unlisted.md", "# A page the nav does not list\n", "guides/unlisted.md"),
+    ],
+    ids=["broken-link", "broken-anchor", "page-not-in-nav"],
+)
 def test_a_broken_link_or_an_unlisted_page_fails_the_build(tmp_path: Path, damage: tuple[str, str, str]) -> None:
     copy = tmp_path / "repo"
     copy.mkdir()
@@ -148,12 +161,18 @@ def example_folder(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "recipes").symlink_to(REPO / "recipes")
     bin_dir = tmp_path / ".bin"
     bin_dir.mkdir()
-    for name, argv in (("clusterkit", f"{shlex.quote(sys.executable)} -m clusterkit.cli.main"),
-                       ("python", shlex.quote(sys.executable))):
+    for name, argv in (
+        ("clusterkit", f"{shlex.quote(sys.executable)} -m clusterkit.cli.main"),
+        ("python", shlex.quote(sys.executable)),
+    ):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
         (bin_dir / name).chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), "COLUMNS": "100"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "COLUMNS": "100",
+    }
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=[block.name for block in RUNNABLE])
@@ -193,14 +212,24 @@ def test_every_command_line_parses_and_names_what_exists(block: Block) -> None:
                 assert (REPO / word).exists(), f"{block.name}: {word} is not in the repository"
     if block.expected_exit is None and block.language == "bash":
         assert not all(words and words[0] in OFFLINE_COMMANDS for words in commands), (
-            f"{block.name}: every command of this block runs without a cluster: mark it <!-- run -->")
+            f"{block.name}: every command of this block runs without a cluster: mark it <!-- run -->"
+        )
 
 
 def test_the_command_line_reader_takes_a_block_apart() -> None:
-    block = Block(REPO, 1, "bash", "$ clusterkit plan r.yaml --top 3 > p.json && clusterkit schema | jq .\n"
-                                   "clusterkit sweep r.yaml --grid a=1 \\\n    --grid b=2  # two\n", None)
-    assert _command_lines(block) == [["plan", "r.yaml", "--top", "3"], ["schema"],
-                                     ["sweep", "r.yaml", "--grid", "a=1", "--grid", "b=2"]]
+    block = Block(
+        REPO,
+        1,
+        "bash",
+        "$ clusterkit plan r.yaml --top 3 > p.json && clusterkit schema | jq .\n"
+        "clusterkit sweep r.yaml --grid a=1 \\\n    --grid b=2  # two\n",
+        None,
+    )
+    assert _command_lines(block) == [
+        ["plan", "r.yaml", "--top", "3"],
+        ["schema"],
+        ["sweep", "r.yaml", "--grid", "a=1", "--grid", "b=2"],
+    ]
 
 
 # -- what the pages name -------------------------------------------------------------------------------------
@@ -219,8 +248,11 @@ def _defined_tests(path: Path) -> set[str]:
 def test_every_named_test_exists() -> None:
     named = [(page, file, test) for page in PAGES for file, test in NAMED_TEST.findall(page.read_text())]
     assert len(named) > 50, "the guarantees page names the tests behind each promise"
-    missing = [f"{page.relative_to(REPO)}: tests/{file}::{test}" for page, file, test in named
-               if not (REPO / "tests" / file).is_file() or test not in _defined_tests(REPO / "tests" / file)]
+    missing = [
+        f"{page.relative_to(REPO)}: tests/{file}::{test}"
+        for page, file, test in named
+        if not (REPO / "tests" / file).is_file() or test not in _defined_tests(REPO / "tests" / file)
+    ]
     assert not missing, "named tests that do not exist:\n" + "\n".join(missing)
 
 

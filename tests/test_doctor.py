@@ -17,10 +17,18 @@ CUDA_TORCH = {"version": "2.13.0", "cuda": "12.8", "nccl": "2.27.5", "cuda_avail
 
 
 def _facts(**overrides) -> HostFacts:
-    values = dict(env={}, torch=CUDA_TORCH, gpu_query=(FIXTURES / "dgx-a100-query.csv").read_text(),
-                  topo=(FIXTURES / "dgx-a100-topo.txt").read_text(), nvlink=(FIXTURES / "dgx-a100-nvlink.txt").read_text(),
-                  rdma_devices=[f"mlx5_{i}" for i in range(12)], net_interfaces=["lo", "eth0", "ib0"],
-                  mem_total_bytes=1024 * GIB, shm_bytes=512 * GIB, cpu_count=128)
+    values = dict(
+        env={},
+        torch=CUDA_TORCH,
+        gpu_query=(FIXTURES / "dgx-a100-query.csv").read_text(),
+        topo=(FIXTURES / "dgx-a100-topo.txt").read_text(),
+        nvlink=(FIXTURES / "dgx-a100-nvlink.txt").read_text(),
+        rdma_devices=[f"mlx5_{i}" for i in range(12)],
+        net_interfaces=["lo", "eth0", "ib0"],
+        mem_total_bytes=1024 * GIB,
+        shm_bytes=512 * GIB,
+        cpu_count=128,
+    )
     values.update(overrides)
     return HostFacts(**values)
 
@@ -39,14 +47,29 @@ def test_doctor_runs_here_without_a_gpu() -> None:
     assert checks["host RAM"]["verdict"] == PASS and "per process (no GPU)" in checks["host RAM"]["detail"]
     assert "CUDA" not in checks and "GPU links" not in checks
 
-    broken = run_cli("doctor", "--json", cwd=REPO, env={
-        **env, "NCCL_SOCKET_IFNAME": "ib9", "NCCL_DEBUG": "INFO",
-        "NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+    broken = run_cli(
+        "doctor",
+        "--json",
+        cwd=REPO,
+        env={
+            **env,
+            "NCCL_SOCKET_IFNAME": "ib9",
+            "NCCL_DEBUG": "INFO",
+            "NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        },
+    )
     assert broken.returncode == 1  # a failed check fails the command
     checks = {c["name"]: c for c in json.loads(broken.stdout)}
-    assert checks["NCCL_SOCKET_IFNAME"]["verdict"] == FAIL and "matches no interface" in checks["NCCL_SOCKET_IFNAME"]["detail"]
+    assert (
+        checks["NCCL_SOCKET_IFNAME"]["verdict"] == FAIL
+        and "matches no interface" in checks["NCCL_SOCKET_IFNAME"]["detail"]
+    )
     assert checks["NCCL_DEBUG"]["verdict"] == WARN
-    assert checks["NCCL_ASYNC_ERROR_HANDLING"]["verdict"] == WARN and "beside" in checks["NCCL_ASYNC_ERROR_HANDLING"]["detail"]
+    assert (
+        checks["NCCL_ASYNC_ERROR_HANDLING"]["verdict"] == WARN
+        and "beside" in checks["NCCL_ASYNC_ERROR_HANDLING"]["detail"]
+    )
     table = run_cli("doctor", cwd=REPO, env=env)
     assert table.returncode == 0 and "pass" in table.stdout and "fail" in table.stdout.splitlines()[-1]
 
@@ -72,7 +95,11 @@ def test_topology_parsing() -> None:
 
 def test_pcie_only_node_and_degraded_nvlink() -> None:
     pcie = _by_name(diagnose(_facts(topo=(FIXTURES / "pcie-8gpu-topo.txt").read_text(), nvlink=None)))
-    assert pcie["GPU links"].verdict == WARN and "no NVLink" in pcie["GPU links"].detail and "SYS" in pcie["GPU links"].detail
+    assert (
+        pcie["GPU links"].verdict == WARN
+        and "no NVLink" in pcie["GPU links"].detail
+        and "SYS" in pcie["GPU links"].detail
+    )
     assert "keep tp=1" in pcie["GPU links"].fix
     assert pcie["GPU-NIC"].verdict == WARN and pcie["GPU-NIC"].detail.startswith("GPU 4, 5, 6, 7 ")
     degraded = _by_name(diagnose(_facts(nvlink=(FIXTURES / "dgx-a100-nvlink-degraded.txt").read_text())))
@@ -80,9 +107,19 @@ def test_pcie_only_node_and_degraded_nvlink() -> None:
 
 
 def test_allocation_mixed_gpus_memory_and_network_rules() -> None:
-    job = _by_name(diagnose(_facts(in_job=True, env={"SLURM_GPUS_ON_NODE": "8", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
-                                   torch={**CUDA_TORCH, "device_count": 4})))
-    assert job["GPU visibility"].verdict == FAIL and "SLURM allocated 8 GPUs on this node, torch sees 4" in job["GPU visibility"].detail
+    job = _by_name(
+        diagnose(
+            _facts(
+                in_job=True,
+                env={"SLURM_GPUS_ON_NODE": "8", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                torch={**CUDA_TORCH, "device_count": 4},
+            )
+        )
+    )
+    assert (
+        job["GPU visibility"].verdict == FAIL
+        and "SLURM allocated 8 GPUs on this node, torch sees 4" in job["GPU visibility"].detail
+    )
     laptop = _by_name(diagnose(_facts(env={"CUDA_VISIBLE_DEVICES": "0"})))
     assert laptop["GPU visibility"].verdict == WARN
     mixed = _by_name(diagnose(_facts(gpu_query=(FIXTURES / "mixed-query.csv").read_text())))
@@ -92,10 +129,17 @@ def test_allocation_mixed_gpus_memory_and_network_rules() -> None:
     small = _by_name(diagnose(_facts(mem_total_bytes=64 * GIB, shm_bytes=64 * 1024**2)))
     assert small["host RAM"].verdict == WARN and "8.0 GiB per GPU" in small["host RAM"].detail
     assert small["/dev/shm"].verdict == WARN
-    network = _by_name(diagnose(_facts(env={"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "^docker,lo",
-                                            "NCCL_BLOCKING_WAIT": "1"})))
+    network = _by_name(
+        diagnose(_facts(env={"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "^docker,lo", "NCCL_BLOCKING_WAIT": "1"}))
+    )
     assert network["NCCL_IB_DISABLE"].verdict == WARN
-    assert network["NCCL_SOCKET_IFNAME"].verdict == PASS and network["NCCL_SOCKET_IFNAME"].detail == "^docker,lo selects eth0, ib0"
-    assert network["NCCL_BLOCKING_WAIT"].verdict == WARN and "TORCH_NCCL_BLOCKING_WAIT" in network["NCCL_BLOCKING_WAIT"].fix
+    assert (
+        network["NCCL_SOCKET_IFNAME"].verdict == PASS
+        and network["NCCL_SOCKET_IFNAME"].detail == "^docker,lo selects eth0, ib0"
+    )
+    assert (
+        network["NCCL_BLOCKING_WAIT"].verdict == WARN
+        and "TORCH_NCCL_BLOCKING_WAIT" in network["NCCL_BLOCKING_WAIT"].fix
+    )
     exact = _by_name(diagnose(_facts(env={"NCCL_SOCKET_IFNAME": "=eth"})))
     assert exact["NCCL_SOCKET_IFNAME"].verdict == FAIL  # '=' asks for the exact name; there is only eth0

@@ -39,8 +39,15 @@ class BashSession(Session):
 
     def run(self, command, timeout=120.0, stdin=None, stdout=None, stderr=None) -> Completed:
         self.commands.append(command)
-        done = subprocess.run(["bash", "-c", command], cwd=self.home, input=stdin or b"", capture_output=True, check=False,
-                              timeout=timeout, env={**os.environ, "HOME": str(self.home), "OLDPWD": "/"})
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.home,
+            input=stdin or b"",
+            capture_output=True,
+            check=False,
+            timeout=timeout,
+            env={**os.environ, "HOME": str(self.home), "OLDPWD": "/"},
+        )
         return Completed(done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
@@ -93,13 +100,19 @@ def test_snapshot_file_names_with_escape_sequences_are_shown_escaped(tmp_path: P
         (code / name).write_text("x\n")
         os.symlink("/etc/passwd", code / f"out-{name}")  # left out (points outside): named in the summary
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"name: s\nresources: {{nodes: 1, gpus_per_node: 1, time: '5'}}\n"
-                      f"task: {{script: {code / 'train.py'}}}\nsnapshot: {{dir: {code}}}\n")
-    done = subprocess.run([sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--dry-run",
-                           "--executor", "local"], cwd=REPO, capture_output=True, check=False)
+    recipe.write_text(
+        f"name: s\nresources: {{nodes: 1, gpus_per_node: 1, time: '5'}}\n"
+        f"task: {{script: {code / 'train.py'}}}\nsnapshot: {{dir: {code}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--dry-run", "--executor", "local"],
+        cwd=REPO,
+        capture_output=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     summary = [line for line in done.stderr.split(b"\n") if line.startswith(b"# code snapshot")]
     assert len(summary) == 1, done.stderr
-    assert not any(byte < 0x20 or byte == 0x7f for byte in summary[0]), summary[0]
+    assert not any(byte < 0x20 or byte == 0x7F for byte in summary[0]), summary[0]
     assert "\x9b" not in summary[0].decode()
     assert "out-\\x1b[2J\\x1b[31mred.py -> /etc/passwd" in summary[0].decode(), summary[0]

@@ -19,8 +19,16 @@ import pytest
 import clusterkit
 from clusterkit.cli import main as cli
 from clusterkit.cli import recipes as cli_recipes
-from clusterkit.errors import (ClusterkitError, ExternalError, Finding, LocatedError, Location, RecipeError, RecipeErrors,
-                               UserError)
+from clusterkit.errors import (
+    ClusterkitError,
+    ExternalError,
+    Finding,
+    LocatedError,
+    Location,
+    RecipeError,
+    RecipeErrors,
+    UserError,
+)
 from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
@@ -34,8 +42,11 @@ INTERNAL = {"UnknownArchitecture"}  # the planner turns it into a PlanError
 
 def _cli_modules() -> list:
     names = [info.name for info in pkgutil.walk_packages(clusterkit.__path__, "clusterkit.")]
-    return [importlib.import_module(name) for name in names
-            if not name.startswith(RUNTIME) and not name.endswith("__main__")]
+    return [
+        importlib.import_module(name)
+        for name in names
+        if not name.startswith(RUNTIME) and not name.endswith("__main__")
+    ]
 
 
 def _all_subclasses(cls: type) -> set[type]:
@@ -58,28 +69,39 @@ def test_every_error_outside_the_job_is_a_user_error_or_an_external_error() -> N
 def _raise(error: BaseException):
     def command(_args) -> int:
         raise error
+
     return command
 
 
 def _concrete_errors() -> list[type[ClusterkitError]]:
     _cli_modules()  # every subclass defined
-    return sorted((c for c in _all_subclasses(ClusterkitError) if not issubclass(c, LocatedError)
-                   and c not in (UserError, ExternalError)), key=lambda c: c.__qualname__)
+    return sorted(
+        (
+            c
+            for c in _all_subclasses(ClusterkitError)
+            if not issubclass(c, LocatedError) and c not in (UserError, ExternalError)
+        ),
+        key=lambda c: c.__qualname__,
+    )
 
 
 @pytest.mark.parametrize("error_class", _concrete_errors(), ids=lambda c: c.__name__)
 def test_main_maps_each_error_to_its_code_and_one_escaped_line(
-        error_class: type[ClusterkitError], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    error_class: type[ClusterkitError], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(error_class(f"{HOSTILE}")))
     code = cli.main(["schema"])
     assert code == (2 if issubclass(error_class, UserError) else 1)
     assert capsys.readouterr().err == f"clusterkit: {HOSTILE_SHOWN}\n"
 
 
-def test_errors_located_in_a_file_print_their_own_file_line_key_lines(monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    findings = [Finding(Location("r.yaml", 3), ("resources", "nodes"), HOSTILE),
-                Finding(Location("r.yaml", 9), ("name",), "too long")]
+def test_errors_located_in_a_file_print_their_own_file_line_key_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    findings = [
+        Finding(Location("r.yaml", 3), ("resources", "nodes"), HOSTILE),
+        Finding(Location("r.yaml", 9), ("name",), "too long"),
+    ]
     monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(RecipeErrors(findings)))
     assert cli.main(["schema"]) == 2
     assert capsys.readouterr().err == f"r.yaml:3: resources.nodes: {HOSTILE_SHOWN}\nr.yaml:9: name: too long\n"
@@ -91,15 +113,22 @@ def test_errors_located_in_a_file_print_their_own_file_line_key_lines(monkeypatc
     assert capsys.readouterr().err == f"r.yaml: {HOSTILE_SHOWN}\n"
 
 
-@pytest.mark.parametrize(("error", "code", "line"), [
-    (OSError(errno.ENOSPC, "No space left on device", "/data/x"), 1, "No space left on device: /data/x"),
-    (OSError(errno.EIO, "Input/output error"), 1, "Input/output error"),
-    (FileNotFoundError(errno.ENOENT, "No such file or directory", f"/tmp/{HOSTILE}"), 2,
-     f"No such file or directory: /tmp/{HOSTILE_SHOWN}"),
-    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), 2, "Permission denied: /root/x"),
-])
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "/data/x"), 1, "No space left on device: /data/x"),
+        (OSError(errno.EIO, "Input/output error"), 1, "Input/output error"),
+        (
+            FileNotFoundError(errno.ENOENT, "No such file or directory", f"/tmp/{HOSTILE}"),
+            2,
+            f"No such file or directory: /tmp/{HOSTILE_SHOWN}",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/root/x"), 2, "Permission denied: /root/x"),
+    ],
+)
 def test_a_stray_os_error_is_the_users_path_or_the_machines(
-        error: OSError, code: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    error: OSError, code: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(cli_recipes, "cmd_schema", _raise(error))
     assert cli.main(["schema"]) == code
     assert capsys.readouterr().err == f"clusterkit: {line}\n"
@@ -127,8 +156,13 @@ def test_arguments_that_do_not_go_together_are_user_errors(tmp_path: Path) -> No
 
 
 def _fresh(code: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sys.modules))"],
-                          capture_output=True, text=True, check=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     return set(done.stdout.split())
 
 
@@ -136,8 +170,11 @@ LIGHT = ("jinja2", "yaml", "paramiko", "rich", "torch", "transformers", "submiti
 
 
 def test_importing_clusterkit_imports_nothing_heavy() -> None:
-    for code in ("import clusterkit", "import clusterkit.runs.checkpoint_files",
-                 "from clusterkit import RecipeError, UserError"):
+    for code in (
+        "import clusterkit",
+        "import clusterkit.runs.checkpoint_files",
+        "from clusterkit import RecipeError, UserError",
+    ):
         loaded = _fresh(code)
         assert not [m for m in LIGHT if m in loaded], code
         assert not {"clusterkit.load.loader", "clusterkit.render.job"} & loaded, code
@@ -145,7 +182,10 @@ def test_importing_clusterkit_imports_nothing_heavy() -> None:
 
 def test_a_training_rank_does_not_import_the_loader_or_the_renderer() -> None:
     loaded = _fresh("import clusterkit.runtime.checkpoints")  # torch and transformers, nothing of the CLI
-    assert not {"clusterkit.load.loader", "clusterkit.render.job", "clusterkit.load.yaml_source", "paramiko", "rich"} & loaded
+    assert (
+        not {"clusterkit.load.loader", "clusterkit.render.job", "clusterkit.load.yaml_source", "paramiko", "rich"}
+        & loaded
+    )
 
 
 def test_validate_imports_no_template_engine() -> None:
@@ -154,7 +194,8 @@ def test_validate_imports_no_template_engine() -> None:
 
 
 def test_the_public_names_load_on_first_use() -> None:
-    from clusterkit import RecipeError as public_error, load_recipe, render_job
+    from clusterkit import RecipeError as public_error
+    from clusterkit import load_recipe, render_job
 
     assert public_error is RecipeError and render_job(load_recipe(TINY)).files["job.sbatch"]
     assert {"load_recipe", "render_job", "RecipeError"} <= set(dir(clusterkit))
@@ -169,10 +210,12 @@ def test_no_exit_crashes_after_recipe_types_were_used() -> None:
 
     loaded = load_recipe(TINY)
     job_json = msgspec.json.encode(JobFile(recipe=loaded.recipe, profile=loaded.profile))
-    for code in (f"from clusterkit import load_recipe; load_recipe({str(TINY)!r}); raise SystemExit(3)",
-                 # a rank reads job.json without the loader; a failing one exits the usual way
-                 "import sys; from clusterkit.spec.resolved import decode_job_file; "
-                 "decode_job_file(sys.stdin.buffer.read()); raise SystemExit(3)"):
+    for code in (
+        f"from clusterkit import load_recipe; load_recipe({str(TINY)!r}); raise SystemExit(3)",
+        # a rank reads job.json without the loader; a failing one exits the usual way
+        "import sys; from clusterkit.spec.resolved import decode_job_file; "
+        "decode_job_file(sys.stdin.buffer.read()); raise SystemExit(3)",
+    ):
         for _ in range(2):
             done = subprocess.run([sys.executable, "-c", code], input=job_json, capture_output=True, cwd=REPO)
             assert done.returncode == 3, (code, done.returncode, done.stderr[-300:])
@@ -202,8 +245,9 @@ def test_ctrl_c_during_the_exit_time_collection_exits_130() -> None:
     import time
 
     for _ in range(3):
-        child = subprocess.Popen([sys.executable, "-c", _SLOW_EXIT, str(TINY)], cwd=REPO,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_EXIT, str(TINY)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         assert child.stdout.readline() == b"collecting\n"
         time.sleep(0.02)  # inside the collection (C code: the signal waits for it to return)
         child.send_signal(signal.SIGINT)

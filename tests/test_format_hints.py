@@ -25,8 +25,10 @@ task:
   script: train.py
 """
 TIME = "must be a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00)"
-MEMORY = ("must be a SLURM memory size: a whole number of megabytes, or one with a K, M, G or T suffix "
-          "(e.g. 4000M, 4G, 480G); 0 for all of a node's memory")
+MEMORY = (
+    "must be a SLURM memory size: a whole number of megabytes, or one with a K, M, G or T suffix "
+    "(e.g. 4000M, 4G, 480G); 0 for all of a node's memory"
+)
 
 
 def _errors(tmp_path: Path, text: str) -> tuple[Path, list[str], int]:
@@ -38,21 +40,28 @@ def _errors(tmp_path: Path, text: str) -> tuple[Path, list[str], int]:
     return recipe, [line for line in done.stderr.splitlines() if ": warning: " not in line], done.returncode
 
 
-@pytest.mark.parametrize("line,message", [
-    ('  time: "1h"', TIME),
-    ("  time: 1h", TIME),
-    ("  time: 1.5", f"{TIME}, not a decimal number (quote it to make it text)"),
-    ("  time: true", f"{TIME}, not true/false (quote it to make it text)"),
-    ("  time: 0", f"{TIME}; expected `int` >= 1"),
-    ("  time: [1]", f"{TIME}, not a list"),
-    ("  time_min: 2 hours", TIME),
-    ("  mem: 4GB", MEMORY),
-    ("  mem: 4.5G", MEMORY),
-    ("  mem: 4.5", f"{MEMORY}, not a decimal number (quote it to make it text)"),
-    ("  mem: {G: 4}", f"{MEMORY}, not a mapping"),
-    ("  array: 0-9x", "must be a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4"),
-    ('  partition: "gpu\\n#SBATCH --x"', "must be a non-empty single line of text without control characters or line breaks"),
-], ids=lambda value: value.strip() if value.startswith("  ") else "")
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('  time: "1h"', TIME),
+        ("  time: 1h", TIME),
+        ("  time: 1.5", f"{TIME}, not a decimal number (quote it to make it text)"),
+        ("  time: true", f"{TIME}, not true/false (quote it to make it text)"),
+        ("  time: 0", f"{TIME}; expected `int` >= 1"),
+        ("  time: [1]", f"{TIME}, not a list"),
+        ("  time_min: 2 hours", TIME),
+        ("  mem: 4GB", MEMORY),
+        ("  mem: 4.5G", MEMORY),
+        ("  mem: 4.5", f"{MEMORY}, not a decimal number (quote it to make it text)"),
+        ("  mem: {G: 4}", f"{MEMORY}, not a mapping"),
+        ("  array: 0-9x", "must be a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4"),
+        (
+            '  partition: "gpu\\n#SBATCH --x"',
+            "must be a non-empty single line of text without control characters or line breaks",
+        ),
+    ],
+    ids=lambda value: value.strip() if value.startswith("  ") else "",
+)
 def test_a_resources_value_of_the_wrong_format_says_the_format(tmp_path: Path, line: str, message: str) -> None:
     key = line.strip().split(":")[0]
     recipe, errors, code = _errors(tmp_path, RECIPE.format(line=line))
@@ -71,10 +80,15 @@ def test_memory_as_a_number_is_megabytes_as_sbatch_reads_it(tmp_path: Path, memo
 
 
 def test_a_class_name_is_not_told_it_is_an_environment_variable(tmp_path: Path) -> None:
-    text = RECIPE.format(line="  time: '10'") + "launcher: accelerate\nparallelism: {fsdp: {auto_wrap: llama.LlamaDecoderLayer}}\n"
+    text = (
+        RECIPE.format(line="  time: '10'")
+        + "launcher: accelerate\nparallelism: {fsdp: {auto_wrap: llama.LlamaDecoderLayer}}\n"
+    )
     recipe, errors, code = _errors(tmp_path, text)
     assert code == 2
-    assert errors == [f"{recipe}:9: parallelism.fsdp.auto_wrap: must be letters, digits and '_' only, not starting with a digit"]
+    assert errors == [
+        f"{recipe}:9: parallelism.fsdp.auto_wrap: must be letters, digits and '_' only, not starting with a digit"
+    ]
 
 
 def test_a_cluster_profile_value_of_the_wrong_format_names_the_profile_line(tmp_path: Path) -> None:

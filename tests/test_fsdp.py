@@ -16,14 +16,25 @@ from clusterkit.estimate.memory import Layout
 from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
 from conftest import REPO, run_cli
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 
 
 def _recipe(tmp_path: Path, fsdp: dict, cluster: str = "infiniband-h100", **parallelism) -> Path:
-    body = {"name": "sharded", "cluster": cluster, "resources": {"nodes": 2, "gpus_per_node": 8, "time": "60"},
-            "parallelism": {"micro_batch_size": 2, "fsdp": fsdp, **parallelism},
-            "task": {"trainer": {"model": {"config": LLAMA}, "dataset": {"seq_len": 128}}}}
+    body = {
+        "name": "sharded",
+        "cluster": cluster,
+        "resources": {"nodes": 2, "gpus_per_node": 8, "time": "60"},
+        "parallelism": {"micro_batch_size": 2, "fsdp": fsdp, **parallelism},
+        "task": {"trainer": {"model": {"config": LLAMA}, "dataset": {"seq_len": 128}}},
+    }
     path = tmp_path / "fsdp.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -37,15 +48,23 @@ def test_fsdp_on_the_cpu_dev_profile_stops_at_validate(tmp_path: Path) -> None:
     done = run_cli("validate", str(path), cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1
-    assert "parallelism.fsdp: FSDP2 cannot run on CPU (cluster profile 'dev')" in lines[0] and "use zero_stage: 3" in lines[0]
+    assert (
+        "parallelism.fsdp: FSDP2 cannot run on CPU (cluster profile 'dev')" in lines[0]
+        and "use zero_stage: 3" in lines[0]
+    )
 
 
-@pytest.mark.parametrize("fsdp, parallelism, message", [
-    ({}, {"zero_stage": 2}, "FSDP2 replaces DeepSpeed here"),
-    ({"shard_size": 3}, {}, "parallelism.fsdp.shard_size: 3 must divide the 16 ranks"),
-    ({"auto_wrap": "Llama Layer"}, {}, "parallelism.fsdp.auto_wrap"),
-])
-def test_what_fsdp_cannot_be_combined_with_is_refused(tmp_path: Path, fsdp: dict, parallelism: dict, message: str) -> None:
+@pytest.mark.parametrize(
+    "fsdp, parallelism, message",
+    [
+        ({}, {"zero_stage": 2}, "FSDP2 replaces DeepSpeed here"),
+        ({"shard_size": 3}, {}, "parallelism.fsdp.shard_size: 3 must divide the 16 ranks"),
+        ({"auto_wrap": "Llama Layer"}, {}, "parallelism.fsdp.auto_wrap"),
+    ],
+)
+def test_what_fsdp_cannot_be_combined_with_is_refused(
+    tmp_path: Path, fsdp: dict, parallelism: dict, message: str
+) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, fsdp, **parallelism))
     assert message in str(raised.value)
@@ -56,9 +75,20 @@ def test_the_fsdp2_settings_are_what_accelerates_plugin_takes(tmp_path: Path) ->
     from torch.distributed.fsdp import CPUOffloadPolicy
     from transformers import TrainingArguments
 
-    recipe = load_recipe(_recipe(tmp_path, {"auto_wrap": "LlamaDecoderLayer", "activation_checkpointing": True,
-                                            "cpu_offload": True, "reshard_after_forward": False})).recipe
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", **fsdp_training_arguments(recipe))
+    recipe = load_recipe(
+        _recipe(
+            tmp_path,
+            {
+                "auto_wrap": "LlamaDecoderLayer",
+                "activation_checkpointing": True,
+                "cpu_offload": True,
+                "reshard_after_forward": False,
+            },
+        )
+    ).recipe
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", **fsdp_training_arguments(recipe)
+    )
     plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
     assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is False
     assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"] and plugin.activation_checkpointing is True
@@ -86,15 +116,19 @@ def test_fsdp_memory_is_estimated_like_zero3_over_its_shard_group(tmp_path: Path
 
 
 def test_a_run_whose_parameters_are_not_sharded_is_named() -> None:
-    from clusterkit.runtime.applied_layout import mismatch
-
     import msgspec
 
+    from clusterkit.runtime.applied_layout import mismatch
     from clusterkit.spec.recipe import Fsdp
 
     recipe = load_recipe(REPO / "recipes" / "llama-7b-zero3-ib.yaml").recipe
     fsdp_recipe = msgspec.structs.replace(recipe, parallelism=msgspec.structs.replace(recipe.parallelism, fsdp=Fsdp()))
-    facts = {"tp_size": 1, "dp_size": fsdp_recipe.parallelism.dp, "attention_weight": None, "attention_shard_shape": None,
-             "fsdp_sharded": False}
+    facts = {
+        "tp_size": 1,
+        "dp_size": fsdp_recipe.parallelism.dp,
+        "attention_weight": None,
+        "attention_shard_shape": None,
+        "fsdp_sharded": False,
+    }
     assert "no parameter is a sharded DTensor" in mismatch(fsdp_recipe, facts, object())
     assert mismatch(fsdp_recipe, {**facts, "fsdp_sharded": True}, object()) is None

@@ -29,7 +29,7 @@ def test_every_command_has_two_to_four_examples_at_the_end_of_its_help() -> None
     for name, command in COMMANDS.items():
         assert 2 <= len(EXAMPLES[name]) <= 4, name
         help_text = command.format_help()
-        block = help_text[help_text.index(f"\n{HEADING}\n") + 1:]
+        block = help_text[help_text.index(f"\n{HEADING}\n") + 1 :]
         assert block.splitlines()[1:] == [f"  {line}" for line in EXAMPLES[name]], name  # lines kept as written
         assert all(line.split("#")[0].split().count(name) for line in EXAMPLES[name]), name
     assert PARSER.format_help().rstrip().endswith("Each command's --help ends with examples of its own.")
@@ -39,7 +39,7 @@ def _words(line: str) -> list[str]:
     """The arguments after `clusterkit`, shell comments and redirections left out."""
     words = shlex.split(line, comments=True)
     words = words[: next((i for i, word in enumerate(words) if word in (">", "|", "&&")), len(words))]
-    return words[words.index("clusterkit") + 1:]
+    return words[words.index("clusterkit") + 1 :]
 
 
 @pytest.mark.parametrize("command,line", ALL_EXAMPLES, ids=[line for _, line in ALL_EXAMPLES])
@@ -63,12 +63,16 @@ def test_an_example_parses_and_names_what_exists(command: str, line: str) -> Non
 
 
 def test_help_imports_nothing_heavy() -> None:
-    code = ("import contextlib, io, sys\n"
-            "from clusterkit.cli.main import main\n"
-            f"for command in {[[], *([name] for name in COMMANDS)]!r}:\n"
-            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            "        main([*command, '--help'])\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('rich', 'jinja2', 'torch', 'transformers', 'deepspeed', 'paramiko')))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import contextlib, io, sys\n"
+        "from clusterkit.cli.main import main\n"
+        f"for command in {[[], *([name] for name in COMMANDS)]!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main([*command, '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('rich', 'jinja2', 'torch', 'transformers', 'deepspeed', 'paramiko')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout == "[]\n", done.stdout

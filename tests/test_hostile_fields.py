@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile_fields import KEY, PROFILE_FIELDS, RECIPE_FIELDS, Case, cases, check_case
 from clusterkit.spec.recipe import LINE_BREAKING
+from hostile_fields import KEY, PROFILE_FIELDS, RECIPE_FIELDS, Case, cases, check_case
 
 CANARY = Path("/tmp/clusterkit-hostile-canary")
 
@@ -26,17 +26,39 @@ def _canary_dir() -> None:
 
 def test_every_one_line_field_is_found() -> None:
     """The fuzzer reaches the fields issue 11 named (a walk that found nothing would pass vacuously)."""
-    for path in [("name",), ("runs_dir",), ("resources", "partition"), ("resources", "account"), ("resources", "qos"),
-                 ("resources", "constraint"), ("resources", "reservation"), ("resources", "mem"), ("resources", "time"),
-                 ("resources", "extra_sbatch", KEY), ("resources", "extra_sbatch", "x"), ("env", KEY), ("python",)]:
+    for path in [
+        ("name",),
+        ("runs_dir",),
+        ("resources", "partition"),
+        ("resources", "account"),
+        ("resources", "qos"),
+        ("resources", "constraint"),
+        ("resources", "reservation"),
+        ("resources", "mem"),
+        ("resources", "time"),
+        ("resources", "extra_sbatch", KEY),
+        ("resources", "extra_sbatch", "x"),
+        ("env", KEY),
+        ("python",),
+    ]:
         assert path in RECIPE_FIELDS, path
     for path in [("partition",), ("account",), ("runs_dir",), ("modules", 0), ("container", "image")]:
         assert path in PROFILE_FIELDS, path
 
 
-@pytest.mark.parametrize("path", [("name",), ("runs_dir",), ("resources", "partition"), ("resources", "time"),
-                                  ("resources", "mem"), ("resources", "extra_sbatch", "x"),
-                                  ("resources", "extra_sbatch", KEY), ("env", KEY)])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("name",),
+        ("runs_dir",),
+        ("resources", "partition"),
+        ("resources", "time"),
+        ("resources", "mem"),
+        ("resources", "extra_sbatch", "x"),
+        ("resources", "extra_sbatch", KEY),
+        ("env", KEY),
+    ],
+)
 @pytest.mark.parametrize("end", ["\n", "\r", "\u2028", "\u2029", "\x85", "\x00", "\r\n"])
 @pytest.mark.parametrize("via_set", [False, True])
 def test_a_trailing_line_break_is_refused(path: tuple, end: str, via_set: bool) -> None:

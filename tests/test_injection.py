@@ -53,8 +53,13 @@ def test_hostile_values_are_inert_when_executed(tmp_path: Path, executor: str, r
     recipe = {
         "name": "inject",
         "description": f"x\nCLUSTERKIT_EOF\ntouch {canary}/heredoc",
-        "resources": {"nodes": 2, "gpus_per_node": 1, "time": "5", "account": hostile[0],
-                      "extra_sbatch": {"comment": hostile[2]}},
+        "resources": {
+            "nodes": 2,
+            "gpus_per_node": 1,
+            "time": "5",
+            "account": hostile[0],
+            "extra_sbatch": {"comment": hostile[2]},
+        },
         "task": {"script": str(script), "args": hostile},
         "env": {f"HOSTILE_{i}": value for i, value in enumerate(hostile)},
         "network": {"env": {"NET_HOSTILE": hostile[1]}},
@@ -79,10 +84,20 @@ def test_hostile_values_are_inert_when_executed(tmp_path: Path, executor: str, r
 
 def test_hostile_values_in_rendered_sbatch_header_stay_single_lines(tmp_path: Path) -> None:
     recipe_path = tmp_path / "r.yaml"
-    recipe_path.write_text(yaml.safe_dump({
-        "name": "hdr", "task": {"script": "x.py"},
-        "resources": {"time": "5", "partition": "$(reboot)", "account": "a'b", "extra_sbatch": {"comment": "c d"}},
-    }))
+    recipe_path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hdr",
+                "task": {"script": "x.py"},
+                "resources": {
+                    "time": "5",
+                    "partition": "$(reboot)",
+                    "account": "a'b",
+                    "extra_sbatch": {"comment": "c d"},
+                },
+            }
+        )
+    )
     script = render_job(load_recipe(recipe_path)).script
     header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
     assert "#SBATCH --partition='$(reboot)'" in header

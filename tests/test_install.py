@@ -26,8 +26,13 @@ def _env() -> dict[str, str]:
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, check=True, env=_env())
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -64,16 +69,24 @@ def outside(tmp_path: Path) -> Path:
 
 
 def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "clusterkit"), *args], capture_output=True, text=True, cwd=cwd, env=_env())
+    return subprocess.run(
+        [str(venv / "bin" / "clusterkit"), *args], capture_output=True, text=True, cwd=cwd, env=_env()
+    )
 
 
 def test_the_wheel_ships_every_module_template_recipe_and_profile(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {f"clusterkit/{p.relative_to(REPO / 'clusterkit')}" for p in (REPO / "clusterkit").rglob("*.py")
-                if "recipes" not in p.relative_to(REPO / "clusterkit").parts and "__pycache__" not in p.parts}
+    expected = {
+        f"clusterkit/{p.relative_to(REPO / 'clusterkit')}"
+        for p in (REPO / "clusterkit").rglob("*.py")
+        if "recipes" not in p.relative_to(REPO / "clusterkit").parts and "__pycache__" not in p.parts
+    }
     expected |= {f"clusterkit/render/templates/{p.name}" for p in (REPO / "clusterkit/render/templates").glob("*.j2")}
-    expected |= {f"clusterkit/recipes/{p.relative_to(REPO / 'recipes')}" for pattern in ("*.yaml", "clusters/*.yaml")
-                 for p in (REPO / "recipes").glob(pattern)}
+    expected |= {
+        f"clusterkit/recipes/{p.relative_to(REPO / 'recipes')}"
+        for pattern in ("*.yaml", "clusters/*.yaml")
+        for p in (REPO / "recipes").glob(pattern)
+    }
     assert "clusterkit/recipes/tiny-gpt2-cpu.yaml" in expected and "clusterkit/recipes/clusters/dev.yaml" in expected
     assert not expected - names, sorted(expected - names)
 
@@ -90,19 +103,26 @@ def test_paramiko_and_the_training_stack_are_extras(wheel: Path) -> None:
 
 
 def test_a_plain_install_has_no_ssh_or_training_stack(venv: Path) -> None:
-    code = ("import importlib.util, clusterkit; print(clusterkit.__file__); "
-            f"print([m for m in {NOT_ON_A_LOGIN_NODE!r} if importlib.util.find_spec(m)])")
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=_env(),
-                          cwd=venv, check=True)
+    code = (
+        "import importlib.util, clusterkit; print(clusterkit.__file__); "
+        f"print([m for m in {NOT_ON_A_LOGIN_NODE!r} if importlib.util.find_spec(m)])"
+    )
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=_env(), cwd=venv, check=True
+    )
     where, found = done.stdout.splitlines()
     assert Path(where).is_relative_to(venv) and found == "[]", done.stdout
 
 
 def test_the_installed_help_imports_only_the_parser(venv: Path, outside: Path) -> None:
     """As test_startup_imports, where no .pth file of a development install loads anything first."""
-    code = ("import sys\nbare = set(sys.modules)\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\n"
-            "except SystemExit:\n    pass\nprint(' '.join(set(sys.modules) - bare), file=sys.stderr)")
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=_env())
+    code = (
+        "import sys\nbare = set(sys.modules)\nfrom clusterkit.cli.main import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\nprint(' '.join(set(sys.modules) - bare), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=outside, env=_env()
+    )
     loaded = set(done.stderr.split())
     assert "argparse" in loaded and not (NEVER | NOT_FOR_HELP) & loaded, sorted((NEVER | NOT_FOR_HELP) & loaded)
     assert done.stdout.startswith("usage: clusterkit")
@@ -155,13 +175,38 @@ def test_the_train_extra_keeps_the_sites_torch(wheel: Path, tmp_path: Path) -> N
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root)], check=True)
     constraint = tmp_path / "site-torch.txt"
     constraint.write_text(f"torch=={torch.__version__}\n")
-    done = _pip("--python", str(root / "bin" / "python"), "install", "-q", "--dry-run", "--report", "-",
-                "-c", str(constraint), f"clusterkit[train] @ {wheel.as_uri()}")
+    done = _pip(
+        "--python",
+        str(root / "bin" / "python"),
+        "install",
+        "-q",
+        "--dry-run",
+        "--report",
+        "-",
+        "-c",
+        str(constraint),
+        f"clusterkit[train] @ {wheel.as_uri()}",
+    )
     installing = {item["metadata"]["name"].lower() for item in json.loads(done.stdout)["install"]}
     assert "clusterkit" in installing and "torch" not in installing, installing
     # A site torch older than [train] allows: pip refuses instead of fetching another.
     constraint.write_text("torch==2.0.0\n")
-    refused = subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "-q",
-                              "--dry-run", "-c", str(constraint), f"clusterkit[train] @ {wheel.as_uri()}"],
-                             capture_output=True, text=True, env=_env())
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(root / "bin" / "python"),
+            "install",
+            "-q",
+            "--dry-run",
+            "-c",
+            str(constraint),
+            f"clusterkit[train] @ {wheel.as_uri()}",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
     assert refused.returncode != 0 and "ResolutionImpossible" in refused.stderr, refused.stderr[-500:]

@@ -27,9 +27,12 @@ FREE_FORM = {"summary", "files", "point", "result", "login"}
 def documented() -> dict[str, list[Any]]:
     """docs/json.md's examples by section title (the command line in backquotes)."""
     sections = re.split(r"^## ", (REPO / "docs" / "json.md").read_text(), flags=re.M)[1:]
-    return {re.search(r"`([^`]+)`", section).group(1): [json.loads(block) for block in
-                                                      re.findall(r"```json\n(.*?)```", section, re.S)]
-            for section in sections}
+    return {
+        re.search(r"`([^`]+)`", section).group(1): [
+            json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S)
+        ]
+        for section in sections
+    }
 
 
 DOCS = documented()
@@ -44,7 +47,11 @@ def differences(real: Any, doc: Any, where: str = "$") -> list[str]:
             return [f"{where}: expected an object, got {type(real).__name__}"]
         if where.rsplit(".", 1)[-1] in FREE_FORM:
             return []
-        found = [f"{where}: keys {sorted(set(real) ^ set(doc))} are in only one of output and docs"] if set(real) != set(doc) else []
+        found = (
+            [f"{where}: keys {sorted(set(real) ^ set(doc))} are in only one of output and docs"]
+            if set(real) != set(doc)
+            else []
+        )
         return found + [d for key in set(real) & set(doc) for d in differences(real[key], doc[key], f"{where}.{key}")]
     if isinstance(doc, list):
         if not isinstance(real, list):
@@ -78,15 +85,24 @@ def test_validate_and_render_and_plan(tmp_path: Path) -> None:
     output = as_documented(done, "clusterkit validate --json RECIPE...")
     assert [(r["ok"], r["path"]) for r in output["recipes"]] == [(True, str(TINY)), (False, str(bad))]
     line = next(n for n, text in enumerate(bad.read_text().splitlines(), 1) if "nodes: 0" in text)
-    assert output["recipes"][1]["errors"] == [{"file": str(bad), "line": line, "key": "resources.nodes",
-                                               "message": output["recipes"][1]["errors"][0]["message"]}]
+    assert output["recipes"][1]["errors"] == [
+        {
+            "file": str(bad),
+            "line": line,
+            "key": "resources.nodes",
+            "message": output["recipes"][1]["errors"][0]["message"],
+        }
+    ]
     assert (output["valid"], output["total"]) == (1, 2) and done.stderr == ""
 
     done = run_cli("render", "--json", str(TINY), "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     output = as_documented(done, "clusterkit render --json RECIPE")
-    written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")
-                     if p.is_file() and p.name != ".clusterkit-render")
+    written = sorted(
+        str(p.relative_to(tmp_path / "out"))
+        for p in (tmp_path / "out").rglob("*")
+        if p.is_file() and p.name != ".clusterkit-render"
+    )
     assert output["files"] == written and output["output_dir"] == str(tmp_path / "out")
 
     done = run_cli("plan", "--json", str(REPO / "recipes" / "ddp-1node-8gpu.yaml"), cwd=tmp_path)
@@ -96,13 +112,16 @@ def test_validate_and_render_and_plan(tmp_path: Path) -> None:
 
 def test_a_run_from_submit_to_export(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    dry = run_cli("submit", str(TINY), "--executor", "local", "--dry-run", "--json", "--set", f"runs_dir={runs}", cwd=tmp_path)
+    dry = run_cli(
+        "submit", str(TINY), "--executor", "local", "--dry-run", "--json", "--set", f"runs_dir={runs}", cwd=tmp_path
+    )
     request = as_documented(dry, "clusterkit submit --dry-run --json RECIPE")
     plain = run_cli("submit", str(TINY), "--executor", "local", "--dry-run", "--set", f"runs_dir={runs}", cwd=tmp_path)
     assert request["files"][request["script"]] == plain.stdout  # the same script, in either form
 
-    done = run_cli("submit", str(TINY), "--executor", "local", "--follow", "--json", "--set", f"runs_dir={runs}",
-                   cwd=tmp_path)
+    done = run_cli(
+        "submit", str(TINY), "--executor", "local", "--follow", "--json", "--set", f"runs_dir={runs}", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     submitted = as_documented(done, "clusterkit submit --json RECIPE")
     assert submitted["status"]["state"] == "COMPLETED" and submitted["run"]["cluster"] == "dev"
@@ -114,8 +133,10 @@ def test_a_run_from_submit_to_export(tmp_path: Path) -> None:
     assert [(entry["job_id"], entry["state"]) for entry in listed] == [(job, "COMPLETED")]
     listed = as_documented(run_cli("ls", "--json", "--runs-dir", str(runs)), "clusterkit ls --json")
     assert listed == [{"run": submitted["run"], "status": submitted["status"]}]
-    plotted = as_documented(run_cli("plot", "--json", job, "--runs-dir", str(runs), "-o", str(tmp_path / "c.png")),
-                            "clusterkit plot --json RUN...")
+    plotted = as_documented(
+        run_cli("plot", "--json", job, "--runs-dir", str(runs), "-o", str(tmp_path / "c.png")),
+        "clusterkit plot --json RUN...",
+    )
     assert plotted["outputs"] == [str(tmp_path / "c.png")] and plotted["runs"][0]["series"]["loss"]["steps"][-1] == 30
     cancelled = as_documented(run_cli("cancel", "--json", job, "--runs-dir", str(runs)), "clusterkit cancel --json JOB")
     assert cancelled == {"job_id": job, "cancelled": False, "status": submitted["status"]}
@@ -127,10 +148,19 @@ def test_a_run_from_submit_to_export(tmp_path: Path) -> None:
 
 def test_a_sweep_and_its_results_table(tmp_path: Path) -> None:
     recipe = tmp_path / "arr.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "name": "arr", "cluster": "dev", "runs_dir": str(tmp_path / "runs"), "launcher": "python",
-        "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
-        "task": {"script": SCRIPT}, "sweep": {"grid": {"env.POINT": ["a", "b"]}}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "arr",
+                "cluster": "dev",
+                "runs_dir": str(tmp_path / "runs"),
+                "launcher": "python",
+                "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
+                "task": {"script": SCRIPT},
+                "sweep": {"grid": {"env.POINT": ["a", "b"]}},
+            }
+        )
+    )
     done = run_cli("sweep", str(recipe), "--executor", "local", "--follow", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     submitted = as_documented(done, "clusterkit submit --json RECIPE")
@@ -138,19 +168,47 @@ def test_a_sweep_and_its_results_table(tmp_path: Path) -> None:
     status = run_cli("status", "--json", submitted["run"]["job_id"], "--runs-dir", str(tmp_path / "runs"))
     table = as_documented(status, "clusterkit status --json JOB", example=1)
     assert [(t["index"], t["point"], t["state"]) for t in table["tasks"]] == [
-        (0, {"env.POINT": "a"}, "COMPLETED"), (1, {"env.POINT": "b"}, "COMPLETED")]
+        (0, {"env.POINT": "a"}, "COMPLETED"),
+        (1, {"env.POINT": "b"}, "COMPLETED"),
+    ]
 
 
 def test_doctor_preflight_and_bench(tmp_path: Path) -> None:
     as_documented(run_cli("doctor", "--json", cwd=tmp_path), "clusterkit doctor --json")
     runs = f"runs_dir={tmp_path / 'runs'}"
-    done = run_cli("preflight", str(TINY), "--executor", "local", "--json", "--set", runs,
-                   "--set", "preflight.slow_fraction=0.01", cwd=tmp_path)
+    done = run_cli(
+        "preflight",
+        str(TINY),
+        "--executor",
+        "local",
+        "--json",
+        "--set",
+        runs,
+        "--set",
+        "preflight.slow_fraction=0.01",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     output = as_documented(done, "clusterkit preflight --json RECIPE")
     assert output["status"]["state"] == "COMPLETED" and output["result"]["world_size"] == 4
-    done = run_cli("bench", str(TINY), "--nodes", "1", "--steps", "3", "--warmup", "1", "--executor", "local", "--json",
-                   "--set", runs, "-o", str(tmp_path / "bench"), cwd=tmp_path)
+    done = run_cli(
+        "bench",
+        str(TINY),
+        "--nodes",
+        "1",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--executor",
+        "local",
+        "--json",
+        "--set",
+        runs,
+        "-o",
+        str(tmp_path / "bench"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     output = as_documented(done, "clusterkit bench --json RECIPE --nodes 1,2")
     assert output["outputs"][0] == str(tmp_path / "bench" / "bench.json")

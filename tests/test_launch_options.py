@@ -23,12 +23,19 @@ from clusterkit.render.job import sbatch_options
 from conftest import REPO, run_cli
 
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
-SNAPSHOT_SCRIPT = '"$RUN_DIR"/code/tests/scripts/echo_contract.py'  # where the job runs it: the code snapshot (git tree REPO)
+SNAPSHOT_SCRIPT = (
+    '"$RUN_DIR"/code/tests/scripts/echo_contract.py'  # where the job runs it: the code snapshot (git tree REPO)
+)
 
 
 def _recipe(tmp_path: Path, **fields) -> Path:
-    body = {"name": "opts", "cluster": "dev", "resources": {"nodes": 2, "gpus_per_node": 2, "time": "5"},
-            "task": {"script": SCRIPT}, **fields}
+    body = {
+        "name": "opts",
+        "cluster": "dev",
+        "resources": {"nodes": 2, "gpus_per_node": 2, "time": "5"},
+        "task": {"script": SCRIPT},
+        **fields,
+    }
     path = tmp_path / "opts.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -37,20 +44,36 @@ def _recipe(tmp_path: Path, **fields) -> Path:
 def _env_after(env_sh: str, inherited: dict[str, str], *names: str) -> dict[str, str | None]:
     """Source the rendered env.sh in bash with ``inherited`` and read ``names`` back (None: unset)."""
     probe = "".join(f'if [ -n "${{{n}+x}}" ]; then printf "%s=%s\\0" {n} "${n}"; fi; ' for n in names)
-    done = subprocess.run(["bash", "-c", f"set -euo pipefail; source /dev/stdin <<'EOF_ENV'\n{env_sh}EOF_ENV\n{probe}"],
-                          env={"PATH": os.environ["PATH"], **inherited}, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source /dev/stdin <<'EOF_ENV'\n{env_sh}EOF_ENV\n{probe}"],
+        env={"PATH": os.environ["PATH"], **inherited},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     seen = dict(item.split("=", 1) for item in done.stdout.split("\0") if item)
     return {name: seen.get(name) for name in names}
 
 
-@pytest.mark.parametrize("inherited, expected", [
-    ({"LD_LIBRARY_PATH": "/inherited/lib"}, "/opt/a b/lib:/inherited/lib:/tail"),
-    ({"LD_LIBRARY_PATH": ""}, "/opt/a b/lib:/tail"),
-    ({}, "/opt/a b/lib:/tail"),
-])
+@pytest.mark.parametrize(
+    "inherited, expected",
+    [
+        ({"LD_LIBRARY_PATH": "/inherited/lib"}, "/opt/a b/lib:/inherited/lib:/tail"),
+        ({"LD_LIBRARY_PATH": ""}, "/opt/a b/lib:/tail"),
+        ({}, "/opt/a b/lib:/tail"),
+    ],
+)
 def test_an_env_edit_extends_the_inherited_value(tmp_path: Path, inherited: dict[str, str], expected: str) -> None:
-    loaded = load_recipe(_recipe(tmp_path, env={"LD_LIBRARY_PATH": {"prepend": "/opt/a b/lib", "append": "/tail"},
-                                                "GONE": None, "KEPT": "$HOME 'quoted'"}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            env={
+                "LD_LIBRARY_PATH": {"prepend": "/opt/a b/lib", "append": "/tail"},
+                "GONE": None,
+                "KEPT": "$HOME 'quoted'",
+            },
+        )
+    )
     env_sh = render_job(loaded).files["env.sh"]
     seen = _env_after(env_sh, {**inherited, "GONE": "x"}, "LD_LIBRARY_PATH", "GONE", "KEPT")
     assert seen == {"LD_LIBRARY_PATH": expected, "GONE": None, "KEPT": "$HOME 'quoted'"}
@@ -63,16 +86,23 @@ def test_edits_from_the_profile_and_the_recipe_both_apply_and_null_unsets_a_prof
     dev["env"] = {"LD_LIBRARY_PATH": {"prepend": "/site/lib"}, "SITE_ONLY": "1", "SITE_FLAG": "on"}
     (clusters / "dev.yaml").write_text(yaml.safe_dump(dev))
     loaded = load_recipe(_recipe(tmp_path, env={"LD_LIBRARY_PATH": {"prepend": "/recipe/lib"}, "SITE_FLAG": None}))
-    seen = _env_after(render_job(loaded).files["env.sh"], {"LD_LIBRARY_PATH": "/base"}, "LD_LIBRARY_PATH",
-                      "SITE_ONLY", "SITE_FLAG")
+    seen = _env_after(
+        render_job(loaded).files["env.sh"], {"LD_LIBRARY_PATH": "/base"}, "LD_LIBRARY_PATH", "SITE_ONLY", "SITE_FLAG"
+    )
     assert seen == {"LD_LIBRARY_PATH": "/recipe/lib:/site/lib:/base", "SITE_ONLY": "1", "SITE_FLAG": None}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("env:\n  FOO:\n", "env.FOO: an environment value cannot be empty; write '' for an empty value, or null to unset"),
-    ("env:\n  FOO: {prepend: ''x}\n", None),
-    ("env:\n  FOO: {prefix: /x}\n", "env.FOO"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "env:\n  FOO:\n",
+            "env.FOO: an environment value cannot be empty; write '' for an empty value, or null to unset",
+        ),
+        ("env:\n  FOO: {prepend: ''x}\n", None),
+        ("env:\n  FOO: {prefix: /x}\n", "env.FOO"),
+    ],
+)
 def test_bad_env_entries_are_one_line_each(tmp_path: Path, text: str, message: str | None) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(f"name: r\ncluster: dev\ntask: {{script: {SCRIPT}}}\n{text}")
@@ -90,12 +120,15 @@ def test_an_env_edit_keeps_the_text_written(tmp_path: Path) -> None:
     assert seen == {"V": "yes:mid:3.10"}
 
 
-@pytest.mark.parametrize("flag, fragment", [
-    ("mpi", "srun option, not an sbatch one; set it for the launch step under srun.mpi"),
-    ("label", "under srun.label"),
-    ("kill-on-bad-exit", "under srun.kill_on_bad_exit"),
-    ("multi-prog", "under srun.extra"),
-])
+@pytest.mark.parametrize(
+    "flag, fragment",
+    [
+        ("mpi", "srun option, not an sbatch one; set it for the launch step under srun.mpi"),
+        ("label", "under srun.label"),
+        ("kill-on-bad-exit", "under srun.kill_on_bad_exit"),
+        ("multi-prog", "under srun.extra"),
+    ],
+)
 def test_srun_only_flags_in_extra_sbatch_point_to_srun(tmp_path: Path, flag: str, fragment: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, resources={"nodes": 1, "extra_sbatch": {flag: True}}))
@@ -103,14 +136,28 @@ def test_srun_only_flags_in_extra_sbatch_point_to_srun(tmp_path: Path, flag: str
 
 
 def test_an_option_sbatch_does_not_document_is_a_warning_and_a_documented_one_is_fine(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, resources={"nodes": 1, "time": "5", "extra_sbatch": {"container-image": "x", "mail-type": "END"}}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path, resources={"nodes": 1, "time": "5", "extra_sbatch": {"container-image": "x", "mail-type": "END"}}
+        )
+    )
     warnings = [str(w) for w in loaded.warnings]
-    assert len(warnings) == 1 and "extra_sbatch.container-image: --container-image is not an sbatch option" in warnings[0]
+    assert (
+        len(warnings) == 1 and "extra_sbatch.container-image: --container-image is not an sbatch option" in warnings[0]
+    )
     assert ("mail-type", "END") in sbatch_options(loaded)
 
 
-@pytest.mark.parametrize("flag, field", [("cpus-per-task", "resources.cpus_per_task"), ("ntasks", "resources.nodes"),
-                                         ("out", "runs_dir"), ("mpi", "srun.mpi"), ("kill-on-bad-exit", "srun.kill_on_bad_exit")])
+@pytest.mark.parametrize(
+    "flag, field",
+    [
+        ("cpus-per-task", "resources.cpus_per_task"),
+        ("ntasks", "resources.nodes"),
+        ("out", "runs_dir"),
+        ("mpi", "srun.mpi"),
+        ("kill-on-bad-exit", "srun.kill_on_bad_exit"),
+    ],
+)
 def test_options_the_launch_step_owns_are_refused_in_srun_extra(tmp_path: Path, flag: str, field: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, srun={"extra": {flag: "x"}}))
@@ -118,22 +165,45 @@ def test_options_the_launch_step_owns_are_refused_in_srun_extra(tmp_path: Path, 
 
 
 def test_the_launch_step_gets_its_options_and_cpus_per_task(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, srun={"label": True, "mpi": "pmix", "wait": 30, "kill_on_bad_exit": False,
-                                                 "distribution": "block:cyclic", "cpu_bind": "none",
-                                                 "extra": {"container-image": "img:1 2", "no-kill": True, "overlap": False}}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            srun={
+                "label": True,
+                "mpi": "pmix",
+                "wait": 30,
+                "kill_on_bad_exit": False,
+                "distribution": "block:cyclic",
+                "cpu_bind": "none",
+                "extra": {"container-image": "img:1 2", "no-kill": True, "overlap": False},
+            },
+        )
+    )
     script = render_job(loaded).files["job.sbatch"]
     step = [line for line in script.splitlines() if line.startswith("srun ")][-1]
-    assert step == ("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 --cpus-per-task=2 --wait=30 "
-                    "--mpi=pmix --distribution=block:cyclic --cpu-bind=none --label --container-image='img:1 2' "
-                    "--no-kill \\")
+    assert step == (
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 --cpus-per-task=2 --wait=30 "
+        "--mpi=pmix --distribution=block:cyclic --cpu-bind=none --label --container-image='img:1 2' "
+        "--no-kill \\"
+    )
 
 
 def test_uneven_pipeline_stages_are_a_warning(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, resources={"nodes": 2, "gpus_per_node": 2}, parallelism={"pp": 2},
-                                 task={"script": SCRIPT, "model_config": {"num_hidden_layers": 3, "num_attention_heads": 4,
-                                                                          "hidden_size": 64}}))
-    assert any("3 layers do not divide evenly into pp=2 stages: the stages get 1 or 2 layers" in str(w)
-               for w in loaded.warnings)
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            resources={"nodes": 2, "gpus_per_node": 2},
+            parallelism={"pp": 2},
+            task={
+                "script": SCRIPT,
+                "model_config": {"num_hidden_layers": 3, "num_attention_heads": 4, "hidden_size": 64},
+            },
+        )
+    )
+    assert any(
+        "3 layers do not divide evenly into pp=2 stages: the stages get 1 or 2 layers" in str(w)
+        for w in loaded.warnings
+    )
 
 
 @pytest.mark.slurm
@@ -141,13 +211,22 @@ def test_hooks_env_setup_and_srun_options_on_the_dev_cluster(dev_cluster: str, t
     """One job, rank 3 failing: the post-run hook sees the launchers' exit code and cannot change the
     job's; a prepended LD_LIBRARY_PATH keeps the inherited entries; a setup line reading an unset
     variable runs; the launch step labels its output and passes --cpus-per-task to every task."""
-    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"),
-                     env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1, "ENV_CONTRACT_FAIL_RANK": 3,
-                          "LD_LIBRARY_PATH": {"prepend": "/opt/ck test/lib"}, "CK_DROPPED": None},
-                     setup=["export CK_SETUP=/setup:$CK_NEVER_SET"],
-                     hooks={"pre_launch": ['echo "pre $SLURM_JOB_ID" > "$RUN_DIR/pre_launch.txt"'],
-                            "post_run": ['echo "$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post_run.txt"', "exit 7"]},
-                     srun={"label": True})
+    recipe = _recipe(
+        tmp_path,
+        runs_dir=str(tmp_path / "runs"),
+        env={
+            "ENV_CONTRACT_INIT_PROCESS_GROUP": 1,
+            "ENV_CONTRACT_FAIL_RANK": 3,
+            "LD_LIBRARY_PATH": {"prepend": "/opt/ck test/lib"},
+            "CK_DROPPED": None,
+        },
+        setup=["export CK_SETUP=/setup:$CK_NEVER_SET"],
+        hooks={
+            "pre_launch": ['echo "pre $SLURM_JOB_ID" > "$RUN_DIR/pre_launch.txt"'],
+            "post_run": ['echo "$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post_run.txt"', "exit 7"],
+        },
+        srun={"label": True},
+    )
     env = {**os.environ, "LD_LIBRARY_PATH": "/inherited/lib", "CK_DROPPED": "present"}
     done = run_cli("submit", str(recipe), "--follow", cwd=REPO, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -172,6 +251,7 @@ def test_hooks_env_setup_and_srun_options_on_the_dev_cluster(dev_cluster: str, t
 
 # --- process models ---------------------------------------------------------------------------------
 
+
 def test_the_python_launcher_runs_a_task_per_gpu_with_the_ranks_mapped_from_slurm(tmp_path: Path) -> None:
     loaded = load_recipe(_recipe(tmp_path, launcher="python"))
     recipe = loaded.recipe
@@ -185,10 +265,16 @@ def test_the_python_launcher_runs_a_task_per_gpu_with_the_ranks_mapped_from_slur
     assert "export OMP_NUM_THREADS=1\n" in files["env.sh"]
 
 
-@pytest.mark.parametrize("launcher, cpus, needed", [("python", 2, "2 CPUs per srun task x 2 tasks per node (task_per_gpu) needs 4"),
-                                                    ("torchrun", 3, "3 CPUs per srun task (one launcher task per node) needs 3")])
-def test_cpus_that_do_not_fit_a_node_are_refused_before_anything_is_queued(tmp_path: Path, launcher: str, cpus: int,
-                                                                          needed: str) -> None:
+@pytest.mark.parametrize(
+    "launcher, cpus, needed",
+    [
+        ("python", 2, "2 CPUs per srun task x 2 tasks per node (task_per_gpu) needs 4"),
+        ("torchrun", 3, "3 CPUs per srun task (one launcher task per node) needs 3"),
+    ],
+)
+def test_cpus_that_do_not_fit_a_node_are_refused_before_anything_is_queued(
+    tmp_path: Path, launcher: str, cpus: int, needed: str
+) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, launcher=launcher, resources={"nodes": 2, "time": "5", "cpus_per_task": cpus}))
     assert f"resources.cpus_per_task: {needed} CPUs per node; cluster profile 'dev' has 2" in str(raised.value)
@@ -197,29 +283,41 @@ def test_cpus_that_do_not_fit_a_node_are_refused_before_anything_is_queued(tmp_p
 def test_a_process_model_the_launcher_does_not_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, launcher="torchrun", process_model="task_per_gpu"))
-    assert ("process_model: task_per_gpu is not how launcher torchrun starts ranks (launcher_per_node); "
-            "for task_per_gpu use launcher: python") in str(raised.value)
+    assert (
+        "process_model: task_per_gpu is not how launcher torchrun starts ranks (launcher_per_node); "
+        "for task_per_gpu use launcher: python"
+    ) in str(raised.value)
 
 
 def test_a_task_per_gpu_job_runs_on_the_local_executor(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1})
+    recipe = _recipe(
+        tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1}
+    )
     done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "opts").iterdir())
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
     seen = sorted((r["env"]["RANK"], r["env"]["LOCAL_RANK"], r["env"]["NODE_RANK"], r["node"]) for r in ranks)
-    assert seen == [("0", "0", "0", "127.0.0.1"), ("1", "1", "0", "127.0.0.1"), ("2", "0", "1", "127.0.0.2"),
-                    ("3", "1", "1", "127.0.0.2")]
-    assert {(r["env"]["WORLD_SIZE"], r["env"]["LOCAL_WORLD_SIZE"], r["env"]["SLURM_PROCID"] == r["env"]["RANK"])
-            for r in ranks} == {("4", "2", True)}
+    assert seen == [
+        ("0", "0", "0", "127.0.0.1"),
+        ("1", "1", "0", "127.0.0.1"),
+        ("2", "0", "1", "127.0.0.2"),
+        ("3", "1", "1", "127.0.0.2"),
+    ]
+    assert {
+        (r["env"]["WORLD_SIZE"], r["env"]["LOCAL_WORLD_SIZE"], r["env"]["SLURM_PROCID"] == r["env"]["RANK"])
+        for r in ranks
+    } == {("4", "2", True)}
     logs = run_cli("logs", run_dir.name, "--rank", "3", "--runs-dir", str(tmp_path / "runs"))
     assert logs.returncode == 0 and logs.stdout == f"==> {run_dir.name}_3_log.out <==\necho_contract: rank 3 of 4\n"
 
 
 # --- run-time values ----------------------------------------------------------------------------------
 
-RUNTIME_ENV = {"TAG": "j{job_id} n{node_rank} r{rank} l{local_rank} ${HOME} {x}",
-               "OUT": {"prepend": "{run_dir}/n{node_rank}"}}
+RUNTIME_ENV = {
+    "TAG": "j{job_id} n{node_rank} r{rank} l{local_rank} ${HOME} {x}",
+    "OUT": {"prepend": "{run_dir}/n{node_rank}"},
+}
 RUNTIME_ARGS = ["{run_dir}/out-{node_rank}-{rank}", "'{local_rank}' $HOME"]
 
 
@@ -236,15 +334,23 @@ def _assert_runtime_values(run_dir: Path) -> None:
 
 
 def test_run_time_values_resolve_per_node_under_torchrun(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
-                     task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}-{rank}"]})
+    recipe = _recipe(
+        tmp_path,
+        runs_dir=str(tmp_path / "runs"),
+        env=RUNTIME_ENV,
+        task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}-{rank}"]},
+    )
     with pytest.raises(RecipeError, match=r"task\.args\[0\]: \{rank\} is known only in a task per rank"):
         load_recipe(recipe)
     env = {**RUNTIME_ENV, "TAG": "j{job_id} n{node_rank} r{x} l{local_rank} ${HOME} {x}"}  # {local_rank}: refused too
     with pytest.raises(RecipeError, match=r"env\.TAG: \{local_rank\} is known only"):
         load_recipe(_recipe(tmp_path, env=env))
-    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), env={"TAG": "j{job_id} n{node_rank}", "OUT": RUNTIME_ENV["OUT"]},
-                     task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}", "{job_id}"]})
+    recipe = _recipe(
+        tmp_path,
+        runs_dir=str(tmp_path / "runs"),
+        env={"TAG": "j{job_id} n{node_rank}", "OUT": RUNTIME_ENV["OUT"]},
+        task={"script": SCRIPT, "args": ["{run_dir}/out-{node_rank}", "{job_id}"]},
+    )
     done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "opts").iterdir())
@@ -255,8 +361,13 @@ def test_run_time_values_resolve_per_node_under_torchrun(tmp_path: Path) -> None
 
 
 def test_run_time_values_resolve_per_task_for_a_task_per_gpu_job(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
-                     task={"script": SCRIPT, "args": RUNTIME_ARGS})
+    recipe = _recipe(
+        tmp_path,
+        launcher="python",
+        runs_dir=str(tmp_path / "runs"),
+        env=RUNTIME_ENV,
+        task={"script": SCRIPT, "args": RUNTIME_ARGS},
+    )
     done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     _assert_runtime_values(next((tmp_path / "runs" / "opts").iterdir()))
@@ -264,8 +375,13 @@ def test_run_time_values_resolve_per_task_for_a_task_per_gpu_job(tmp_path: Path)
 
 @pytest.mark.slurm
 def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, launcher="python", runs_dir=str(tmp_path / "runs"), env=RUNTIME_ENV,
-                     task={"script": SCRIPT, "args": RUNTIME_ARGS})
+    recipe = _recipe(
+        tmp_path,
+        launcher="python",
+        runs_dir=str(tmp_path / "runs"),
+        env=RUNTIME_ENV,
+        task={"script": SCRIPT, "args": RUNTIME_ARGS},
+    )
     done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "opts").iterdir())
@@ -275,33 +391,59 @@ def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) ->
 
 # --- launchers: arguments, rendezvous, your own command ------------------------------------------
 
+
 def test_launcher_args_reach_torchrun_and_deepspeed_quoted(tmp_path: Path) -> None:
     args = ["--max-restarts=2", "--role", "trainer one", "--redirects", "3"]
     torchrun = render_job(load_recipe(_recipe(tmp_path, launcher_args=args))).files["job.sbatch"]
     assert "  --max-restarts=2 --role 'trainer one' --redirects 3 \\\n  " + SNAPSHOT_SCRIPT in torchrun
-    ds = render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"]))).files["job.sbatch"]
+    ds = render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"]))).files[
+        "job.sbatch"
+    ]
     assert "  --autotuning run \\\n  " + SNAPSHOT_SCRIPT in ds
 
 
-@pytest.mark.parametrize("launcher, word, field", [
-    ("torchrun", "--nnodes=3", "resources.nodes"), ("torchrun", "--nproc_per_node", "resources.gpus_per_node"),
-    ("torchrun", "--rdzv-backend=etcd", "rendezvous"), ("torchrun", "--master", "the launch step"),
-    ("torchrun", "-m", "task.module"), ("deepspeed", "--num_gpus=8", "resources.gpus_per_node"),
-    ("deepspeed", "--launcher=slurm", "launcher (DeepSpeed runs here as one launcher per node)"),
-    ("deepspeed", "--include", "deepspeed.include"),
-])
+@pytest.mark.parametrize(
+    "launcher, word, field",
+    [
+        ("torchrun", "--nnodes=3", "resources.nodes"),
+        ("torchrun", "--nproc_per_node", "resources.gpus_per_node"),
+        ("torchrun", "--rdzv-backend=etcd", "rendezvous"),
+        ("torchrun", "--master", "the launch step"),
+        ("torchrun", "-m", "task.module"),
+        ("deepspeed", "--num_gpus=8", "resources.gpus_per_node"),
+        ("deepspeed", "--launcher=slurm", "launcher (DeepSpeed runs here as one launcher per node)"),
+        ("deepspeed", "--include", "deepspeed.include"),
+    ],
+)
 def test_launcher_flags_clusterkit_writes_are_refused(tmp_path: Path, launcher: str, word: str, field: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, launcher=launcher, launcher_args=["--tee", "3", word]))
-    assert f"launcher_args[2]: {word.split('=')[0]} is written by clusterkit for {launcher}; set {field}" in str(raised.value)
+    assert f"launcher_args[2]: {word.split('=')[0]} is written by clusterkit for {launcher}; set {field}" in str(
+        raised.value
+    )
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"launcher": "python", "launcher_args": ["-u"]}, "launcher_args: launcher python takes no launcher_args; use python: [python3, ...]"),
-    ({"launcher": "command", "launcher_args": ["-x"]}, "launcher_args: launcher command takes no launcher_args; use task.args"),
-    ({"launcher": "deepspeed", "rendezvous": "c10d"}, "rendezvous: rendezvous: c10d is torchrun's; launcher deepspeed has none"),
-    ({"launcher": "command", "task": {"script": "run.sh", "module": True}}, "task.module: launcher: command runs task.script as a program"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"launcher": "python", "launcher_args": ["-u"]},
+            "launcher_args: launcher python takes no launcher_args; use python: [python3, ...]",
+        ),
+        (
+            {"launcher": "command", "launcher_args": ["-x"]},
+            "launcher_args: launcher command takes no launcher_args; use task.args",
+        ),
+        (
+            {"launcher": "deepspeed", "rendezvous": "c10d"},
+            "rendezvous: rendezvous: c10d is torchrun's; launcher deepspeed has none",
+        ),
+        (
+            {"launcher": "command", "task": {"script": "run.sh", "module": True}},
+            "task.module: launcher: command runs task.script as a program",
+        ),
+    ],
+)
 def test_launcher_settings_that_do_not_apply_are_refused(tmp_path: Path, fields: dict, message: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, **fields))
@@ -315,14 +457,20 @@ def test_c10d_rendezvous_replaces_the_static_master_flags(tmp_path: Path) -> Non
 
 
 # The command launcher's contract, used the way a hand-written script would: its own torchrun line.
-OWN_TORCHRUN = ('exec python3 -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$GPUS_PER_NODE" '
-                '--node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$0"')
+OWN_TORCHRUN = (
+    'exec python3 -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node="$GPUS_PER_NODE" '
+    '--node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$0"'
+)
 
 
 def _command_recipe(tmp_path: Path) -> Path:
-    return _recipe(tmp_path, launcher="command", runs_dir=str(tmp_path / "runs"),
-                   env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1},
-                   task={"script": "bash", "args": ["-c", OWN_TORCHRUN, SCRIPT]})
+    return _recipe(
+        tmp_path,
+        launcher="command",
+        runs_dir=str(tmp_path / "runs"),
+        env={"ENV_CONTRACT_INIT_PROCESS_GROUP": 1},
+        task={"script": "bash", "args": ["-c", OWN_TORCHRUN, SCRIPT]},
+    )
 
 
 def _assert_command_ran(run_dir: Path, nodes: set[str]) -> None:
@@ -348,30 +496,46 @@ def test_the_command_launcher_on_the_dev_cluster(dev_cluster: str, tmp_path: Pat
 
 # --- accelerate launch ------------------------------------------------------------------------------
 
+
 def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tmp_path: Path) -> None:
     loaded = load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate"])
     files = render_job(loaded).files
     config = yaml.safe_load(files["accelerate_config.yaml"])
     assert (config["distributed_type"], config["num_machines"], config["num_processes"], config["mixed_precision"]) == (
-        "MULTI_GPU", 2, 4, "no")
+        "MULTI_GPU",
+        2,
+        4,
+        "no",
+    )
     script = files["job.sbatch"]
-    assert "-m accelerate.commands.launch --machine_rank=\"$SLURM_NODEID\"" in script
-    assert ('--multi_gpu --num_machines=2 --num_processes=4 --same_network --rdzv_backend=static \\\n'
-            '  --main_process_ip="$MASTER_ADDR" --main_process_port="$MASTER_PORT"') in script
+    assert '-m accelerate.commands.launch --machine_rank="$SLURM_NODEID"' in script
+    assert (
+        "--multi_gpu --num_machines=2 --num_processes=4 --same_network --rdzv_backend=static \\\n"
+        '  --main_process_ip="$MASTER_ADDR" --main_process_port="$MASTER_PORT"'
+    ) in script
     own = tmp_path / "mine.yaml"
     own.write_text("distributed_type: MULTI_GPU\n")
-    mine = render_job(load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate", f"accelerate.config={own}"]))
+    mine = render_job(
+        load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate", f"accelerate.config={own}"])
+    )
     assert "accelerate_config.yaml" not in mine.files and f"--config_file={own} " in mine.files["job.sbatch"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\n", "distributed_type 'DEEPSPEED' is not supported with launcher: accelerate yet"),
-    ("distributed_type: FSDP\n", "distributed_type 'FSDP' is not supported"),
-    (None, "cannot read the accelerate config"),
-    ("a: [1\n", "cannot read the accelerate config"),
-])
-def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(tmp_path: Path, text: str | None,
-                                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\n",
+            "distributed_type 'DEEPSPEED' is not supported with launcher: accelerate yet",
+        ),
+        ("distributed_type: FSDP\n", "distributed_type 'FSDP' is not supported"),
+        (None, "cannot read the accelerate config"),
+        ("a: [1\n", "cannot read the accelerate config"),
+    ],
+)
+def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
+    tmp_path: Path, text: str | None, message: str
+) -> None:
     """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type."""
     own = tmp_path / "acc.yaml"
     if text is not None:
@@ -381,12 +545,24 @@ def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
     assert "accelerate.config: " in str(raised.value) and message in str(raised.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["launcher=accelerate", "parallelism.zero_stage=2"], "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet"),
-    (["launcher=accelerate", "launcher_args=[--num_processes=8]"], "launcher_args[0]: --num_processes is written by clusterkit for accelerate"),
-    (["launcher=accelerate", "launcher_args=[--mixed_precision, fp16]"], "set precision instead"),
-    (["accelerate.config=x.yaml"], "accelerate.config: accelerate.config is read by launcher: accelerate, not by torchrun"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["launcher=accelerate", "parallelism.zero_stage=2"],
+            "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet",
+        ),
+        (
+            ["launcher=accelerate", "launcher_args=[--num_processes=8]"],
+            "launcher_args[0]: --num_processes is written by clusterkit for accelerate",
+        ),
+        (["launcher=accelerate", "launcher_args=[--mixed_precision, fp16]"], "set precision instead"),
+        (
+            ["accelerate.config=x.yaml"],
+            "accelerate.config: accelerate.config is read by launcher: accelerate, not by torchrun",
+        ),
+    ],
+)
 def test_accelerate_settings_that_cannot_apply_are_refused(overrides: list[str], message: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", overrides)
@@ -398,14 +574,22 @@ def test_no_requeues_and_no_retries_say_no_requeue(tmp_path: Path) -> None:
     never = sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0})))
     assert ("no-requeue", None) in never and ("requeue", None) not in never
     # A retry is a new job (excluding the failing node), so retries alone need no --requeue either.
-    assert ("no-requeue", None) in sbatch_options(load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0, "max_retries": 1})))
+    assert ("no-requeue", None) in sbatch_options(
+        load_recipe(_recipe(tmp_path, preemption={"max_requeues": 0, "max_retries": 1}))
+    )
 
 
 def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
+    loaded = load_recipe(
+        _recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}})
+    )
     assert ("gpus-per-task", 1) in sbatch_options(loaded)
     with pytest.raises(RecipeError, match="binds one GPU to each task: gpus-per-task must be 1"):
-        load_recipe(_recipe(tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}))
+        load_recipe(
+            _recipe(
+                tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}
+            )
+        )
     with pytest.raises(RecipeError, match="--gpus-per-task conflicts with one launcher task per node"):
         load_recipe(_recipe(tmp_path, resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
 
@@ -416,7 +600,9 @@ def _gpu_profile(tmp_path: Path, **fields) -> str:
     clusters = tmp_path / "clusters"
     clusters.mkdir(exist_ok=True)
     profile = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
-    profile.update({"name": "devgpus", "accelerator": "gpu", "gpu_request": "gres", "task_gpu_bind": "single:1", **fields})
+    profile.update(
+        {"name": "devgpus", "accelerator": "gpu", "gpu_request": "gres", "task_gpu_bind": "single:1", **fields}
+    )
     (clusters / "devgpus.yaml").write_text(yaml.safe_dump(profile))
     return "devgpus"
 
@@ -425,22 +611,41 @@ def test_the_profiles_gpu_binding_goes_only_to_a_step_of_one_task_per_rank(tmp_p
     cluster = _gpu_profile(tmp_path)
     python = render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="python"))).files["job.sbatch"]
     assert "--ntasks-per-node=2 --kill-on-bad-exit=1 --cpus-per-task=1 --gpu-bind=single:1 " in python
-    batch = render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="deepspeed",
-                                           process_model="batch_launcher"))).files["job.sbatch"]
+    batch = render_job(
+        load_recipe(_recipe(tmp_path, cluster=cluster, launcher="deepspeed", process_model="batch_launcher"))
+    ).files["job.sbatch"]
     assert " --gpu-bind=$(printf %q single:1)" in batch  # DeepSpeed's own srun starts a task per rank
     for whole_node in ({"launcher": "torchrun"}, {"launcher": "deepspeed"}, {"launcher": "mpirun"}):
-        assert "gpu-bind" not in render_job(load_recipe(_recipe(tmp_path, cluster=cluster, **whole_node))).files["job.sbatch"]
+        assert (
+            "gpu-bind"
+            not in render_job(load_recipe(_recipe(tmp_path, cluster=cluster, **whole_node))).files["job.sbatch"]
+        )
 
 
-@pytest.mark.parametrize("profile_fields, fields, message", [
-    ({"accelerator": "cpu"}, {"launcher": "python"}, "task_gpu_bind: binds GPUs to tasks, but this profile requests no GPUs"),
-    ({"gpu_request": "none"}, {"launcher": "python"}, "requests no GPUs (accelerator: gpu, gpu_request: none)"),
-    ({}, {"launcher": "python", "srun": {"extra": {"gpu-bind": "none"}}}, "srun.extra.gpu-bind: the cluster profile 'devgpus' binds"),
-    ({}, {"launcher": "python", "task": {"trainer": {"model": {"config": {"model_type": "gpt2"}}}}},
-     "the built-in runner selects cuda:LOCAL_RANK, which a task would not see"),
-])
-def test_what_per_task_gpu_binding_cannot_serve_is_refused(tmp_path: Path, profile_fields: dict, fields: dict,
-                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    "profile_fields, fields, message",
+    [
+        (
+            {"accelerator": "cpu"},
+            {"launcher": "python"},
+            "task_gpu_bind: binds GPUs to tasks, but this profile requests no GPUs",
+        ),
+        ({"gpu_request": "none"}, {"launcher": "python"}, "requests no GPUs (accelerator: gpu, gpu_request: none)"),
+        (
+            {},
+            {"launcher": "python", "srun": {"extra": {"gpu-bind": "none"}}},
+            "srun.extra.gpu-bind: the cluster profile 'devgpus' binds",
+        ),
+        (
+            {},
+            {"launcher": "python", "task": {"trainer": {"model": {"config": {"model_type": "gpt2"}}}}},
+            "the built-in runner selects cuda:LOCAL_RANK, which a task would not see",
+        ),
+    ],
+)
+def test_what_per_task_gpu_binding_cannot_serve_is_refused(
+    tmp_path: Path, profile_fields: dict, fields: dict, message: str
+) -> None:
     with pytest.raises(RecipeError, match=re.escape(message)):
         load_recipe(_recipe(tmp_path, cluster=_gpu_profile(tmp_path, **profile_fields), **fields))
 
@@ -454,9 +659,13 @@ def test_slurm_binds_each_task_to_its_own_gpu_where_the_profile_asks(dev_cluster
         pytest.skip("the dev cluster has no stand-in GPUs (bin/dev-cluster makes them only as root)")
     seen = {}
     for bind in ("single:1", None):
-        recipe = _recipe(tmp_path, cluster=_gpu_profile(tmp_path, task_gpu_bind=bind), launcher="python",
-                         runs_dir=str(tmp_path / f"runs-{bind is not None}"), resources={"nodes": 2, "gpus_per_node": 2,
-                                                                                        "cpus_per_task": 1, "time": "5"})
+        recipe = _recipe(
+            tmp_path,
+            cluster=_gpu_profile(tmp_path, task_gpu_bind=bind),
+            launcher="python",
+            runs_dir=str(tmp_path / f"runs-{bind is not None}"),
+            resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
+        )
         done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         run_dir = next((tmp_path / f"runs-{bind is not None}" / "opts").iterdir())
@@ -468,43 +677,82 @@ def test_slurm_binds_each_task_to_its_own_gpu_where_the_profile_asks(dev_cluster
 
 # --- a launcher in the batch shell ---------------------------------------------------------------------
 
+
 def test_deepspeed_may_run_in_the_batch_shell_and_start_the_ranks_itself(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher",
-                                 srun={"label": True, "extra": {"container-image": "img 1"}}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            launcher="deepspeed",
+            process_model="batch_launcher",
+            srun={"label": True, "extra": {"container-image": "img 1"}},
+        )
+    )
     assert (loaded.recipe.tasks_per_node, loaded.recipe.resources.cpus_per_task) == (2, 1)
     script = render_job(loaded).files["job.sbatch"]
     assert "-m deepspeed.launcher.runner --launcher=slurm --no_ssh_check" in script
-    assert ' --label --container-image=$(printf %q \'img 1\')"' in script
-    assert '\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT in script and "\nsrun " not in script.split("clusterkit_node() {")[1]
+    assert " --label --container-image=$(printf %q 'img 1')\"" in script
+    assert (
+        '\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT in script
+        and "\nsrun " not in script.split("clusterkit_node() {")[1]
+    )
 
 
 def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_path: Path) -> None:
-    loaded = load_recipe(_recipe(tmp_path, launcher="mpirun", launcher_args=["-x", "NCCL_DEBUG=INFO", "--bind-to", "core"],
-                                 resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            launcher="mpirun",
+            launcher_args=["-x", "NCCL_DEBUG=INFO", "--bind-to", "core"],
+            resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
+        )
+    )
     assert (loaded.recipe.process_model, loaded.recipe.tasks_per_node) == ("batch_launcher", 2)
     rendered = render_job(loaded)
     script = rendered.files["job.sbatch"]
     # Every daemon's srun task gets the node's CPUs of this job: 2 ranks x 1 CPU.
-    assert ('SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n'
-            '  --output-filename "$RUN_DIR/ranks/mpirun-$CLUSTERKIT_JOB_ID" \\\n'
-            '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT) in script
+    assert (
+        "SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n"
+        '  --output-filename "$RUN_DIR/ranks/mpirun-$CLUSTERKIT_JOB_ID" \\\n'
+        '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT
+    ) in script
     # The shim travels with the run: the job's Python needs nothing of clusterkit to run it.
     shim = (REPO / "clusterkit" / "render" / "templates" / "task_shim.py").read_text()
     assert rendered.files["task_shim.py"] == shim and "import clusterkit" not in shim
     assert "task_shim.py" not in render_job(load_recipe(_recipe(tmp_path))).files
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: mpirun or deepspeed"),
-    ({"launcher": "mpirun", "process_model": "launcher_per_node"}, "is not how launcher mpirun starts ranks (batch_launcher)"),
-    ({"launcher": "mpirun", "srun": {"label": True}}, "srun: launcher mpirun starts its daemons with an srun of its own"),
-    ({"launcher": "mpirun", "launcher_args": ["-np", "8"]}, "launcher_args[0]: -np is written by clusterkit for mpirun"),
-    ({"launcher": "mpirun", "launcher_args": ["--map-by=slot"]}, "--map-by is written by clusterkit for mpirun"),
-    ({"launcher": "mpirun", "launcher_args": ["-output-filename", "x"]}, "set runs_dir"),
-    ({"launcher": "deepspeed", "process_model": "batch_launcher", "preflight": True}, "preflight is not supported with process_model: batch_launcher"),
-    ({"launcher": "deepspeed", "process_model": "batch_launcher", "task": {"script": SCRIPT, "args": ["{node_rank}"]}},
-     "task.args[0]: {node_rank} is known only in a task per rank"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: mpirun or deepspeed"),
+        (
+            {"launcher": "mpirun", "process_model": "launcher_per_node"},
+            "is not how launcher mpirun starts ranks (batch_launcher)",
+        ),
+        (
+            {"launcher": "mpirun", "srun": {"label": True}},
+            "srun: launcher mpirun starts its daemons with an srun of its own",
+        ),
+        (
+            {"launcher": "mpirun", "launcher_args": ["-np", "8"]},
+            "launcher_args[0]: -np is written by clusterkit for mpirun",
+        ),
+        ({"launcher": "mpirun", "launcher_args": ["--map-by=slot"]}, "--map-by is written by clusterkit for mpirun"),
+        ({"launcher": "mpirun", "launcher_args": ["-output-filename", "x"]}, "set runs_dir"),
+        (
+            {"launcher": "deepspeed", "process_model": "batch_launcher", "preflight": True},
+            "preflight is not supported with process_model: batch_launcher",
+        ),
+        (
+            {
+                "launcher": "deepspeed",
+                "process_model": "batch_launcher",
+                "task": {"script": SCRIPT, "args": ["{node_rank}"]},
+            },
+            "task.args[0]: {node_rank} is known only in a task per rank",
+        ),
+    ],
+)
 def test_what_a_batch_shell_launcher_cannot_do_is_refused(tmp_path: Path, fields: dict, message: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, **fields))
@@ -517,82 +765,149 @@ def test_a_profile_container_is_refused_with_a_batch_shell_launcher(tmp_path: Pa
     clusters = tmp_path / "clusters"
     clusters.mkdir()
     profile = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
-    (clusters / "boxed.yaml").write_text(yaml.safe_dump({**profile, "name": "boxed", "container": {"image": "img.sqsh"}}))
+    (clusters / "boxed.yaml").write_text(
+        yaml.safe_dump({**profile, "name": "boxed", "container": {"image": "img.sqsh"}})
+    )
     for launcher in ("mpirun", "deepspeed"):
         with pytest.raises(RecipeError, match="containers are not supported with process_model: batch_launcher"):
             load_recipe(_recipe(tmp_path, cluster="boxed", launcher=launcher, process_model="batch_launcher"))
 
 
 def test_the_local_executor_refuses_a_batch_shell_launcher(tmp_path: Path) -> None:
-    done = run_cli("submit", str(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher")),
-                   "--executor", "local", cwd=tmp_path)
+    done = run_cli(
+        "submit",
+        str(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher")),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "process_model: batch_launcher needs SLURM" in done.stderr
 
 
 def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("import json, os, sys\nprint(json.dumps([sys.argv, sys.path[0], {k: os.environ.get(k) for k in "
-                     "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')}]))\n")
+    probe.write_text(
+        "import json, os, sys\nprint(json.dumps([sys.argv, sys.path[0], {k: os.environ.get(k) for k in "
+        "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')}]))\n"
+    )
     shim = REPO / "clusterkit" / "render" / "templates" / "task_shim.py"
-    env = {**os.environ, "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NODEID": "1",
-           "SLURM_TASKS_PER_NODE": "2(x2)"}
+    env = {
+        **os.environ,
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_NODEID": "1",
+        "SLURM_TASKS_PER_NODE": "2(x2)",
+    }
     env.pop("RANK", None)
-    done = subprocess.run([sys.executable, "-u", str(shim), str(probe), "--x", "a b"], env=env, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-u", str(shim), str(probe), "--x", "a b"], env=env, capture_output=True, text=True, check=True
+    )
     argv, path0, ranks = json.loads(done.stdout)
     assert argv == [str(probe), "--x", "a b"] and path0 == str(tmp_path)
     assert ranks == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
-    module = subprocess.run([sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env,
-                            capture_output=True, text=True)
+    module = subprocess.run(
+        [sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env, capture_output=True, text=True
+    )
     assert module.returncode == 0 and "json.tool" in module.stdout
 
 
-@pytest.mark.parametrize("value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "%j ~ -x"])
+@pytest.mark.parametrize(
+    "value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "%j ~ -x"]
+)
 def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, value: str) -> None:
     canary = tmp_path / "canary"
     value = value.format(canary=canary)
-    loaded = load_recipe(_recipe(tmp_path, launcher="mpirun", launcher_args=["-x", f"V={value}"],
-                                 task={"script": SCRIPT, "args": [value, "--y"]}))
+    loaded = load_recipe(
+        _recipe(
+            tmp_path,
+            launcher="mpirun",
+            launcher_args=["-x", f"V={value}"],
+            task={"script": SCRIPT, "args": [value, "--y"]},
+        )
+    )
     script = render_job(loaded).files["job.sbatch"]
-    launch = script[script.index("SRUN_CPUS_PER_TASK="):script.index("\n&\n", script.index("SRUN_CPUS_PER_TASK=")) + 1]
+    launch = script[
+        script.index("SRUN_CPUS_PER_TASK=") : script.index("\n&\n", script.index("SRUN_CPUS_PER_TASK=")) + 1
+    ]
     stub = 'mpirun() { printf "%s\\0" "$SRUN_CPUS_PER_TASK" "$@"; }'
-    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; CLUSTERKIT_JOB_ID=7; {stub}\n{launch}'],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; CLUSTERKIT_JOB_ID=7; {stub}\n{launch}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     argv = done.stdout.split("\0")[:-1]
     assert argv[0] == "2"  # SRUN_CPUS_PER_TASK: the node's 2 ranks x 1 CPU
-    assert argv[-8:] == ["-x", f"V={value}", "python3", "-u", f"{tmp_path}/run dir/task_shim.py",
-                          f"{tmp_path}/run dir/code/tests/scripts/echo_contract.py", value, "--y"]
+    assert argv[-8:] == [
+        "-x",
+        f"V={value}",
+        "python3",
+        "-u",
+        f"{tmp_path}/run dir/task_shim.py",
+        f"{tmp_path}/run dir/code/tests/scripts/echo_contract.py",
+        value,
+        "--y",
+    ]
     assert f"{tmp_path}/run dir/ranks/mpirun-7" in argv and not canary.exists()
 
 
-@pytest.mark.parametrize("launcher_env, expected", [
-    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("2", "0", "4", "2", "1")),
-    ({"PMI_RANK": "3", "MPI_LOCALRANKID": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"}, ("3", "1", "4", "2", "1")),
-], ids=["open-mpi", "hydra"])
-def test_under_mpirun_the_shim_reads_the_mpi_ranks_not_the_daemons_slurm_task(launcher_env: dict, expected: tuple) -> None:
+@pytest.mark.parametrize(
+    "launcher_env, expected",
+    [
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
+            ("2", "0", "4", "2", "1"),
+        ),
+        ({"PMI_RANK": "3", "MPI_LOCALRANKID": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"}, ("3", "1", "4", "2", "1")),
+    ],
+    ids=["open-mpi", "hydra"],
+)
+def test_under_mpirun_the_shim_reads_the_mpi_ranks_not_the_daemons_slurm_task(
+    launcher_env: dict, expected: tuple
+) -> None:
     """mpirun's ranks inherit the SLURM task variables of their node's daemon (SLURM_PROCID is the
     node's number): the MPI launcher's own variables must win."""
-    spec = importlib.util.spec_from_file_location("task_shim", REPO / "clusterkit" / "render" / "templates" / "task_shim.py")
+    spec = importlib.util.spec_from_file_location(
+        "task_shim", REPO / "clusterkit" / "render" / "templates" / "task_shim.py"
+    )
     shim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shim)
-    daemon = {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "1(x2)"}
+    daemon = {
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_TASKS_PER_NODE": "1(x2)",
+    }
     mapped = shim.torch_env({**daemon, **launcher_env})
     assert tuple(mapped[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")) == expected
     assert shim.torch_env({k: v for k, v in launcher_env.items()})["NODE_RANK"] == "1"  # rank // local size
 
 
-@pytest.mark.parametrize("value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "-x --y=z"])
+@pytest.mark.parametrize(
+    "value", ["a b", "it's", 'q"uote $(touch {canary}) `touch {canary}`', "back\\slash;&|<>*?", "-x --y=z"]
+)
 def test_srun_options_reach_deepspeeds_srun_word_for_word(tmp_path: Path, value: str) -> None:
     """The batch-shell launcher hands the step's options to DeepSpeed as one string it shlex-splits:
     each value must come out as one word, as written, and nothing in it may run."""
     canary = tmp_path / "canary"
     value = value.format(canary=canary)
-    loaded = load_recipe(_recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher",
-                                 srun={"extra": {"comment": value}}))
-    line = next(l for l in render_job(loaded).files["job.sbatch"].splitlines() if l.startswith("srun_args="))
-    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; {line}; printf %s "$srun_args"'],
-                          capture_output=True, text=True, check=True)
+    loaded = load_recipe(
+        _recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher", srun={"extra": {"comment": value}})
+    )
+    line = next(text for text in render_job(loaded).files["job.sbatch"].splitlines() if text.startswith("srun_args="))
+    done = subprocess.run(
+        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; {line}; printf %s "$srun_args"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     words = shlex.split(done.stdout)  # what DeepSpeed's SlurmRunner does with --launcher_args
     assert f"--comment={value}" in words and f"--output={tmp_path}/run dir/%j_%t_log.out" in words
     assert not canary.exists()

@@ -72,8 +72,11 @@ def _imports(path: Path) -> list[tuple[str, str]]:
                 found.extend((alias.name, inner) for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
                 found.append((child.module, inner))
-                found.extend((f"{child.module}.{alias.name}", inner) for alias in child.names
-                             if f"{child.module}.{alias.name}" in MODULES)
+                found.extend(
+                    (f"{child.module}.{alias.name}", inner)
+                    for alias in child.names
+                    if f"{child.module}.{alias.name}" in MODULES
+                )
             visit(child, inner)
 
     visit(ast.parse(path.read_text()), MODULE_LEVEL)
@@ -91,8 +94,13 @@ def test_a_module_imports_only_lower_layers(module: str) -> None:
     if layer in BOTTOM:
         return
     allowed = {layer} | ALLOWED[layer] | EVERYWHERE
-    wrong = sorted({name for name, _ in _imports(MODULES[module])
-                    if (name == "clusterkit" or name.startswith("clusterkit.")) and _layer(name) not in allowed})
+    wrong = sorted(
+        {
+            name
+            for name, _ in _imports(MODULES[module])
+            if (name == "clusterkit" or name.startswith("clusterkit.")) and _layer(name) not in allowed
+        }
+    )
     assert not wrong, f"{module} ({layer}) imports {wrong}; {layer} may import {sorted(ALLOWED[layer])}"
 
 
@@ -102,16 +110,19 @@ def test_every_layer_has_its_rules() -> None:
 
 
 def test_no_import_cycles() -> None:
-    graph = {module: sorted({name for name, where in _imports(path)
-                             if where != ANNOTATIONS and name in MODULES and name != module})
-             for module, path in MODULES.items()}
+    graph = {
+        module: sorted(
+            {name for name, where in _imports(path) if where != ANNOTATIONS and name in MODULES and name != module}
+        )
+        for module, path in MODULES.items()
+    }
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
         for target in graph[module]:
             if state.get(target) == 1:
-                cycle = path[path.index(target):] + [target]
+                cycle = path[path.index(target) :] + [target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, [*path, target])
@@ -124,8 +135,11 @@ def test_no_import_cycles() -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_only_the_runtime_imports_torch(module: str) -> None:
-    heavy = [(name, where) for name, where in _imports(MODULES[module])
-             if name.split(".")[0] in HEAVY and where != ANNOTATIONS]
+    heavy = [
+        (name, where)
+        for name, where in _imports(MODULES[module])
+        if name.split(".")[0] in HEAVY and where != ANNOTATIONS
+    ]
     if _layer(module) == "runtime" or not heavy:
         return
     assert module in HEAVY_INSIDE_FUNCTIONS, f"{module} imports {sorted({n for n, _ in heavy})}"

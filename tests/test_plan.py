@@ -17,25 +17,63 @@ from clusterkit.plan.planner import plan
 from conftest import RECIPES, run_cli
 
 GPT2_124M = {"model_type": "gpt2"}
-LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
-LLAMA2_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-              "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+}
+LLAMA2_70B = {
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+}
 
 
-@pytest.mark.parametrize("config,known", [(GPT2_124M, 124_439_808), (LLAMA2_7B, 6_738_415_616), (LLAMA2_70B, 68_976_648_192)],
-                         ids=["gpt2-124m", "llama2-7b", "llama2-70b"])
+@pytest.mark.parametrize(
+    "config,known",
+    [(GPT2_124M, 124_439_808), (LLAMA2_7B, 6_738_415_616), (LLAMA2_70B, 68_976_648_192)],
+    ids=["gpt2-124m", "llama2-7b", "llama2-70b"],
+)
 def test_parameter_counts_match_known_totals(config: dict, known: int) -> None:
     assert model_shape(config).params == known
 
 
-@pytest.mark.parametrize("config", [
-    GPT2_124M, LLAMA2_7B,
-    {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True},
-    {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,
-     "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 500, "attention_bias": True},
-], ids=["gpt2", "llama7b", "qwen2-tied", "llama-gqa-bias"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        GPT2_124M,
+        LLAMA2_7B,
+        {
+            "model_type": "qwen2",
+            "hidden_size": 256,
+            "intermediate_size": 512,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+            "tie_word_embeddings": True,
+        },
+        {
+            "model_type": "llama",
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "vocab_size": 500,
+            "attention_bias": True,
+        },
+    ],
+    ids=["gpt2", "llama7b", "qwen2-tied", "llama-gqa-bias"],
+)
 def test_closed_form_equals_meta_device_count(config: dict) -> None:
     pytest.importorskip("transformers")
     from clusterkit.estimate.modelsize import meta_device_count
@@ -57,7 +95,9 @@ def test_model_states_equal_real_tensor_bytes_after_one_adamw_step() -> None:
     params = {id(p): p for p in model.parameters()}.values()
     real = sum(p.numel() * p.element_size() for p in params)
     real += sum(p.grad.numel() * p.grad.element_size() for p in params)
-    real += sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t))
+    real += sum(
+        t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)
+    )
     weights, grads, opt, _ = model_state_bytes(model_shape(config), Layout(dp=1), mixed_precision=False)
     assert abs((weights + grads + opt) - real) / real < 0.01
 
@@ -80,11 +120,16 @@ def test_zero3_model_states_agree_with_deepspeed(offload_optimizer: bool, offloa
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 
     shape = model_shape(LLAMA2_70B)
-    layout = Layout(dp=16, zero_stage=3, offload_optimizer="cpu" if offload_optimizer else "none",
-                    offload_params="cpu" if offload_params else "none")
+    layout = Layout(
+        dp=16,
+        zero_stage=3,
+        offload_optimizer="cpu" if offload_optimizer else "none",
+        offload_params="cpu" if offload_params else "none",
+    )
     ours = sum(model_state_bytes(shape, layout, mixed_precision=True)[:3])
-    _, theirs, _ = estimate_zero3_model_states_mem_needs(shape.params, shape.largest_layer_params, 8, 2,
-                                                         cpu_offload=offload_optimizer, cpu_offload_params=offload_params)
+    _, theirs, _ = estimate_zero3_model_states_mem_needs(
+        shape.params, shape.largest_layer_params, 8, 2, cpu_offload=offload_optimizer, cpu_offload_params=offload_params
+    )
     assert abs(ours - theirs) / theirs < 0.05
 
 
@@ -103,9 +148,14 @@ def test_context_parallel_splits_activations_and_widens_zero_sharding() -> None:
 
 
 def _recipe(tmp_path: Path, cluster: str, nodes: int, gpus: int, config: dict, **extra) -> Path:
-    data = {"name": "p", "cluster": cluster, "resources": {"nodes": nodes, "gpus_per_node": gpus, "time": "60"},
-            "parallelism": {"micro_batch_size": 8, **extra.pop("parallelism", {})},
-            "task": {"trainer": {"model": {"config": config}, "dataset": {"seq_len": 2048}}}, **extra}
+    data = {
+        "name": "p",
+        "cluster": cluster,
+        "resources": {"nodes": nodes, "gpus_per_node": gpus, "time": "60"},
+        "parallelism": {"micro_batch_size": 8, **extra.pop("parallelism", {})},
+        "task": {"trainer": {"model": {"config": config}, "dataset": {"seq_len": 2048}}},
+        **extra,
+    }
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -135,10 +185,17 @@ def test_rule_largest_layer_does_not_fit(tmp_path: Path) -> None:
 
 def test_rule_slow_network_and_zero_with_pp(tmp_path: Path) -> None:
     recipe = tmp_path / "3d.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "name": "eth", "cluster": "ethernet", "resources": {"nodes": 4, "gpus_per_node": 4, "time": "60"},
-        "parallelism": {"tp": 2, "pp": 2, "zero_stage": 1, "micro_batch_size": 1, "global_batch_size": 64},
-        "task": {"script": "pretrain.py", "model_config": LLAMA2_7B}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "eth",
+                "cluster": "ethernet",
+                "resources": {"nodes": 4, "gpus_per_node": 4, "time": "60"},
+                "parallelism": {"tp": 2, "pp": 2, "zero_stage": 1, "micro_batch_size": 1, "global_batch_size": 64},
+                "task": {"script": "pretrain.py", "model_config": LLAMA2_7B},
+            }
+        )
+    )
     result = plan(load_recipe(recipe), top=20)
     rules = [a.rule for a in result.advice]
     assert "slow-network" in rules and "zero-with-pp" in rules
@@ -148,8 +205,10 @@ def test_rule_slow_network_and_zero_with_pp(tmp_path: Path) -> None:
 
 def test_multiple_of_8_and_lr_hint(tmp_path: Path) -> None:
     config = {**GPT2_124M, "n_embd": 772, "n_head": 4}
-    result = plan(load_recipe(_recipe(tmp_path, "infiniband-h100", 1, 8, config, parallelism={"micro_batch_size": 3})),
-                  global_batch=48)
+    result = plan(
+        load_recipe(_recipe(tmp_path, "infiniband-h100", 1, 8, config, parallelism={"micro_batch_size": 3})),
+        global_batch=48,
+    )
     texts = {a.rule: a.text for a in result.advice}
     assert "micro batch 3, hidden size 772" in texts["multiple-of-8"]
     assert "global batch 24 -> 48" in texts["lr-scaling"] and "x2.00" in texts["lr-scaling"]
@@ -178,17 +237,24 @@ def test_plan_without_a_model_shape_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_plan_with_a_model_type_transformers_does_not_know(tmp_path: Path) -> None:
     recipe = tmp_path / "s.yaml"
-    recipe.write_text("name: s\ncluster: infiniband-h100\nresources: {time: '60'}\n"
-                      "task: {script: x.py, model_config: {model_type: nonsense, hidden_size: 64}}\n")
+    recipe.write_text(
+        "name: s\ncluster: infiniband-h100\nresources: {time: '60'}\n"
+        "task: {script: x.py, model_config: {model_type: nonsense, hidden_size: 64}}\n"
+    )
     done = run_cli("plan", str(recipe))
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == f"{recipe}: cannot build model_type 'nonsense' from its config: Unrecognized model identifier: nonsense"
+    assert (
+        done.stderr.strip()
+        == f"{recipe}: cannot build model_type 'nonsense' from its config: Unrecognized model identifier: nonsense"
+    )
 
 
 def test_apply_copies_times_and_env_values_as_written(tmp_path: Path) -> None:
     recipe = tmp_path / "7b.yaml"
-    recipe.write_text((RECIPES / "llama-7b-zero3-ib.yaml").read_text().replace('time: "1-00:00:00"', "time: 12:00")
-                      + "env: {PYVER: 3.10, FLAG: yes}\n")
+    recipe.write_text(
+        (RECIPES / "llama-7b-zero3-ib.yaml").read_text().replace('time: "1-00:00:00"', "time: 12:00")
+        + "env: {PYVER: 3.10, FLAG: yes}\n"
+    )
     done = run_cli("plan", str(recipe), "--apply")
     assert done.returncode == 0, done.stderr
     planned = load_recipe(tmp_path / "7b.planned.yaml")

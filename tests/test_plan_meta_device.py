@@ -15,9 +15,17 @@ from without_torch import run_cli_without_torch
 
 pytest.importorskip("transformers")
 
-QWEN3 = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-         "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-         "tie_word_embeddings": True}
+QWEN3 = {
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 
 
 def _qwen3_by_hand(c: dict) -> int:
@@ -30,15 +38,24 @@ def _qwen3_by_hand(c: dict) -> int:
 
 def _recipe(tmp_path: Path) -> Path:
     recipe = tmp_path / "qwen3.yaml"
-    recipe.write_text("name: qwen3\ncluster: infiniband-h100\nresources: {nodes: 1, gpus_per_node: 8, time: '60'}\n"
-                      f"task: {{trainer: {{model: {{config: {json.dumps(QWEN3)}}}}}}}\n")
+    recipe.write_text(
+        "name: qwen3\ncluster: infiniband-h100\nresources: {nodes: 1, gpus_per_node: 8, time: '60'}\n"
+        f"task: {{trainer: {{model: {{config: {json.dumps(QWEN3)}}}}}}}\n"
+    )
     return recipe
 
 
 def test_the_meta_device_count_equals_the_closed_form() -> None:
     """The counter itself, against the closed form of a family that has one (and of qwen3, by hand)."""
-    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 3,
-             "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000}
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 688,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
     assert meta_device_count(llama) == model_shape(llama).params
     assert meta_device_count(QWEN3) == _qwen3_by_hand(QWEN3) == 596_049_920
 
@@ -58,17 +75,21 @@ def test_plan_without_torch_says_what_to_install(tmp_path: Path) -> None:
     for extra in ((), ("--json",)):
         done = run_cli_without_torch("plan", str(recipe), *extra, cwd=REPO)
         assert done.returncode == 1 and done.stdout == ""  # this machine lacks a package: not the recipe's fault
-        assert done.stderr == ("clusterkit: model_type 'qwen3' has no closed form here (gpt2, llama, mistral, qwen2); "
-                               "counting its parameters on the meta device needs torch and transformers, and torch is "
-                               "not importable: pip install 'clusterkit[train]'\n")
+        assert done.stderr == (
+            "clusterkit: model_type 'qwen3' has no closed form here (gpt2, llama, mistral, qwen2); "
+            "counting its parameters on the meta device needs torch and transformers, and torch is "
+            "not importable: pip install 'clusterkit[train]'\n"
+        )
 
 
 def test_what_the_config_leaves_out_is_transformers_default(tmp_path: Path) -> None:
     """`{model_type: bert}` alone: the model is built, and its shape read, with BertConfig's
     defaults; transformers' own advice on building it does not reach the user."""
     recipe = tmp_path / "bert.yaml"
-    recipe.write_text("name: bert\ncluster: infiniband-h100\nresources: {nodes: 1, gpus_per_node: 8, time: '60'}\n"
-                      "task: {script: train.py, model_config: {model_type: bert}}\n")
+    recipe.write_text(
+        "name: bert\ncluster: infiniband-h100\nresources: {nodes: 1, gpus_per_node: 8, time: '60'}\n"
+        "task: {script: train.py, model_config: {model_type: bert}}\n"
+    )
     done = run_cli("plan", str(recipe), "--json", cwd=REPO)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     model = json.loads(done.stdout)["model"]

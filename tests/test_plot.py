@@ -40,10 +40,28 @@ class Sweep:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     runs = tmp_path_factory.mktemp("plot") / "runs"
-    done = run_cli("sweep", str(TINY), "--grid", f"task.trainer.args.learning_rate={RATES[0]},{RATES[1]}",
-                   "--executor", "local", "--follow", "--json", "--max-parallel", "2", "--set", f"runs_dir={runs}",
-                   "--set", "resources.nodes=1", "--set", "resources.gpus_per_node=1",
-                   "--set", "task.trainer.args.max_steps=4", "--set", "task.trainer.args.logging_steps=1")
+    done = run_cli(
+        "sweep",
+        str(TINY),
+        "--grid",
+        f"task.trainer.args.learning_rate={RATES[0]},{RATES[1]}",
+        "--executor",
+        "local",
+        "--follow",
+        "--json",
+        "--max-parallel",
+        "2",
+        "--set",
+        f"runs_dir={runs}",
+        "--set",
+        "resources.nodes=1",
+        "--set",
+        "resources.gpus_per_node=1",
+        "--set",
+        "task.trainer.args.max_steps=4",
+        "--set",
+        "task.trainer.args.logging_steps=1",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run = json.loads(done.stdout)["run"]
     return Sweep(run["job_id"], Path(run["run_dir"]), runs)
@@ -91,8 +109,14 @@ def test_a_sweep_id_is_every_point_in_one_png_and_its_json_is_the_metrics(sweep:
 
 
 def test_the_figure_lines_are_the_values_in_metrics_jsonl(sweep: Sweep) -> None:
-    runs = [curves_of(f"{sweep.array_id}_{i}", str(sweep.array_dir / str(i)),
-                      metric_records((sweep.array_dir / str(i) / "metrics.jsonl").read_text())) for i in (0, 1)]
+    runs = [
+        curves_of(
+            f"{sweep.array_id}_{i}",
+            str(sweep.array_dir / str(i)),
+            metric_records((sweep.array_dir / str(i) / "metrics.jsonl").read_text()),
+        )
+        for i in (0, 1)
+    ]
     chart = figure(runs)
     assert [axes.get_title() for axes in chart.axes] == list(QUANTITIES.values())
     for axes, quantity in zip(chart.axes, QUANTITIES):
@@ -121,7 +145,8 @@ def test_several_runs_on_one_chart_drawn_in_the_terminal_without_a_display(sweep
 
     with_display = plot(sweep, tasks[0], env={**no_display(), "DISPLAY": ":0"})
     assert with_display.returncode == 0 and with_display.stdout.splitlines() == [
-        f"wrote {sweep.array_dir / '0' / 'curves.png'}  (1 run: {tasks[0]})"]  # the PNG alone
+        f"wrote {sweep.array_dir / '0' / 'curves.png'}  (1 run: {tasks[0]})"
+    ]  # the PNG alone
     forced = plot(sweep, tasks[0], "--terminal", "-o", str(png), env={**no_display(), "DISPLAY": ":0"})
     assert forced.returncode == 0 and "┌" in forced.stdout
 
@@ -140,7 +165,10 @@ def test_a_run_without_metrics_is_one_line_and_exit_1(sweep: Sweep, tmp_path: Pa
     (copy / "metrics.jsonl").unlink()
     done = plot(sweep, str(copy))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"clusterkit: job {sweep.array_id}_0 has no metrics yet ({copy}/metrics.jsonl): nothing to plot\n"
+    assert (
+        done.stderr
+        == f"clusterkit: job {sweep.array_id}_0 has no metrics yet ({copy}/metrics.jsonl): nothing to plot\n"
+    )
     (copy / "metrics.jsonl").write_text(json.dumps({"event": "start", "step": 0, "max_steps": 4}) + "\n")
     assert plot(sweep, str(copy), "--json").returncode == 1
     assert not (copy / "curves.png").exists()
@@ -154,14 +182,19 @@ def test_a_run_without_metrics_is_one_line_and_exit_1(sweep: Sweep, tmp_path: Pa
 def test_values_that_are_no_numbers_are_skipped(sweep: Sweep, tmp_path: Path) -> None:
     copy = _copy(sweep, tmp_path)
     real = (copy / "metrics.jsonl").read_text()
-    hostile = [{"event": "log", "step": 5, "loss": "nan", "learning_rate": None, "samples_per_s": True},
-               {"event": "log", "step": 6, "loss": float("nan"), "samples_per_s": float("inf")},
-               {"event": "log", "step": True, "loss": 1.0}, {"event": "log", "step": 2.5, "loss": 1.0},
-               {"event": "log", "loss": 3.0}, {"event": "log", "step": "7", "loss": 3.0},
-               {"event": "log", "step": 10, "loss": None, "learning_rate": 1e-5},
-               {"event": "log", "step": 2, "loss": 9.5}]  # a resumed run logs step 2 again: the newer value
-    (copy / "metrics.jsonl").write_text(real + "[1, 2]\n\n" + "".join(json.dumps(row) + "\n" for row in hostile)
-                                        + '{"event": "log", "step": 11, "lo')  # cut short by a killed rank
+    hostile = [
+        {"event": "log", "step": 5, "loss": "nan", "learning_rate": None, "samples_per_s": True},
+        {"event": "log", "step": 6, "loss": float("nan"), "samples_per_s": float("inf")},
+        {"event": "log", "step": True, "loss": 1.0},
+        {"event": "log", "step": 2.5, "loss": 1.0},
+        {"event": "log", "loss": 3.0},
+        {"event": "log", "step": "7", "loss": 3.0},
+        {"event": "log", "step": 10, "loss": None, "learning_rate": 1e-5},
+        {"event": "log", "step": 2, "loss": 9.5},
+    ]  # a resumed run logs step 2 again: the newer value
+    (copy / "metrics.jsonl").write_text(
+        real + "[1, 2]\n\n" + "".join(json.dumps(row) + "\n" for row in hostile) + '{"event": "log", "step": 11, "lo'
+    )  # cut short by a killed rank
     done = plot(sweep, str(copy), "--json")
     assert done.returncode == 0, done.stderr
     series = json.loads(done.stdout)["runs"][0]["series"]
@@ -213,7 +246,6 @@ def test_the_sweep_table_names_the_plot_command(sweep: Sweep) -> None:
     assert labels == table_tasks  # each line's label starts with its TASK cell
 
 
-
 def test_output_a_folder_another_format_or_one_it_cannot_write(sweep: Sweep, tmp_path: Path) -> None:
     task = f"{sweep.array_id}_0"
     done = plot(sweep, task, "-o", str(tmp_path), "--json")
@@ -222,7 +254,11 @@ def test_output_a_folder_another_format_or_one_it_cannot_write(sweep: Sweep, tmp
     assert plot(sweep, task, "-o", str(tmp_path / "c.svg")).returncode == 0
     assert (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml") and "<svg" in (tmp_path / "c.svg").read_text()
     done = plot(sweep, task, "-o", str(tmp_path / "c.xyz"))
-    assert done.returncode == 2 and done.stderr.startswith(f"clusterkit: -o {tmp_path / 'c.xyz'}: ") and len(done.stderr.splitlines()) == 1
+    assert (
+        done.returncode == 2
+        and done.stderr.startswith(f"clusterkit: -o {tmp_path / 'c.xyz'}: ")
+        and len(done.stderr.splitlines()) == 1
+    )
     done = plot(sweep, task, "-o", str(tmp_path / "missing" / "c.png"))
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
 
@@ -230,7 +266,9 @@ def test_output_a_folder_another_format_or_one_it_cannot_write(sweep: Sweep, tmp
 def test_a_run_that_logs_only_its_loss_gets_one_panel(sweep: Sweep, tmp_path: Path) -> None:
     copy = _copy(sweep, tmp_path)
     steps, losses = logged(sweep.array_dir / "0", "loss")
-    (copy / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in zip(steps, losses)))
+    (copy / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in zip(steps, losses))
+    )
     done = plot(sweep, str(copy), "--json")
     assert json.loads(done.stdout)["runs"][0]["series"] == {"loss": {"steps": steps, "values": losses}}
     assert png_size(copy / "curves.png") == (900, 280)  # one panel
@@ -244,9 +282,21 @@ def _run_of_metrics(tmp_path: Path, rows: list[dict]) -> Path:
     """A finished local run holding ``rows`` as its metrics.jsonl, no training needed."""
     run_dir = tmp_path / "runs" / "x" / "41"
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({
-        "job_id": "41", "name": "x", "scheduler": "local", "run_dir": str(run_dir), "recipe": "r.yaml",
-        "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1, "launcher": "torchrun"}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "job_id": "41",
+                "name": "x",
+                "scheduler": "local",
+                "run_dir": str(run_dir),
+                "recipe": "r.yaml",
+                "submitted_at": 1.0,
+                "nodes": 1,
+                "ranks_per_node": 1,
+                "launcher": "torchrun",
+            }
+        )
+    )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return run_dir
 
@@ -255,17 +305,24 @@ def _run_of_metrics(tmp_path: Path, rows: list[dict]) -> Path:
 def test_a_value_too_large_to_draw_is_left_out_with_a_line(huge: float, tmp_path: Path) -> None:
     """A diverged loss (1e308) made the chart's range overflow: a traceback from plotext, or a PNG
     error blamed on -o. It is left out, said once, and the rest is drawn."""
-    rows = [{"step": 1, "loss": 2.5, "learning_rate": 1e-3}, {"step": 2, "loss": huge, "learning_rate": 1e-3},
-            {"step": 3, "loss": -huge, "learning_rate": huge}, {"step": 4, "loss": 1e300}]
+    rows = [
+        {"step": 1, "loss": 2.5, "learning_rate": 1e-3},
+        {"step": 2, "loss": huge, "learning_rate": 1e-3},
+        {"step": 3, "loss": -huge, "learning_rate": huge},
+        {"step": 4, "loss": 1e300},
+    ]
     run_dir = _run_of_metrics(tmp_path, rows)
     for args in ([], ["--json"], ["-o", str(tmp_path / "c.png")]):
         done = run_cli("plot", str(run_dir), *args, env=no_display())
         assert done.returncode == 0, (args, done.stderr)
         assert "Traceback" not in done.stderr
-        assert done.stderr.splitlines()[0] == ("clusterkit: job 41: 2 loss values and 1 learning rate value beyond "
-                                               "±1e+300 left out (too large to draw)"), done.stderr
+        assert done.stderr.splitlines()[0] == (
+            "clusterkit: job 41: 2 loss values and 1 learning rate value beyond ±1e+300 left out (too large to draw)"
+        ), done.stderr
     assert json.loads(run_cli("plot", str(run_dir), "--json", env=no_display()).stdout)["runs"][0]["series"] == {
-        "loss": {"steps": [1, 4], "values": [2.5, 1e300]}, "learning_rate": {"steps": [1, 2], "values": [1e-3, 1e-3]}}
+        "loss": {"steps": [1, 4], "values": [2.5, 1e300]},
+        "learning_rate": {"steps": [1, 2], "values": [1e-3, 1e-3]},
+    }
     assert png_size(tmp_path / "c.png") == (900, 560) and "┌" in run_cli("plot", str(run_dir), env=no_display()).stdout
 
 
@@ -273,5 +330,7 @@ def test_a_run_whose_every_value_is_too_large_has_nothing_to_plot(tmp_path: Path
     run_dir = _run_of_metrics(tmp_path, [{"step": 1, "loss": 1e308}, {"step": 2, "loss": float("1e308") * -1}])
     done = run_cli("plot", str(run_dir), env=no_display())
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.splitlines() == ["clusterkit: job 41: 2 loss values beyond ±1e+300 left out (too large to draw)",
-                                        f"clusterkit: job 41 has no metrics yet ({run_dir}/metrics.jsonl): nothing to plot"]
+    assert done.stderr.splitlines() == [
+        "clusterkit: job 41: 2 loss values beyond ±1e+300 left out (too large to draw)",
+        f"clusterkit: job 41 has no metrics yet ({run_dir}/metrics.jsonl): nothing to plot",
+    ]

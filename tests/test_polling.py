@@ -26,8 +26,8 @@ from conftest import REPO, run_cli
 sys.path.insert(0, str(REPO / "bench"))
 from polling import counting_shims, status_calls  # noqa: E402  (the benchmark's own wrappers)
 
-
 # --- the backoff ------------------------------------------------------------------------------------
+
 
 def test_the_interval_doubles_while_nothing_changes_and_is_back_to_one_second_after_a_change() -> None:
     answers = iter(["PENDING"] * 6 + ["RUNNING"] * 3 + ["COMPLETED"])
@@ -63,8 +63,15 @@ def test_a_backoff_can_be_tuned_and_never_waits_longer_than_its_cap() -> None:
 
 # --- one squeue for every kind of run ----------------------------------------------------------------
 
-def _stand_ins(monkeypatch: pytest.MonkeyPatch, bin_dir: Path, log: Path, squeue_out: str, squeue_rc: int = 0,
-               scontrol_out: str = "") -> None:
+
+def _stand_ins(
+    monkeypatch: pytest.MonkeyPatch,
+    bin_dir: Path,
+    log: Path,
+    squeue_out: str,
+    squeue_rc: int = 0,
+    scontrol_out: str = "",
+) -> None:
     """squeue and scontrol first on PATH that log their argv (one line per call) and print what a
     cluster would."""
     bin_dir.mkdir()
@@ -79,8 +86,18 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch, bin_dir: Path, log: Path, squeue
 def _record(tmp_path: Path, job_id: str, **fields) -> RunRecord:
     run_dir = tmp_path / "runs" / job_id
     run_dir.mkdir(parents=True)
-    return RunRecord(job_id=job_id, name="poll", scheduler="slurm", run_dir=str(run_dir), recipe="r.yaml",
-                     submitted_at=0.0, nodes=1, ranks_per_node=1, launcher="python", **fields)
+    return RunRecord(
+        job_id=job_id,
+        name="poll",
+        scheduler="slurm",
+        run_dir=str(run_dir),
+        recipe="r.yaml",
+        submitted_at=0.0,
+        nodes=1,
+        ranks_per_node=1,
+        launcher="python",
+        **fields,
+    )
 
 
 def _runs(tmp_path: Path) -> list[RunRecord]:
@@ -113,7 +130,13 @@ def test_many_runs_of_every_kind_are_one_squeue_call(tmp_path: Path, monkeypatch
     _stand_ins(monkeypatch, tmp_path / "bin", log, SQUEUE)
     found = SlurmScheduler().statuses(_runs(tmp_path))
     assert [(s.state, s.exit_code) for s in found] == [
-        ("RUNNING", None), ("FAILED", None), ("PENDING", None), ("RUNNING", None), ("COMPLETED", 0), ("UNKNOWN", None)]
+        ("RUNNING", None),
+        ("FAILED", None),
+        ("PENDING", None),
+        ("RUNNING", None),
+        ("COMPLETED", 0),
+        ("UNKNOWN", None),
+    ]
     assert found[1].reason == "1 COMPLETED, 1 FAILED" and found[3].reason == "link 2 of 2"
     assert found[2].reason == "retry 1 as job 105; BeginTime"
     calls = log.read_text().splitlines()
@@ -121,18 +144,34 @@ def test_many_runs_of_every_kind_are_one_squeue_call(tmp_path: Path, monkeypatch
     assert "--jobs=100,101,103,104,105,106 " in calls[0] and "--array --states=all" in calls[0]
 
 
-def test_an_array_task_gets_its_exit_code_from_squeue_when_its_run_dir_has_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_array_task_gets_its_exit_code_from_squeue_when_its_run_dir_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _stand_ins(monkeypatch, tmp_path / "bin", tmp_path / "calls.log", SQUEUE)
     task = _record(tmp_path, "101_1")
     assert SlurmScheduler().status(task).exit_code == 3  # 768 = exit code 3 << 8
 
 
-def test_more_runs_than_one_argument_holds_list_every_job_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_more_runs_than_one_argument_holds_list_every_job_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
     ids = [str(5000 + n) for n in range(MAX_JOB_IDS + 1)]
     _stand_ins(monkeypatch, tmp_path / "bin", log, "".join(f"{i}|{i}|N/A|RUNNING|None|0|\n" for i in ids))
-    records = [RunRecord(job_id=i, name="poll", scheduler="slurm", run_dir=str(tmp_path / "none" / i), recipe="r.yaml",
-                         submitted_at=0.0, nodes=1, ranks_per_node=1, launcher="python") for i in ids]
+    records = [
+        RunRecord(
+            job_id=i,
+            name="poll",
+            scheduler="slurm",
+            run_dir=str(tmp_path / "none" / i),
+            recipe="r.yaml",
+            submitted_at=0.0,
+            nodes=1,
+            ranks_per_node=1,
+            launcher="python",
+        )
+        for i in ids
+    ]
     assert {status.state for status in SlurmScheduler().statuses(records)} == {"RUNNING"}
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and " --all " in calls[0] and "--jobs" not in calls[0]
@@ -145,10 +184,18 @@ JobId=101 ArrayJobId=101 ArrayTaskId=1 JobName=poll JobState=FAILED Reason=NonZe
 """
 
 
-def test_when_squeue_fails_one_scontrol_listing_answers_for_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_squeue_fails_one_scontrol_listing_answers_for_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
-    _stand_ins(monkeypatch, tmp_path / "bin", log, "slurm_load_jobs error: Invalid job id\n", squeue_rc=1,
-               scontrol_out=SCONTROL)
+    _stand_ins(
+        monkeypatch,
+        tmp_path / "bin",
+        log,
+        "slurm_load_jobs error: Invalid job id\n",
+        squeue_rc=1,
+        scontrol_out=SCONTROL,
+    )
     plain, array, *_ = _runs(tmp_path)
     found = SlurmScheduler().statuses([plain, array])
     # SLURM's own JobState counts, not one in a path with a space further along the line.
@@ -156,7 +203,9 @@ def test_when_squeue_fails_one_scontrol_listing_answers_for_all(tmp_path: Path, 
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["squeue", "scontrol"]
 
 
-def test_no_call_at_all_when_squeue_fails_and_every_run_left_its_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_call_at_all_when_squeue_fails_and_every_run_left_its_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
     _stand_ins(monkeypatch, tmp_path / "bin", log, "", squeue_rc=1)
     run = _record(tmp_path, "104")
@@ -184,15 +233,30 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
     script = tmp_path / "task.py"
     script.write_text(TASK)
     recipe = tmp_path / "poll.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "name": "poll", "cluster": "dev", "runs_dir": str(tmp_path / "runs"), "launcher": "python",
-        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5", "array": "0-5"},
-        "task": {"script": str(script)}}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "poll",
+                "cluster": "dev",
+                "runs_dir": str(tmp_path / "runs"),
+                "launcher": "python",
+                "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5", "array": "0-5"},
+                "task": {"script": str(script)},
+            }
+        )
+    )
     log = tmp_path / "calls.log"
     counting_shims(tmp_path / "shims", log)
     # A user's squeue settings that would hide the jobs or change squeue's lines, were they not set aside.
-    env = {**os.environ, "PATH": f"{tmp_path / 'shims'}{os.pathsep}{os.environ['PATH']}", "SQUEUE_PARTITION": "nosuch",
-           "SQUEUE_USERS": "nobody", "SQUEUE_FORMAT": "%i %j", "SQUEUE_FORMAT2": "JobID", "SQUEUE_STATES": "PENDING"}
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'shims'}{os.pathsep}{os.environ['PATH']}",
+        "SQUEUE_PARTITION": "nosuch",
+        "SQUEUE_USERS": "nobody",
+        "SQUEUE_FORMAT": "%i %j",
+        "SQUEUE_FORMAT2": "JobID",
+        "SQUEUE_STATES": "PENDING",
+    }
     started = time.time()
     done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path, env=env, timeout=300)
     ended = time.time()
@@ -215,7 +279,9 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
     log.unlink()
     listed = run_cli("ls", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, env=env)
     assert re.search(rf"^{array_id}\s+poll\s+FAILED", listed.stdout, re.M), listed.stdout
-    shown = json.loads(run_cli("status", array_id, "--json", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, env=env).stdout)
+    shown = json.loads(
+        run_cli("status", array_id, "--json", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, env=env).stdout
+    )
     assert [t["state"] for t in shown["tasks"]] == ["COMPLETED"] * 4 + ["FAILED", "COMPLETED"]
     assert shown["tasks"][4]["exit_code"] == 3
     assert [argv.split()[0] for _, argv in status_calls(log)] == ["squeue", "squeue"]
@@ -225,8 +291,13 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
 def test_the_benchmark_counts_real_calls(dev_cluster: str, tmp_path: Path) -> None:
     """bench/polling.py end to end, small: its numbers come from the real commands' wrappers."""
     out = tmp_path / "polling.json"
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "polling.py"), "--jobs", "4", "--sleep", "2",
-                           "--output", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "polling.py"), "--jobs", "4", "--sleep", "2", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["states"] == {"COMPLETED": 4} and result["jobs"] == 4

@@ -17,8 +17,14 @@ from conftest import REPO, run_cli
 from test_slurm_e2e import TINY, _rank_records, _submit
 
 pytestmark = pytest.mark.slurm
-LONG = ("--set", "task.trainer.args.max_steps=400", "--set", "task.trainer.args.save_steps=100",
-        "--set", "task.trainer.args.logging_steps=10")
+LONG = (
+    "--set",
+    "task.trainer.args.max_steps=400",
+    "--set",
+    "task.trainer.args.save_steps=100",
+    "--set",
+    "task.trainer.args.logging_steps=10",
+)
 
 
 def _start(tmp_path: Path, *extra: str) -> tuple[str, Path]:
@@ -41,7 +47,9 @@ def _events(run_dir: Path, kind: str) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return []
-    return [m for m in (json.loads(line) for line in path.read_text().splitlines() if line.strip()) if m["event"] == kind]
+    return [
+        m for m in (json.loads(line) for line in path.read_text().splitlines() if line.strip()) if m["event"] == kind
+    ]
 
 
 def _scontrol(job_id: str) -> dict[str, str]:
@@ -51,14 +59,21 @@ def _scontrol(job_id: str) -> dict[str, str]:
 
 def _preempt_once(job_id: str, run_dir: Path, starts: int) -> None:
     """Wait until the run's `starts`-th start has logged a step, then send the warning signal."""
-    _wait(lambda: len(_events(run_dir, "start")) >= starts and
-          any(m["time"] > _events(run_dir, "start")[-1]["time"] for m in _events(run_dir, "log")),
-          120, f"training start #{starts}")
+    _wait(
+        lambda: (
+            len(_events(run_dir, "start")) >= starts
+            and any(m["time"] > _events(run_dir, "start")[-1]["time"] for m in _events(run_dir, "log"))
+        ),
+        120,
+        f"training start #{starts}",
+    )
     subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
 
 
 def _nodes_idle() -> bool:
-    states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T", "-n", "node1,node2"], capture_output=True, text=True).stdout.split()
+    states = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%T", "-n", "node1,node2"], capture_output=True, text=True
+    ).stdout.split()
     return states == ["idle", "idle"]
 
 
@@ -75,7 +90,12 @@ def _release(job_id: str) -> None:
 
 def _wait_done(job_id: str, run_dir: Path, timeout: float = 180) -> str:
     def done() -> bool:
-        return " COMPLETED " in _status(job_id, run_dir) or " FAILED " in _status(job_id, run_dir) or " PREEMPTED " in _status(job_id, run_dir)
+        return (
+            " COMPLETED " in _status(job_id, run_dir)
+            or " FAILED " in _status(job_id, run_dir)
+            or " PREEMPTED " in _status(job_id, run_dir)
+        )
+
     _wait(done, timeout, "the job to end")
     return _status(job_id, run_dir)
 
@@ -85,8 +105,14 @@ def _status(job_id: str, run_dir: Path) -> str:
 
 
 def test_requeued_run_resumes_and_matches_an_uninterrupted_one(dev_cluster: str, tmp_path: Path) -> None:
-    steps = ("--set", "task.trainer.args.max_steps=120", "--set", "task.trainer.args.save_steps=40",
-             "--set", "task.trainer.args.logging_steps=10")
+    steps = (
+        "--set",
+        "task.trainer.args.max_steps=120",
+        "--set",
+        "task.trainer.args.save_steps=40",
+        "--set",
+        "task.trainer.args.logging_steps=10",
+    )
     job_id, run_dir = _start(tmp_path, *steps)
     _preempt_once(job_id, run_dir, starts=1)
     _release(job_id)
@@ -125,11 +151,27 @@ def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_pa
 def test_the_secrets_file_stays_for_the_requeue_and_goes_with_the_run(dev_cluster: str, tmp_path: Path) -> None:
     """max_requeues > 0: the requeued start reads the secrets again (the run completes), and once the run
     ended for good the file is gone from its run directory."""
-    steps = ("--set", "task.trainer.args.max_steps=120", "--set", "task.trainer.args.save_steps=40",
-             "--set", "task.trainer.args.logging_steps=10")
-    done = run_cli("submit", TINY, "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "secrets=[CK_TEST_TOKEN]",
-                   "--set", "preemption.max_requeues=2", *steps, cwd=REPO,
-                   env={**os.environ, "CK_TEST_TOKEN": "requeue-secret-MARK"})
+    steps = (
+        "--set",
+        "task.trainer.args.max_steps=120",
+        "--set",
+        "task.trainer.args.save_steps=40",
+        "--set",
+        "task.trainer.args.logging_steps=10",
+    )
+    done = run_cli(
+        "submit",
+        TINY,
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "secrets=[CK_TEST_TOKEN]",
+        "--set",
+        "preemption.max_requeues=2",
+        *steps,
+        cwd=REPO,
+        env={**os.environ, "CK_TEST_TOKEN": "requeue-secret-MARK"},
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
@@ -159,9 +201,14 @@ def _rank_processes(job_id: str, node: str) -> dict[int, str]:
     found = {}
     for pid, (cmdline, environ, ppid) in procs.items():
         parent = procs.get(ppid, (b"", [], 0))[0]
-        local_rank = next((v[len(b"LOCAL_RANK="):].decode() for v in environ if v.startswith(b"LOCAL_RANK=")), None)
-        if (b"clusterkit.runtime.runner" in cmdline and b"torch.distributed.run" in parent and local_rank is not None
-                and f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURMD_NODENAME={node}".encode() in environ):
+        local_rank = next((v[len(b"LOCAL_RANK=") :].decode() for v in environ if v.startswith(b"LOCAL_RANK=")), None)
+        if (
+            b"clusterkit.runtime.runner" in cmdline
+            and b"torch.distributed.run" in parent
+            and local_rank is not None
+            and f"SLURM_JOB_ID={job_id}".encode() in environ
+            and f"SLURMD_NODENAME={node}".encode() in environ
+        ):
             found[pid] = local_rank
     return found
 
@@ -187,8 +234,9 @@ def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_p
 
 
 def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) -> None:
-    rc, first, output = _submit(tmp_path, TINY, "--set", "task.trainer.args.max_steps=10",
-                                "--set", "task.trainer.args.save_steps=5")
+    rc, first, output = _submit(
+        tmp_path, TINY, "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=5"
+    )
     assert rc == 0, output
     assert (first / "checkpoints" / "checkpoint-10" / ".clusterkit-complete").exists()
     assert (first / "checkpoints" / "latest").read_text().strip() == "checkpoint-10"
@@ -205,9 +253,23 @@ def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_pa
     """Every rank on the job's node dies (SIGKILL) on the first attempt: the batch script traces the
     failure to that node and submits the retry as a new job excluding it, recorded in retries.jsonl;
     the retry runs on the other node, continues the run directory and completes."""
-    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
-                   "--set", "resources.nodes=1", "--set", "launcher=python", "--set", "task.script=tests/scripts/die_once.py",
-                   "--set", "task.args=[]", "--set", "preemption.max_retries=1", cwd=REPO)
+    done = run_cli(
+        "submit",
+        str(REPO / "tests" / "recipes" / "failing-rank.yaml"),
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "resources.nodes=1",
+        "--set",
+        "launcher=python",
+        "--set",
+        "task.script=tests/scripts/die_once.py",
+        "--set",
+        "task.args=[]",
+        "--set",
+        "preemption.max_retries=1",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "failing-rank" / job_id
@@ -224,8 +286,19 @@ def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_pa
 
 def test_retries_stop_at_max_retries(dev_cluster: str, tmp_path: Path) -> None:
     """A run that fails every time is retried max_retries times (each a new job), then reported FAILED."""
-    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
-                   "--set", "resources.nodes=1", "--set", "task.args=['1']", "--set", "preemption.max_retries=1", cwd=REPO)
+    done = run_cli(
+        "submit",
+        str(REPO / "tests" / "recipes" / "failing-rank.yaml"),
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "resources.nodes=1",
+        "--set",
+        "task.args=['1']",
+        "--set",
+        "preemption.max_retries=1",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "failing-rank" / job_id
@@ -245,9 +318,21 @@ def test_an_inherited_retry_variable_does_not_take_over_another_run(dev_cluster:
     earlier.mkdir(parents=True)
     (earlier / "keep.txt").write_text("the user's")
     env = {**os.environ, "CLUSTERKIT_RETRY_OF": "4242", "CLUSTERKIT_RETRY": "1"}
-    done = run_cli("submit", str(REPO / "tests" / "recipes" / "failing-rank.yaml"), "--set", f"runs_dir={tmp_path / 'runs'}",
-                   "--set", "resources.nodes=1", "--set", "task.script=tests/scripts/echo_contract.py", "--set", "task.args=[]",
-                   "--follow", cwd=REPO, env=env)
+    done = run_cli(
+        "submit",
+        str(REPO / "tests" / "recipes" / "failing-rank.yaml"),
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "resources.nodes=1",
+        "--set",
+        "task.script=tests/scripts/echo_contract.py",
+        "--set",
+        "task.args=[]",
+        "--follow",
+        cwd=REPO,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     assert sorted(p.name for p in earlier.iterdir()) == ["keep.txt"]

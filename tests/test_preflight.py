@@ -30,8 +30,9 @@ def _run_dir(output: str) -> Path:
 
 
 def test_preflight_measures_bus_bandwidth_per_size_and_node(dev_cluster: str, tmp_path: Path) -> None:
-    done = run_cli("preflight", TINY, "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "preflight.slow_fraction=0.1",
-                   cwd=REPO)
+    done = run_cli(
+        "preflight", TINY, "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "preflight.slow_fraction=0.1", cwd=REPO
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = _run_dir(done.stdout)
     result = json.loads((run_dir / "preflight.json").read_text())
@@ -51,8 +52,9 @@ def test_preflight_measures_bus_bandwidth_per_size_and_node(dev_cluster: str, tm
 
 def test_a_slow_rank_flags_its_node_and_on_slow_fail_stops_training(dev_cluster: str, tmp_path: Path) -> None:
     env = {**os.environ, SLOW_RANK_ENV: "3:0.2"}  # global rank 3 = node 1's second rank
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "preflight={enabled: true, on_slow: fail, slow_fraction: 0.5}",
-                                  env=env)
+    rc, run_dir, output = _submit(
+        tmp_path, TINY, "--set", "preflight={enabled: true, on_slow: fail, slow_fraction: 0.5}", env=env
+    )
     assert rc == 1, output
     result = json.loads((run_dir / "preflight.json").read_text())
     assert result["slow_nodes"] == [1]
@@ -67,8 +69,19 @@ def test_a_slow_rank_flags_its_node_and_on_slow_fail_stops_training(dev_cluster:
 def test_preflight_under_the_deepspeed_launcher(tmp_path: Path) -> None:
     """The DeepSpeed launcher passes --local_rank before the script's arguments (local executor: the
     same batch script, one process per node on this machine)."""
-    done = run_cli("preflight", TINY, "--executor", "local", "--set", "launcher=deepspeed",
-                   "--set", f"runs_dir={tmp_path / 'runs'}", "--set", "preflight.slow_fraction=0.01", cwd=REPO)
+    done = run_cli(
+        "preflight",
+        TINY,
+        "--executor",
+        "local",
+        "--set",
+        "launcher=deepspeed",
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "preflight.slow_fraction=0.01",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((_run_dir(done.stdout) / "preflight.json").read_text())
     assert (result["world_size"], result["nodes"]) == (4, 2) and len(result["per_node"]) == 2

@@ -17,16 +17,26 @@ SCRIPT = REPO / "tests" / "scripts" / "echo_contract.py"
 
 def _recipe(tmp_path: Path, python: object) -> Path:
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump({"name": "argv", "resources": {"nodes": 1, "gpus_per_node": 1, "time": "5"},
-                                    "task": {"script": str(SCRIPT)}, "python": python, "runs_dir": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "argv",
+                "resources": {"nodes": 1, "gpus_per_node": 1, "time": "5"},
+                "task": {"script": str(SCRIPT)},
+                "python": python,
+                "runs_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
     return path
 
 
 def test_a_command_with_spaces_is_refused_with_the_list_form_named(tmp_path: Path) -> None:
     done = run_cli("validate", str(_recipe(tmp_path, "python3 -u")))
     assert done.returncode == 2
-    assert done.stderr.strip().endswith("python: must be one word without spaces (give a list for a command with "
-                                        "arguments, e.g. [python3, -u])"), done.stderr
+    assert done.stderr.strip().endswith(
+        "python: must be one word without spaces (give a list for a command with arguments, e.g. [python3, -u])"
+    ), done.stderr
 
 
 def test_an_argv_list_runs_as_its_words(tmp_path: Path) -> None:

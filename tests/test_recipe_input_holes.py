@@ -95,7 +95,7 @@ def test_a_cluster_name_of_two_lines_is_refused_as_the_cluster_flag() -> None:
 
 def test_a_cluster_set_with_set_is_still_named_as_set() -> None:
     message = _one_line(run_cli("validate", str(TINY), "--set", "cluster=nosuch"))
-    assert message.startswith('--set cluster=nosuch: cluster: no cluster profile'), message
+    assert message.startswith("--set cluster=nosuch: cluster: no cluster profile"), message
 
 
 @pytest.mark.parametrize("content", ["nothing", "other files"])

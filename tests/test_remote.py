@@ -13,9 +13,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -44,14 +44,20 @@ class Remote:
         PATH does not have it)."""
         data = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
         # The jobs run this checkout's clusterkit (the one that rendered job.json), wherever it is.
-        data.update(name=name, python=sys.executable, env={**data.get("env", {}), "PYTHONPATH": str(REPO)},
-                    login={"host": "cluster-login", "remote_workdir": str(self.root / workdir), "python": python, **login})
+        data.update(
+            name=name,
+            python=sys.executable,
+            env={**data.get("env", {}), "PYTHONPATH": str(REPO)},
+            login={"host": "cluster-login", "remote_workdir": str(self.root / workdir), "python": python, **login},
+        )
         path = self.root / "profiles" / f"{name}.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.safe_dump(data))
         return path
 
-    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         done = run_cli(*args, cwd=self.laptop, env=env or self.env(), timeout=timeout)
         self.outputs.append(done.stdout + done.stderr)
         return done
@@ -70,7 +76,8 @@ def remote(tmp_path_factory: pytest.TempPathFactory, dev_cluster: str) -> Iterat
     (home / ".ssh" / "known_hosts").write_text(login.known_hosts_line + jump.known_hosts_line)
     # The login node by an alias: HostName, Port, User and IdentityFile all come from ~/.ssh/config.
     (home / ".ssh" / "config").write_text(
-        f"Host cluster-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n")
+        f"Host cluster-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n"
+    )
     laptop = root / "laptop"
     laptop.mkdir()
     try:
@@ -146,14 +153,21 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     away = run_cli("status", job_id, cwd=remote.home, env=remote.env())
     assert f"{job_id}  tiny-gpt2  COMPLETED" in away.stdout and f"cluster-login:{run_dir}" in away.stdout, away.stderr
     # --resume with the local record continues the run on the cluster, from its newest checkpoint there.
-    resumed = remote.cli("submit", "--resume", str(remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login"),
-                         "--set", "task.trainer.args.max_steps=35", "--follow")
+    resumed = remote.cli(
+        "submit",
+        "--resume",
+        str(remote.laptop / "runs" / "tiny-gpt2" / f"{job_id}@cluster-login"),
+        "--set",
+        "task.trainer.args.max_steps=35",
+        "--follow",
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     resumed_dir = remote.root / "remote" / "runs" / "tiny-gpt2" / _job_id(resumed.stdout)
     assert {r["resumed_from"] for r in _rank_records(resumed_dir)} == {str(run_dir / "checkpoints" / "checkpoint-30")}
 
-    long_run = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh",
-                          "--set", "task.trainer.args.max_steps=100000")
+    long_run = remote.cli(
+        "submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--set", "task.trainer.args.max_steps=100000"
+    )
     assert long_run.returncode == 0, long_run.stderr
     second = _job_id(long_run.stdout)
     _wait_state(remote, second, ("RUNNING",))
@@ -168,9 +182,15 @@ def test_login_node_without_clusterkit_gets_sbatch_and_the_task_script(remote: R
     """/usr/bin/python3 (Debian's) has no clusterkit: the rendered script goes to sbatch directly,
     and the user's local task script goes with it, in the run directory's code snapshot."""
     without_checkout = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    assert subprocess.run(["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True,
-                          env=without_checkout).returncode != 0
-    profile = remote.profile(f"plain-{transport}", f"remote-plain-{transport}", python="/usr/bin/python3", transport=transport)
+    assert (
+        subprocess.run(
+            ["/usr/bin/python3", "-c", "import clusterkit"], cwd="/", capture_output=True, env=without_checkout
+        ).returncode
+        != 0
+    )
+    profile = remote.profile(
+        f"plain-{transport}", f"remote-plain-{transport}", python="/usr/bin/python3", transport=transport
+    )
     (remote.laptop / "tests" / "scripts").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "tests" / "scripts" / "echo_contract.py", remote.laptop / "tests" / "scripts")
     recipe = remote.laptop / "contract.yaml"
@@ -255,13 +275,18 @@ def test_wrong_key_or_passphrase_is_a_clear_auth_error(remote: Remote, transport
     if transport == "paramiko":
         assert "wrong passphrase" in bad_passphrase.stderr and "is encrypted: add it to ssh-agent" in locked.stderr
     else:  # ssh says only that the server refused: the message names the ways to unlock a key
-        assert all("authentication failed" in r.stderr and "CLUSTERKIT_SSH_PASSPHRASE" in r.stderr
-                   for r in (bad_passphrase, locked))
+        assert all(
+            "authentication failed" in r.stderr and "CLUSTERKIT_SSH_PASSPHRASE" in r.stderr
+            for r in (bad_passphrase, locked)
+        )
 
 
 def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
     profile = remote.profile("down", "remote-down", port=free_port())  # nothing listens there
-    for command in (("submit", TINY, "--cluster", str(profile), "--executor", "ssh"), ("ls", "--cluster", str(profile))):
+    for command in (
+        ("submit", TINY, "--cluster", str(profile), "--executor", "ssh"),
+        ("ls", "--cluster", str(profile)),
+    ):
         started = time.monotonic()
         done = remote.cli(*command)
         assert time.monotonic() - started < 10
@@ -270,12 +295,26 @@ def test_sshd_down_is_a_clear_error_within_10_s(remote: Remote) -> None:
     # A listing still shows the runs it can reach; a run on an unreachable login node is UNKNOWN, with why.
     record_dir = remote.laptop / "runs" / "gone" / "7@cluster-login"
     record_dir.mkdir(parents=True)
-    (record_dir / "run.json").write_text(json.dumps({
-        "job_id": "7", "name": "gone", "scheduler": "ssh", "run_dir": "/nowhere/7", "recipe": TINY,
-        "submitted_at": time.time(), "nodes": 1, "ranks_per_node": 1, "launcher": "torchrun",
-        "login": yaml.safe_load(profile.read_text())["login"]}))
+    (record_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "job_id": "7",
+                "name": "gone",
+                "scheduler": "ssh",
+                "run_dir": "/nowhere/7",
+                "recipe": TINY,
+                "submitted_at": time.time(),
+                "nodes": 1,
+                "ranks_per_node": 1,
+                "launcher": "torchrun",
+                "login": yaml.safe_load(profile.read_text())["login"],
+            }
+        )
+    )
     listing = remote.cli("ls")
-    assert listing.returncode == 0 and any(line.split()[:3] == ["7", "gone", "UNKNOWN"] for line in listing.stdout.splitlines())
+    assert listing.returncode == 0 and any(
+        line.split()[:3] == ["7", "gone", "UNKNOWN"] for line in listing.stdout.splitlines()
+    )
     recent = remote.cli("status")
     assert "7  gone  UNKNOWN  (" in recent.stdout and "connection refused" in recent.stdout
     single = remote.cli("status", "7")
@@ -299,8 +338,9 @@ def test_ssh_agent_keys_are_used(remote: Remote, transport: str) -> None:
             time.sleep(0.05)
         env = {**remote.env(home, passphrase=None), "SSH_AUTH_SOCK": str(socket_path)}
         subprocess.run(["ssh-add", str(agent_key)], env=env, check=True, capture_output=True)
-        profile = remote.profile(f"agent-{transport}", "remote-agent", port=remote.login.port, user="root",
-                                 transport=transport)
+        profile = remote.profile(
+            f"agent-{transport}", "remote-agent", port=remote.login.port, user="root", transport=transport
+        )
         profile.write_text(profile.read_text().replace("host: cluster-login", "host: 127.0.0.1"))
         done = remote.cli("ls", "--cluster", str(profile), env=env)
         assert done.returncode == 0, done.stderr

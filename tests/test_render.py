@@ -63,7 +63,9 @@ def test_ported_public_scripts_render_shell_clean(recipe: Path, tmp_path: Path) 
     for name in ("job.sbatch", "env.sh"):
         (tmp_path / name).write_text(job.files[name])
         subprocess.run(["bash", "-n", str(tmp_path / name)], check=True)
-        lint = subprocess.run(["shellcheck", "-s", "bash", "-S", "error", str(tmp_path / name)], capture_output=True, text=True)
+        lint = subprocess.run(
+            ["shellcheck", "-s", "bash", "-S", "error", str(tmp_path / name)], capture_output=True, text=True
+        )
         assert lint.returncode == 0, lint.stdout
     assert f"`{recipe.name}`" in (recipe.parent / "README.md").read_text()
 
@@ -92,7 +94,7 @@ def test_rendered_script_structure() -> None:
 
 def test_deepspeed_launch_uses_no_ssh_and_hostfile() -> None:
     job = render_job(load_recipe(RECIPES_DIR / "llama-7b-zero3-ib.yaml"))
-    assert "-m deepspeed.launcher.runner --node_rank=\"$SLURM_NODEID\"" in job.script
+    assert '-m deepspeed.launcher.runner --node_rank="$SLURM_NODEID"' in job.script
     assert '--hostfile="$RUN_DIR/hostfile" --no_ssh' in job.script
     assert "awk -v slots=8 '!seen[$0]++" in job.script
     assert "#SBATCH --gres=gpu:8" in job.script
@@ -107,8 +109,10 @@ def test_gpu_request_styles() -> None:
 
 def test_network_env_has_reasons_and_overrides(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("name: n\ncluster: infiniband-h100\ntask: {script: train.py}\nresources: {time: '1:00:00'}\n"
-                      "network: {env: {NCCL_IB_TIMEOUT: 23}}\n")
+    recipe.write_text(
+        "name: n\ncluster: infiniband-h100\ntask: {script: train.py}\nresources: {time: '1:00:00'}\n"
+        "network: {env: {NCCL_IB_TIMEOUT: 23}}\n"
+    )
     env_sh = render_job(load_recipe(recipe)).files["env.sh"]
     lines = env_sh.splitlines()
     exports = [i for i, line in enumerate(lines) if line.startswith("export ")]
@@ -143,7 +147,9 @@ def test_template_override_by_search_path(tmp_path: Path, monkeypatch: pytest.Mo
     flag = tmp_path / "flag-templates"
     flag.mkdir()
     (flag / "env.sh.j2").write_text("export FLAG_MARKER=1\n" + builtin)
-    by_both = run_cli("render", recipe, "--template-dir", str(flag), "-o", str(tmp_path / "by-both"), env={**os.environ})
+    by_both = run_cli(
+        "render", recipe, "--template-dir", str(flag), "-o", str(tmp_path / "by-both"), env={**os.environ}
+    )
     env_sh = (tmp_path / "by-both" / "env.sh").read_text()
     assert by_both.returncode == 0 and "export FLAG_MARKER=1" in env_sh and "SITE_MARKER" not in env_sh
 
@@ -170,7 +176,9 @@ def test_schema_command_prints_json_schema() -> None:
     assert done.returncode == 0
     schema = json.loads(done.stdout)
     recipe = schema["$defs"]["Recipe"]
-    assert {"name", "cluster", "resources", "parallelism", "launcher", "task", "network", "extends"} <= set(recipe["properties"])
+    assert {"name", "cluster", "resources", "parallelism", "launcher", "task", "network", "extends"} <= set(
+        recipe["properties"]
+    )
     assert recipe["additionalProperties"] is False
 
 
@@ -187,9 +195,14 @@ def _tiny_with(tmp_path: Path, extra: str) -> Path:
 
 
 def test_deepspeed_config_overrides_are_merged_and_reported(tmp_path: Path) -> None:
-    recipe = _tiny_with(tmp_path, "deepspeed:\n  config: {zero_optimization: {overlap_comm: false}, wall_clock_breakdown: true}\n")
-    recipe.write_text(recipe.read_text().replace("launcher: torchrun", "launcher: deepspeed").replace(
-        "parallelism:\n", "parallelism:\n  zero_stage: 2\n"))
+    recipe = _tiny_with(
+        tmp_path, "deepspeed:\n  config: {zero_optimization: {overlap_comm: false}, wall_clock_breakdown: true}\n"
+    )
+    recipe.write_text(
+        recipe.read_text()
+        .replace("launcher: torchrun", "launcher: deepspeed")
+        .replace("parallelism:\n", "parallelism:\n  zero_stage: 2\n")
+    )
     loaded = load_recipe(recipe)
     config = json.loads(render_job(loaded).files["ds_config.json"])
     assert config["zero_optimization"]["overlap_comm"] is False and config["zero_optimization"]["stage"] == 2
@@ -199,7 +212,10 @@ def test_deepspeed_config_overrides_are_merged_and_reported(tmp_path: Path) -> N
     (tmp_path / "ds.json").write_text('{"train_batch_size": 999}')
     recipe.write_text(recipe.read_text().split("deepspeed:\n")[0] + "deepspeed: {config: ds.json}\n")
     done = run_cli("validate", str(recipe))
-    assert done.returncode == 2 and "deepspeed.config.train_batch_size: 999 contradicts the recipe's batch layout (16)" in done.stderr
+    assert (
+        done.returncode == 2
+        and "deepspeed.config.train_batch_size: 999 contradicts the recipe's batch layout (16)" in done.stderr
+    )
 
 
 def test_include_exclude_render_and_checks(tmp_path: Path) -> None:

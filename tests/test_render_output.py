@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.render import output_dir as render_dir
 from clusterkit.errors import OutputDirError
+from clusterkit.render import output_dir as render_dir
 from clusterkit.render.output_dir import MARKER
 from conftest import REPO, run_cli
 
@@ -124,8 +124,9 @@ def test_replacing_a_render_never_leaves_it_missing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError(28, "No space left on device")])
 @pytest.mark.parametrize("state", ["new", "empty", "earlier-render"])
-def test_a_failure_midway_leaves_the_target_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       interrupt: BaseException, state: str) -> None:
+def test_a_failure_midway_leaves_the_target_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupt: BaseException, state: str
+) -> None:
     from clusterkit import load_recipe, render_job
 
     files = render_job(load_recipe(TINY)).files

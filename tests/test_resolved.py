@@ -36,8 +36,14 @@ def test_job_json_decodes_to_the_loaded_resolved_recipe(recipe: Path) -> None:
 @pytest.mark.parametrize("struct", [ResolvedResources, ResolvedParallelism])
 def test_derived_values_are_never_optional(struct: type) -> None:
     hints = typing.get_type_hints(struct)
-    derived = {"gpus_per_node", "cpus_per_task", "dp", "micro_batch_size", "gradient_accumulation_steps",
-               "global_batch_size"}
+    derived = {
+        "gpus_per_node",
+        "cpus_per_task",
+        "dp",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "global_batch_size",
+    }
     for name in derived & set(hints):
         assert hints[name] is int, f"{struct.__name__}.{name} is {hints[name]}"
 
@@ -45,8 +51,10 @@ def test_derived_values_are_never_optional(struct: type) -> None:
 def test_open_fields_are_filled_and_properties_follow_the_layout(tmp_path: Path) -> None:
     # Everything but the name, the task and the global batch is left to the profile and the derivation.
     written = tmp_path / "open.yaml"
-    written.write_text("name: open\nparallelism: {global_batch_size: 12}\n"
-                       "task: {trainer: {model: {config: {model_type: gpt2, n_layer: 1, n_head: 2, n_embd: 8}}}}\n")
+    written.write_text(
+        "name: open\nparallelism: {global_batch_size: 12}\n"
+        "task: {trainer: {model: {config: {model_type: gpt2, n_layer: 1, n_head: 2, n_embd: 8}}}}\n"
+    )
     loaded = load_recipe(written, ["parallelism.micro_batch_size=3"])
     recipe, profile = loaded.recipe, loaded.profile
     assert recipe.resources.gpus_per_node == recipe.ranks_per_node == profile.gpus_per_node == 2
@@ -79,7 +87,9 @@ def test_the_runner_reads_job_json_without_the_loader() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, clusterkit.spec.resolved; "
-            "print(sorted({'yaml', 'jinja2', 'clusterkit.load.loader', 'clusterkit.render.job'} & set(sys.modules)))")
+    code = (
+        "import sys, clusterkit.spec.resolved; "
+        "print(sorted({'yaml', 'jinja2', 'clusterkit.load.loader', 'clusterkit.render.job'} & set(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=RECIPES.parent)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

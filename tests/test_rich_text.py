@@ -28,14 +28,41 @@ def test_doctor_install_hint_keeps_the_extra() -> None:
 
 def test_follow_prints_job_text_verbatim(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps(record) + "\n" for record in (
-        {"event": "start", "step": 0, "max_steps": 10, "world_size": 2},
-        {"event": "log", "step": 4, "max_steps": 10, "loss": 2.5, "world_size": MARKUP_LIKE},
-        {"event": "log", "step": 5, "max_steps": 10, "loss": MARKUP_LIKE, "world_size": "[/]"},  # a runner's own values
-        {"event": "log", "step": "[/bold]", "max_steps": "[/]", "loss": 1.25, "samples_per_s": 3.0, "world_size": 2},
-    )))
-    record = RunRecord(job_id="42", name="[/]name", scheduler="local", run_dir=str(tmp_path), recipe="r.yaml",
-                       submitted_at=0.0, nodes=1, ranks_per_node=2, launcher="torchrun")
+    metrics.write_text(
+        "".join(
+            json.dumps(record) + "\n"
+            for record in (
+                {"event": "start", "step": 0, "max_steps": 10, "world_size": 2},
+                {"event": "log", "step": 4, "max_steps": 10, "loss": 2.5, "world_size": MARKUP_LIKE},
+                {
+                    "event": "log",
+                    "step": 5,
+                    "max_steps": 10,
+                    "loss": MARKUP_LIKE,
+                    "world_size": "[/]",
+                },  # a runner's own values
+                {
+                    "event": "log",
+                    "step": "[/bold]",
+                    "max_steps": "[/]",
+                    "loss": 1.25,
+                    "samples_per_s": 3.0,
+                    "world_size": 2,
+                },
+            )
+        )
+    )
+    record = RunRecord(
+        job_id="42",
+        name="[/]name",
+        scheduler="local",
+        run_dir=str(tmp_path),
+        recipe="r.yaml",
+        submitted_at=0.0,
+        nodes=1,
+        ranks_per_node=2,
+        launcher="torchrun",
+    )
     answers = iter([JobStatus(RUNNING), JobStatus(FAILED, exit_code=1, failure=f"{MARKUP_LIKE} RuntimeError")])
     out = io.StringIO()
     final = follow(record, lambda _: next(answers), metrics, console=Console(file=out, width=400), poll_s=0)

@@ -34,8 +34,16 @@ def _submit(tmp_path: Path, name: str = "indexed", **fields) -> RunRecord:
     where.mkdir(exist_ok=True)
     (where / "done.py").write_text("pass\n")
     recipe = where / f"{name}.yaml"
-    recipe.write_text(yaml.safe_dump({"name": name, "resources": {"time": "5", "nodes": 1, "gpus_per_node": 1},
-                                      "task": {"script": str(where / "done.py")}, **fields}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "resources": {"time": "5", "nodes": 1, "gpus_per_node": 1},
+                "task": {"script": str(where / "done.py")},
+                **fields,
+            }
+        )
+    )
     done = run_cli("submit", str(recipe), "--executor", "local", cwd=where)
     assert done.returncode == 0, done.stderr
     return read_record(Path(done.stdout.split("run dir: ", 1)[1].split()[0]))
@@ -108,7 +116,9 @@ def test_a_damaged_index_is_skipped_line_by_line_with_one_warning(tmp_path: Path
     with state.open("ab") as handle:
         handle.write(b"".join(DAMAGE) + b'{"job_id": "9", "name": "cut')  # the last line cut short, no newline
     second = _submit(tmp_path, "second")  # appended as a line of its own, not glued to the cut one
-    assert state.read_bytes().endswith(b"\n") and state.read_text(errors="replace").splitlines()[-1].startswith('{"job_id"')
+    assert state.read_bytes().endswith(b"\n") and state.read_text(errors="replace").splitlines()[-1].startswith(
+        '{"job_id"'
+    )
     away = _elsewhere(tmp_path)
     for job in (first, second):
         done = run_cli("status", job.job_id, cwd=away)
@@ -161,9 +171,15 @@ def test_concurrent_submits_each_add_a_whole_entry(tmp_path: Path, state: Path, 
     workers, each = 8, 25
     start = time.time() + 1.0
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    processes = [subprocess.Popen([sys.executable, "-c", ADDER, str(tmp_path), str(w + 1), str(compact_bytes),
-                                   str(start), str(each)], env=env, stderr=subprocess.PIPE, text=True)
-                 for w in range(workers)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", ADDER, str(tmp_path), str(w + 1), str(compact_bytes), str(start), str(each)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(workers)
+    ]
     for process in processes:
         assert process.wait(timeout=120) == 0 and process.stderr.read() == ""
     lines = state.read_text().splitlines()
@@ -187,9 +203,17 @@ def test_compaction_keeps_only_runs_still_on_disk(tmp_path: Path, state: Path, m
 
 def test_a_hung_lock_holder_does_not_hold_the_submit_up(tmp_path: Path, state: Path) -> None:
     _submit(tmp_path, "waits")  # once with the index free: it is written, the recipe is there
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\nf = open(sys.argv[1], 'ab')\n"
-                               "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)", str(state)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\nf = open(sys.argv[1], 'ab')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     where = tmp_path / "submit"
     try:
         assert holder.stdout.readline() == "held\n"

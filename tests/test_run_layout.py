@@ -67,8 +67,11 @@ def _offending(text: str, in_path: bool) -> list[str]:
 
 def _docstrings(tree: ast.AST) -> set[int]:
     """ids of string statements (docstrings and string 'comments'): prose, not names in use."""
-    return {id(node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
 
 
 def _shape(node: ast.JoinedStr) -> str:
@@ -80,8 +83,12 @@ def layout_literals(source: str) -> list[tuple[int, str, list[str]]]:
     """(line, text, layout names it spells) for every string in ``source`` that spells a layout name."""
     tree = ast.parse(source)
     prose = _docstrings(tree)
-    path_operands = {id(operand) for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
-                     for operand in (node.left, node.right)}
+    path_operands = {
+        id(operand)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+        for operand in (node.left, node.right)
+    }
     inside_fstrings = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
     found = []
     for node in ast.walk(tree):
@@ -108,18 +115,28 @@ def test_no_module_spells_a_layout_name(path):
     if path == OWNER:
         return
     found = layout_literals(path.read_text(encoding="utf-8"))
-    assert not found, "\n".join(f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.runs.layout"
-                                for line, text, names in found)
+    assert not found, "\n".join(
+        f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.runs.layout" for line, text, names in found
+    )
 
 
 def _rebound_layout_names(source: str) -> set[str]:
     """Names a module imports from run_layout and then assigns again at module level (as jobstate's
     state PREEMPTED once hid the preempted-record name): the layout name silently stops being used."""
     tree = ast.parse(source)
-    imported = {alias.asname or alias.name for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.runs.layout" for alias in node.names}
-    assigned = {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)}
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.runs.layout"
+        for alias in node.names
+    }
+    assigned = {
+        target.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in ast.walk(node)
+        if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store)
+    }
     return imported & assigned
 
 
@@ -133,18 +150,21 @@ def test_the_rebinding_check_finds_a_hidden_name():
     assert _rebound_layout_names(source) == {"METRICS"}
 
 
-@pytest.mark.parametrize("source, spelled", [
-    ('open(run_dir / "metrics.jsonl")', [["metrics.jsonl"]]),
-    ('p = run_dir / "ranks" / f"node{n}"', [["ranks"], ["node*"]]),
-    ('x = f"{run}/{job}_{node}_log.err"', [["*_*_log.*"]]),
-    ('x = f"rank-{rank}.json"', [["rank-*.json"]]),
-    ('glob("ranks/node*.exit")', [["node*", "node*.exit", "ranks"]]),
-    ('mkdtemp(prefix=".staging-")', [[".staging-"]]),
-    ('help="the job.json the batch script wrote"', [["job.json"]]),
-    ('help="default RUN_DIR/export"', [["export"]]),
-    ('model = spec["model"]; print(f"{n} ranks per node, {b} GB/s; export PATH")', []),  # words, not paths
-    ('def f():\n    """reads run_dir/job.json"""', []),  # prose
-])
+@pytest.mark.parametrize(
+    "source, spelled",
+    [
+        ('open(run_dir / "metrics.jsonl")', [["metrics.jsonl"]]),
+        ('p = run_dir / "ranks" / f"node{n}"', [["ranks"], ["node*"]]),
+        ('x = f"{run}/{job}_{node}_log.err"', [["*_*_log.*"]]),
+        ('x = f"rank-{rank}.json"', [["rank-*.json"]]),
+        ('glob("ranks/node*.exit")', [["node*", "node*.exit", "ranks"]]),
+        ('mkdtemp(prefix=".staging-")', [[".staging-"]]),
+        ('help="the job.json the batch script wrote"', [["job.json"]]),
+        ('help="default RUN_DIR/export"', [["export"]]),
+        ('model = spec["model"]; print(f"{n} ranks per node, {b} GB/s; export PATH")', []),  # words, not paths
+        ('def f():\n    """reads run_dir/job.json"""', []),  # prose
+    ],
+)
 def test_the_check_finds_names_and_only_names(source, spelled):
     assert sorted(names for _, _, names in layout_literals(source)) == sorted(spelled)
 
@@ -155,4 +175,6 @@ def test_templates_take_names_from_the_layout():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             code = re.sub(r"\{#.*?#\}|(^|\s)#(?!SBATCH).*$", "", line)
             names = _offending(re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", code), in_path=False)
-            assert not names, f"{path.name}:{number}: {line.strip()!r} spells {names}: use layout.<NAME> from the render context"
+            assert not names, (
+                f"{path.name}:{number}: {line.strip()!r} spells {names}: use layout.<NAME> from the render context"
+            )

@@ -9,30 +9,31 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
-import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
 
 from clusterkit.cli import main as cli
-from clusterkit.schedulers import local as local_scheduler
-from clusterkit.schedulers.host import LocalHost
-from clusterkit.runs.status import COMPLETED
 from clusterkit.load.loader import load_recipe
-from clusterkit.schedulers.local_slurm import job_markers, processes_with
-from clusterkit.runs.preflight_report import format_report
-from clusterkit.runtime.preflight import bus_bandwidth
 from clusterkit.render.job import render_job
+from clusterkit.runs.preflight_report import format_report
 from clusterkit.runs.record import RunRecord, find_run, read_record
-from clusterkit.schedulers.api import dry_run, schedule, status_of as job_status
+from clusterkit.runs.status import COMPLETED
+from clusterkit.runtime.preflight import bus_bandwidth
+from clusterkit.schedulers import local as local_scheduler
+from clusterkit.schedulers.api import dry_run, schedule
+from clusterkit.schedulers.api import status_of as job_status
+from clusterkit.schedulers.host import LocalHost
+from clusterkit.schedulers.local_slurm import job_markers, processes_with
 from conftest import REPO, run_cli
 
 HOLD = REPO / "tests" / "scripts" / "hold_node.py"
@@ -41,9 +42,16 @@ REPORT_PORT = REPO / "tests" / "scripts" / "report_port.py"
 
 def _recipe(tmp_path: Path, name: str, script: Path, *args: str, nodes: int = 1) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "resources": {"nodes": nodes, "gpus_per_node": 1, "time": "5"},
-        "task": {"script": str(script), "args": list(args)}, "runs_dir": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "resources": {"nodes": nodes, "gpus_per_node": 1, "time": "5"},
+                "task": {"script": str(script), "args": list(args)},
+                "runs_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
     return path
 
 
@@ -75,10 +83,13 @@ def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 
 # --- 1. ids and rendezvous ports under concurrency ---------------------------------------------
 
+
 def test_job_ids_stay_unique_when_allocated_from_the_same_moment(tmp_path: Path) -> None:
     ids: list[str] = []
-    threads = [threading.Thread(target=lambda: ids.append(local_scheduler.allocate_job_id(tmp_path / "ids", 500)))
-               for _ in range(16)]
+    threads = [
+        threading.Thread(target=lambda: ids.append(local_scheduler.allocate_job_id(tmp_path / "ids", 500)))
+        for _ in range(16)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -87,7 +98,8 @@ def test_job_ids_stay_unique_when_allocated_from_the_same_moment(tmp_path: Path)
 
 
 def test_same_millisecond_submits_get_their_own_id_and_port_and_both_complete(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     frozen_ms = 123_456_789  # every submit reads the same clock: the ids must still differ
     monkeypatch.setattr(time, "time_ns", lambda: frozen_ms * 1_000_000)
     requests = []
@@ -119,6 +131,7 @@ def test_same_millisecond_submits_get_their_own_id_and_port_and_both_complete(
 
 # --- 2. the local executor's processes ---------------------------------------------------------
 
+
 def test_a_failing_node_1_ends_the_whole_job_promptly(tmp_path: Path) -> None:
     started = time.monotonic()
     record = _submit_local(_recipe(tmp_path, "hold", HOLD, "--fail-node", "1", nodes=2))
@@ -138,7 +151,10 @@ def test_cancel_stops_every_process_then_leaves_the_ended_run_alone(tmp_path: Pa
     assert processes_with(job_markers(record.run_dir)) == []
     assert job_status(record).state == "CANCELLED"
     again = run_cli("cancel", record.job_id, "--runs-dir", str(tmp_path / "runs"))
-    assert (again.returncode, again.stdout) == (0, f"job {record.job_id} already ended (CANCELLED): nothing cancelled\n")
+    assert (again.returncode, again.stdout) == (
+        0,
+        f"job {record.job_id} already ended (CANCELLED): nothing cancelled\n",
+    )
 
 
 def test_cancel_kills_ranks_that_ignore_sigterm_after_the_grace_period(tmp_path: Path) -> None:
@@ -176,7 +192,9 @@ def test_killing_the_batch_shell_ends_the_ranks(tmp_path: Path) -> None:
     record = _started_holding(tmp_path)
     assert record.pid is not None
     os.kill(record.pid, signal.SIGKILL)
-    _wait(lambda: processes_with(job_markers(record.run_dir)) == [], "every node process ended with the batch shell", 20)
+    _wait(
+        lambda: processes_with(job_markers(record.run_dir)) == [], "every node process ended with the batch shell", 20
+    )
     assert job_status(record).state == "FAILED"
 
 
@@ -195,17 +213,22 @@ def test_ctrl_c_during_submit_leaves_no_job_and_no_run_dir(tmp_path: Path, monke
 
 
 def test_more_local_nodes_than_loopback_addresses_is_refused(tmp_path: Path) -> None:
-    done = run_cli("submit", str(_recipe(tmp_path, "wide", REPORT_PORT)), "--executor", "local",
-                   "--set", "resources.nodes=255")
+    done = run_cli(
+        "submit", str(_recipe(tmp_path, "wide", REPORT_PORT)), "--executor", "local", "--set", "resources.nodes=255"
+    )
     assert done.returncode == 2
-    assert _one_error_line(done).endswith("resources.nodes: the local executor runs at most 254 nodes (127.0.0.1-254), not 255")
+    assert _one_error_line(done).endswith(
+        "resources.nodes: the local executor runs at most 254 nodes (127.0.0.1-254), not 255"
+    )
     assert not (tmp_path / "runs").exists()
 
 
 # --- 3. and 4. no partial run directories; file-system errors as one line ----------------------
 
-def test_disk_full_while_writing_the_run_files_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_disk_full_while_writing_the_run_files_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def half_written(request, run_dir: Path) -> None:
         (run_dir / "job.sbatch").write_text("#!/bin/bash\nset -eu")  # cut short
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -220,19 +243,28 @@ def test_disk_full_while_writing_the_run_files_leaves_nothing(tmp_path: Path, mo
 def test_a_refused_sbatch_leaves_no_run_dir_and_no_submission_file(tmp_path: Path) -> None:
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n")
+    (fake / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n"
+    )
     (fake / "sbatch").chmod(0o755)
-    done = run_cli("submit", str(_recipe(tmp_path, "refused", REPORT_PORT)), "--executor", "slurm",
-                   env=dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}"))
+    done = run_cli(
+        "submit",
+        str(_recipe(tmp_path, "refused", REPORT_PORT)),
+        "--executor",
+        "slurm",
+        env=dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}"),
+    )
     assert done.returncode == 1
-    assert _one_error_line(done) == ("clusterkit: sbatch refused the job: sbatch: error: Batch job submission failed: "
-                                     "Invalid account")
+    assert _one_error_line(done) == (
+        "clusterkit: sbatch refused the job: sbatch: error: Batch job submission failed: Invalid account"
+    )
     assert list((tmp_path / "runs" / "refused").iterdir()) == []
 
 
 @pytest.mark.slurm
-def test_disk_full_after_sbatch_cancels_the_held_job(dev_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_disk_full_after_sbatch_cancels_the_held_job(
+    dev_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     queued: list[str] = []
     write_file = LocalHost.write_file
 
@@ -245,7 +277,10 @@ def test_disk_full_after_sbatch_cancels_the_held_job(dev_cluster: str, tmp_path:
     monkeypatch.setattr(LocalHost, "write_file", full_at_the_record)
     assert cli.main(["submit", str(_recipe(tmp_path, "full", REPORT_PORT)), "--executor", "slurm"]) == 1
     root = tmp_path / "runs" / "full"
-    assert capsys.readouterr().err == f"clusterkit: cannot create run directory {root / queued[0]}: No space left on device\n"
+    assert (
+        capsys.readouterr().err
+        == f"clusterkit: cannot create run directory {root / queued[0]}: No space left on device\n"
+    )
     assert list(root.iterdir()) == []
     shown = subprocess.run(["scontrol", "show", "job", "-o", queued[0]], capture_output=True, text=True).stdout
     assert "JobState=CANCELLED" in shown, "the held job was left in the queue"
@@ -269,8 +304,9 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, case
     else:
         runs_dir, reason = _immutable(tmp_path / "locked") / "runs", "Operation not permitted"
     try:
-        done = run_cli("submit", str(_recipe(tmp_path, "fs", REPORT_PORT)), "--executor", "local",
-                       "--set", f"runs_dir={runs_dir}")
+        done = run_cli(
+            "submit", str(_recipe(tmp_path, "fs", REPORT_PORT)), "--executor", "local", "--set", f"runs_dir={runs_dir}"
+        )
     finally:
         subprocess.run(["chattr", "-i", str(tmp_path / "locked")], capture_output=True)
     assert done.returncode == 2
@@ -283,20 +319,56 @@ BROKEN_RECORDS = {
     "truncated": '{"job_id": "11", "name": "x", "sched',
     "a list": "[1, 2]",
     "missing keys": '{"job_id": "11"}',
-    "wrong types": json.dumps({"job_id": "11", "name": "x", "scheduler": "local", "run_dir": "/x", "recipe": "r",
-                               "submitted_at": 1.0, "nodes": "two", "ranks_per_node": 1, "launcher": "torchrun"}),
-    "a path as job id": json.dumps({"job_id": "../11", "name": "x", "scheduler": "local", "run_dir": "/x",
-                                    "recipe": "r", "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1,
-                                    "launcher": "torchrun"}),
+    "wrong types": json.dumps(
+        {
+            "job_id": "11",
+            "name": "x",
+            "scheduler": "local",
+            "run_dir": "/x",
+            "recipe": "r",
+            "submitted_at": 1.0,
+            "nodes": "two",
+            "ranks_per_node": 1,
+            "launcher": "torchrun",
+        }
+    ),
+    "a path as job id": json.dumps(
+        {
+            "job_id": "../11",
+            "name": "x",
+            "scheduler": "local",
+            "run_dir": "/x",
+            "recipe": "r",
+            "submitted_at": 1.0,
+            "nodes": 1,
+            "ranks_per_node": 1,
+            "launcher": "torchrun",
+        }
+    ),
     # An ssh run's login block, read back to reach the run again: checked as a profile's login: is.
-    **{f"a login {what}": json.dumps({"job_id": "11", "name": "x", "scheduler": "ssh", "run_dir": "runs/x/11",
-                                      "recipe": "r", "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1,
-                                      "launcher": "torchrun", "login": login})
-       for what, login in (("host that is an ssh option", {"host": "-oProxyCommand=touch /tmp/pwned"}),
-                           ("port out of range", {"host": "login", "port": 70000}),
-                           ("with an unknown key", {"host": "login", "shell": "sh"}),
-                           ("without a host", {"port": 22}),
-                           ("python of two words", {"host": "login", "python": "python3 -c x"}))},
+    **{
+        f"a login {what}": json.dumps(
+            {
+                "job_id": "11",
+                "name": "x",
+                "scheduler": "ssh",
+                "run_dir": "runs/x/11",
+                "recipe": "r",
+                "submitted_at": 1.0,
+                "nodes": 1,
+                "ranks_per_node": 1,
+                "launcher": "torchrun",
+                "login": login,
+            }
+        )
+        for what, login in (
+            ("host that is an ssh option", {"host": "-oProxyCommand=touch /tmp/pwned"}),
+            ("port out of range", {"host": "login", "port": 70000}),
+            ("with an unknown key", {"host": "login", "shell": "sh"}),
+            ("without a host", {"port": 22}),
+            ("python of two words", {"host": "login", "python": "python3 -c x"}),
+        )
+    },
 }
 
 
@@ -332,14 +404,20 @@ def test_a_run_is_found_by_job_id_among_many(tmp_path: Path) -> None:
 
 # --- 6. what sbatch answers -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("answer", ["Submitted batch job 12", "", "12;cluster;extra\n13", "../12"])
 def test_an_sbatch_answer_that_is_not_a_job_id_is_one_line_and_leaves_nothing(tmp_path: Path, answer: str) -> None:
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "sbatch").write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(answer)}\n")
     (fake / "sbatch").chmod(0o755)
-    done = run_cli("submit", str(_recipe(tmp_path, "odd", REPORT_PORT)), "--executor", "slurm",
-                   env=dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}"))
+    done = run_cli(
+        "submit",
+        str(_recipe(tmp_path, "odd", REPORT_PORT)),
+        "--executor",
+        "slurm",
+        env=dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}"),
+    )
     assert done.returncode == 1
     assert _one_error_line(done).startswith("clusterkit: sbatch answered ")
     assert list((tmp_path / "runs" / "odd").iterdir()) == []
@@ -347,9 +425,16 @@ def test_an_sbatch_answer_that_is_not_a_job_id_is_one_line_and_leaves_nothing(tm
 
 # --- 7. checked arguments ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arguments", [["bench", "R", "--nodes", "1", "--steps", "0"],
-                                       ["bench", "R", "--nodes", "1", "--steps", "-5"],
-                                       ["status", "--limit", "-3"], ["ls", "--limit", "0"]])
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["bench", "R", "--nodes", "1", "--steps", "0"],
+        ["bench", "R", "--nodes", "1", "--steps", "-5"],
+        ["status", "--limit", "-3"],
+        ["ls", "--limit", "0"],
+    ],
+)
 def test_counts_must_be_positive(arguments: list[str]) -> None:
     done = run_cli(*arguments)
     assert done.returncode == 2 and "give a number from 1 to" in done.stderr.splitlines()[-1]
@@ -375,13 +460,23 @@ def test_logs_of_a_rank_outside_the_run(tmp_path: Path, rank: str) -> None:
 
 def test_one_rank_preflight_reports_no_bus_bandwidth() -> None:
     assert bus_bandwidth(3.0, 1) is None and bus_bandwidth(10.0, 8) == pytest.approx(17.5)
-    report = format_report({"world_size": 1, "nodes": 1, "backend": "gloo", "slow_nodes": [], "slow_fraction": 0.5,
-                            "on_slow": "warn", "per_node": [{"node": 0, "host": "h", "busbw_gbps": None}],
-                            "sizes": [{"bytes": 1 << 20, "time_s": 0.001, "algbw_gbps": 1.0, "busbw_gbps": None}]})
+    report = format_report(
+        {
+            "world_size": 1,
+            "nodes": 1,
+            "backend": "gloo",
+            "slow_nodes": [],
+            "slow_fraction": 0.5,
+            "on_slow": "warn",
+            "per_node": [{"node": 0, "host": "h", "busbw_gbps": None}],
+            "sizes": [{"bytes": 1 << 20, "time_s": 0.001, "algbw_gbps": 1.0, "busbw_gbps": None}],
+        }
+    )
     assert report.splitlines()[2].split() == ["1", "MB", "1.00ms", "1.000", "GB/s", "n/a", "(1", "rank)"]
 
 
 # --- 8. the dev cluster's default-config link ---------------------------------------------------------
+
 
 def _checkout(root: Path, running: bool | None) -> Path:
     """A dev cluster directory with its slurm.conf and a slurmctld pid file naming a live process
@@ -397,13 +492,24 @@ def _checkout(root: Path, running: bool | None) -> Path:
 def _dev_cluster(function: str, checkout: Path, etc: Path) -> None:
     script = REPO / "bin" / "dev-cluster"
     env = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), CLUSTERKIT_SLURM_ETC=str(etc))
-    subprocess.run(["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=env, check=True, capture_output=True
+    )
 
 
-@pytest.mark.parametrize("current, taken", [
-    ("none", True), ("dangling", True), ("own", True), ("stopped cluster", True), ("cluster without pid", True),
-    ("running cluster", False), ("site slurm.conf link", False), ("site slurm.conf file", False)])
+@pytest.mark.parametrize(
+    "current, taken",
+    [
+        ("none", True),
+        ("dangling", True),
+        ("own", True),
+        ("stopped cluster", True),
+        ("cluster without pid", True),
+        ("running cluster", False),
+        ("site slurm.conf link", False),
+        ("site slurm.conf file", False),
+    ],
+)
 def test_up_takes_the_default_conf_link_unless_another_cluster_runs(tmp_path: Path, current: str, taken: bool) -> None:
     etc, mine = tmp_path / "etc-slurm", tmp_path / "mine"
     own_conf = _checkout(mine, running=True)
@@ -411,10 +517,16 @@ def test_up_takes_the_default_conf_link_unless_another_cluster_runs(tmp_path: Pa
     link = etc / "slurm.conf"
     site = tmp_path / "site.conf"
     site.write_text("ClusterName=production\n")
-    targets = {"dangling": tmp_path / "gone" / "slurm.conf", "own": own_conf, "site slurm.conf link": site,
-               "stopped cluster": _checkout(tmp_path / "other", running=False) if current == "stopped cluster" else None,
-               "cluster without pid": _checkout(tmp_path / "other", running=None) if current == "cluster without pid" else None,
-               "running cluster": _checkout(tmp_path / "other", running=True) if current == "running cluster" else None}
+    targets = {
+        "dangling": tmp_path / "gone" / "slurm.conf",
+        "own": own_conf,
+        "site slurm.conf link": site,
+        "stopped cluster": _checkout(tmp_path / "other", running=False) if current == "stopped cluster" else None,
+        "cluster without pid": _checkout(tmp_path / "other", running=None)
+        if current == "cluster without pid"
+        else None,
+        "running cluster": _checkout(tmp_path / "other", running=True) if current == "running cluster" else None,
+    }
     if current == "site slurm.conf file":
         shutil.copy(site, link)
     elif current != "none":

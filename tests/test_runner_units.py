@@ -40,8 +40,13 @@ def test_text_and_jsonl_datasets_byte_level(tmp_path: Path) -> None:
     text = build_dataset(DatasetSpec(type="text", path="corpus.txt", seq_len=16), None, 512, seed=0, base_dir=tmp_path)
     assert len(text) == 240 // 16 and text[0]["input_ids"][:5].tolist() == list(b"hello")
     (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"body": "abc " * 10}) for _ in range(4)) + "\n")
-    jsonl = build_dataset(DatasetSpec(type="jsonl", path=str(tmp_path / "docs.jsonl"), field="body", seq_len=8),
-                          None, 512, seed=0, base_dir=Path())
+    jsonl = build_dataset(
+        DatasetSpec(type="jsonl", path=str(tmp_path / "docs.jsonl"), field="body", seq_len=8),
+        None,
+        512,
+        seed=0,
+        base_dir=Path(),
+    )
     assert len(jsonl) == 160 // 8
     with pytest.raises(ValueError, match="vocab_size >= 256"):
         build_dataset(DatasetSpec(type="text", path="corpus.txt", seq_len=16), None, 100, seed=0, base_dir=tmp_path)

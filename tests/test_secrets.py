@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import stat
-import shutil
 import subprocess
 import sys
 import time
@@ -34,7 +34,10 @@ def secret_recipe(directory: Path, name: str = "HF_TOKEN", value: bytes = HOSTIL
     script.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(CHECK_SECRET, script)
     recipe = {
-        "name": "sec", "cluster": "dev", "launcher": "python", "runs_dir": str(directory / "runs"),
+        "name": "sec",
+        "cluster": "dev",
+        "launcher": "python",
+        "runs_dir": str(directory / "runs"),
         "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1},
         "preemption": {"max_requeues": 0},
         "secrets": [name],
@@ -46,13 +49,15 @@ def secret_recipe(directory: Path, name: str = "HF_TOKEN", value: bytes = HOSTIL
     return path
 
 
-def clusterkit(*args: str, cwd: Path, env: dict[str, str | bytes] | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
+def clusterkit(
+    *args: str, cwd: Path, env: dict[str, str | bytes] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[bytes]:
     """The real CLI with ``env`` added to (or, as None values, removed from) this environment; output as bytes."""
     full: dict[str | bytes, str | bytes] = {key: value for key, value in os.environ.items() if key not in (env or {})}
     full.update({key: value for key, value in (env or {}).items() if value is not None})
-    return subprocess.run([sys.executable, "-m", "clusterkit.cli.main", *args], cwd=cwd, env=full,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "clusterkit.cli.main", *args], cwd=cwd, env=full, capture_output=True, timeout=timeout
+    )
 
 
 def leaks(value: bytes, *places: Path | bytes) -> list[str]:
@@ -97,15 +102,26 @@ def test_the_ranks_see_the_exact_value_and_no_file_or_output_holds_it(tmp_path: 
     done = clusterkit("submit", str(recipe), "--executor", "local", "--json", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     run_dir = wait_done(tmp_path / "runs", tmp_path)
-    assert (run_dir / "exit_code").read_text().strip() == "0", (run_dir / "sec_0_log.err")
+    assert (run_dir / "exit_code").read_text().strip() == "0", run_dir / "sec_0_log.err"
     assert sorted((run_dir / "secret-check").iterdir()) and all(
-        path.read_text() == "ok" for path in (run_dir / "secret-check").iterdir())
+        path.read_text() == "ok" for path in (run_dir / "secret-check").iterdir()
+    )
     assert len(list((run_dir / "secret-check").iterdir())) == 2  # both ranks
     status = clusterkit("status", "--json", str(run_dir), cwd=tmp_path)
     logs = clusterkit("logs", str(run_dir), cwd=tmp_path)
-    assert leaks(HOSTILE, tmp_path, dry.stdout + dry.stderr, dry_json.stdout + dry_json.stderr,
-                 done.stdout + done.stderr, status.stdout + status.stderr, logs.stdout + logs.stderr,
-                 Path(os.environ["XDG_STATE_HOME"])) == []
+    assert (
+        leaks(
+            HOSTILE,
+            tmp_path,
+            dry.stdout + dry.stderr,
+            dry_json.stdout + dry_json.stderr,
+            done.stdout + done.stderr,
+            status.stdout + status.stderr,
+            logs.stdout + logs.stderr,
+            Path(os.environ["XDG_STATE_HOME"]),
+        )
+        == []
+    )
     assert not Path("/tmp/pwned").exists()
     # Its run was a job no requeue restarts: the file went with its end.
     assert not (run_dir / ".secrets.env").exists()
@@ -114,8 +130,9 @@ def test_the_ranks_see_the_exact_value_and_no_file_or_output_holds_it(tmp_path: 
 def test_a_local_job_with_requeues_still_removes_the_file_at_its_end(tmp_path: Path) -> None:
     # The local executor never requeues, so the end of its job is the end of the run.
     recipe = secret_recipe(tmp_path, value=b"requeues-MARK", preemption={"max_requeues": 3})
-    done = clusterkit("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path,
-                      env={"HF_TOKEN": "requeues-MARK"})
+    done = clusterkit(
+        "submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path, env={"HF_TOKEN": "requeues-MARK"}
+    )
     assert done.returncode == 0, done.stderr
     run_dir = wait_done(tmp_path / "runs", tmp_path)
     assert {path.read_text() for path in (run_dir / "secret-check").iterdir()} == {"ok"}
@@ -133,16 +150,28 @@ case "$OUTCOME" in
   *) exit 1 ;;
 esac
 """
-_FAKE_SLURM = {"srun": _FAKE_SRUN, "scontrol": "#!/bin/sh\n[ \"$1\" = show ] && echo localhost; exit 0\n",
-               "sbatch": "#!/bin/sh\necho 4243\n"}
+_FAKE_SLURM = {
+    "srun": _FAKE_SRUN,
+    "scontrol": '#!/bin/sh\n[ "$1" = show ] && echo localhost; exit 0\n',
+    "sbatch": "#!/bin/sh\necho 4243\n",
+}
 
 
-@pytest.mark.parametrize("outcome, retries, kept", [
-    ("completed", 0, False), ("failed", 0, False), ("stale-requeued", 0, False), ("preflight-failed", 0, False),
-    ("requeued", 0, True), ("killed", 0, True), ("failed", 1, True),
-])
-def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(tmp_path: Path, outcome: str, retries: int,
-                                                                         kept: bool) -> None:
+@pytest.mark.parametrize(
+    "outcome, retries, kept",
+    [
+        ("completed", 0, False),
+        ("failed", 0, False),
+        ("stale-requeued", 0, False),
+        ("preflight-failed", 0, False),
+        ("requeued", 0, True),
+        ("killed", 0, True),
+        ("failed", 1, True),
+    ],
+)
+def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(
+    tmp_path: Path, outcome: str, retries: int, kept: bool
+) -> None:
     """preemption.max_requeues > 0 on SLURM: the batch script keeps the file while the job may start
     again (requeued by the runner, killed by SLURM for its own requeue, a retry queued) and removes it
     once the launch step ended the run (completed, failed with nothing to start it again, a failed
@@ -166,8 +195,13 @@ def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(tmp_pat
     if outcome == "stale-requeued":  # an earlier attempt's marker: this start is not requeued
         (run_dir / "requeued").write_text("{}\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "CLUSTERKIT_"))}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost",
-               SLURM_SUBMIT_DIR=str(tmp_path), OUTCOME=outcome)
+    env.update(
+        PATH=f"{bin_dir}:{env['PATH']}",
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_SUBMIT_DIR=str(tmp_path),
+        OUTCOME=outcome,
+    )
     done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False)
     assert done.returncode != 0 or outcome in ("completed", "stale-requeued", "requeued"), done.stderr
     assert b"launchers exited" in done.stdout or outcome in ("killed", "preflight-failed"), done.stdout + done.stderr
@@ -183,8 +217,9 @@ def test_the_runner_marks_its_requeue_before_asking_for_it(tmp_path: Path, monke
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n[ -e {tmp_path}/requeued ] && echo marked > {tmp_path}/seen\n"
-                                      f"exit $SCONTROL_RC\n")
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\n[ -e {tmp_path}/requeued ] && echo marked > {tmp_path}/seen\nexit $SCONTROL_RC\n"
+    )
     (bin_dir / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
@@ -207,8 +242,14 @@ def test_a_value_from_the_secrets_file_reaches_the_ranks(tmp_path: Path) -> None
     config = tmp_path / "config.yaml"
     config.write_text("secrets_file: secrets\n")
     recipe = secret_recipe(tmp_path, "WANDB_API_KEY", value)
-    done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path,
-                      env={"CLUSTERKIT_CONFIG": str(config), "WANDB_API_KEY": None})
+    done = clusterkit(
+        "submit",
+        str(recipe),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"CLUSTERKIT_CONFIG": str(config), "WANDB_API_KEY": None},
+    )
     assert done.returncode == 0, done.stderr
     run_dir = wait_done(tmp_path / "runs", tmp_path)
     assert {path.read_text() for path in (run_dir / "secret-check").iterdir()} == {"ok"}
@@ -221,8 +262,14 @@ def test_the_environment_wins_over_the_secrets_file(tmp_path: Path) -> None:
     secrets_file.chmod(0o600)
     (tmp_path / "config.yaml").write_text(f"secrets_file: {secrets_file}\n")
     recipe = secret_recipe(tmp_path, "HF_TOKEN", b"fresh")
-    done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path,
-                      env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": "fresh"})
+    done = clusterkit(
+        "submit",
+        str(recipe),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": "fresh"},
+    )
     assert done.returncode == 0, done.stderr
     assert {path.read_text() for path in (wait_done(tmp_path / "runs", tmp_path) / "secret-check").iterdir()} == {"ok"}
 
@@ -249,11 +296,19 @@ def test_a_secrets_file_others_may_read_is_refused(tmp_path: Path, mode: int) ->
     secrets_file.write_text("HF_TOKEN=leaky-MARK\n")
     secrets_file.chmod(mode)
     (tmp_path / "config.yaml").write_text("secrets_file: secrets\n")
-    done = clusterkit("submit", str(secret_recipe(tmp_path)), "--executor", "local", cwd=tmp_path,
-                      env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None})
+    done = clusterkit(
+        "submit",
+        str(secret_recipe(tmp_path)),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None},
+    )
     assert done.returncode == 2
-    assert error_line(done) == (f"clusterkit: {secrets_file}: secrets_file must be yours and readable by you only "
-                                f"(mode {mode:o}); chmod 600 {secrets_file}"), done.stderr
+    assert error_line(done) == (
+        f"clusterkit: {secrets_file}: secrets_file must be yours and readable by you only "
+        f"(mode {mode:o}); chmod 600 {secrets_file}"
+    ), done.stderr
     assert b"leaky" not in done.stderr
     _nothing_queued(tmp_path)
 
@@ -263,8 +318,14 @@ def test_a_bad_secrets_file_line_is_file_and_line_without_the_value(tmp_path: Pa
     secrets_file.write_text("OTHER=fine\nexport HF_TOKEN=oops-MARK\n")
     secrets_file.chmod(0o600)
     (tmp_path / "config.yaml").write_text("secrets_file: secrets\n")
-    done = clusterkit("submit", str(secret_recipe(tmp_path)), "--executor", "local", cwd=tmp_path,
-                      env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None})
+    done = clusterkit(
+        "submit",
+        str(secret_recipe(tmp_path)),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None},
+    )
     assert done.returncode == 2
     assert error_line(done).startswith(f"clusterkit: {secrets_file}:2: not a NAME=value line"), done.stderr
     assert b"oops" not in done.stderr
@@ -277,28 +338,43 @@ def test_a_value_too_long_for_an_environment_string_is_refused(tmp_path: Path) -
     secrets_file.write_bytes(b"HF_TOKEN=" + b"x" * (128 * 1024) + b"\n")
     secrets_file.chmod(0o600)
     (tmp_path / "config.yaml").write_text("secrets_file: secrets\n")
-    done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path,
-                      env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None})
+    done = clusterkit(
+        "submit",
+        str(recipe),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"CLUSTERKIT_CONFIG": str(tmp_path / "config.yaml"), "HF_TOKEN": None},
+    )
     assert done.returncode == 2 and b"secret HF_TOKEN in " in done.stderr and b"is longer than" in done.stderr
 
 
 def test_a_long_value_passes_exactly(tmp_path: Path) -> None:
     value = b"long-MARK" + bytes(range(1, 256)) * 300  # ~76 KB, every byte but NUL
-    done = clusterkit("submit", str(secret_recipe(tmp_path, value=value)), "--executor", "local", cwd=tmp_path,
-                      env={"HF_TOKEN": value})
+    done = clusterkit(
+        "submit",
+        str(secret_recipe(tmp_path, value=value)),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+        env={"HF_TOKEN": value},
+    )
     assert done.returncode == 0, done.stderr
     assert {path.read_text() for path in (wait_done(tmp_path / "runs", tmp_path) / "secret-check").iterdir()} == {"ok"}
 
 
-@pytest.mark.parametrize("names, message", [
-    ('["HF-TOKEN"]', "secrets[0]: must be letters, digits and '_' only"),
-    ('["1TOKEN"]', "secrets[0]: must be letters, digits and '_' only"),
-    ('["A\\nB"]', "secrets[0]: must be letters, digits and '_' only"),
-    ("[SLURM_JOB_ID]", "secrets[0]: SLURM_JOB_ID is set by SLURM"),
-    ("[MASTER_ADDR]", "secrets[0]: MASTER_ADDR is set by the job script"),
-    ("[HF_TOKEN, HF_TOKEN]", "secrets[1]: HF_TOKEN is named twice"),
-    ("HF_TOKEN", "secrets: Expected `array`, got `str`"),
-])
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        ('["HF-TOKEN"]', "secrets[0]: must be letters, digits and '_' only"),
+        ('["1TOKEN"]', "secrets[0]: must be letters, digits and '_' only"),
+        ('["A\\nB"]', "secrets[0]: must be letters, digits and '_' only"),
+        ("[SLURM_JOB_ID]", "secrets[0]: SLURM_JOB_ID is set by SLURM"),
+        ("[MASTER_ADDR]", "secrets[0]: MASTER_ADDR is set by the job script"),
+        ("[HF_TOKEN, HF_TOKEN]", "secrets[1]: HF_TOKEN is named twice"),
+        ("HF_TOKEN", "secrets: Expected `array`, got `str`"),
+    ],
+)
 def test_a_bad_secret_name_is_one_line_with_file_and_line(tmp_path: Path, names: str, message: str) -> None:
     recipe = secret_recipe(tmp_path)
     recipe.write_text(recipe.read_text().replace("secrets:\n- HF_TOKEN\n", f"secrets: {names}\n"))
@@ -309,11 +385,21 @@ def test_a_bad_secret_name_is_one_line_with_file_and_line(tmp_path: Path, names:
 
 
 def test_a_token_like_name_in_env_is_warned_about(tmp_path: Path) -> None:
-    recipe = secret_recipe(tmp_path, env={"HF_TOKEN": "plain", "MY_API_KEY": "k", "DB_PASSWORD_FILE": "/x",
-                                          "S3_SECRET": "s", "TOKENIZERS_PARALLELISM": "false"})
+    recipe = secret_recipe(
+        tmp_path,
+        env={
+            "HF_TOKEN": "plain",
+            "MY_API_KEY": "k",
+            "DB_PASSWORD_FILE": "/x",
+            "S3_SECRET": "s",
+            "TOKENIZERS_PARALLELISM": "false",
+        },
+    )
     done = clusterkit("validate", str(recipe), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    warned = sorted(line.split("env.")[1].split(":")[0] for line in done.stderr.decode().splitlines() if "plain text" in line)
+    warned = sorted(
+        line.split("env.")[1].split(":")[0] for line in done.stderr.decode().splitlines() if "plain text" in line
+    )
     assert warned == ["DB_PASSWORD_FILE", "HF_TOKEN", "MY_API_KEY", "S3_SECRET"]
 
 
@@ -339,13 +425,18 @@ def test_kill_9_between_the_secrets_file_and_sbatch_leaves_it_0600(tmp_path: Pat
     # A stand-in sbatch that hangs: the submitter is killed while the staging directory holds the file.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\ntouch \"$STARTED\"\nsleep 60\n")
+    (bin_dir / "sbatch").write_text('#!/bin/sh\ntouch "$STARTED"\nsleep 60\n')
     (bin_dir / "sbatch").chmod(0o755)
     recipe = secret_recipe(tmp_path)
     env = {"HF_TOKEN": HOSTILE, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STARTED": str(tmp_path / "started")}
     full = {**os.environ, **env}
-    process = subprocess.Popen([sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--executor", "slurm"],
-                               cwd=tmp_path, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(recipe), "--executor", "slurm"],
+        cwd=tmp_path,
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -358,13 +449,21 @@ def test_kill_9_between_the_secrets_file_and_sbatch_leaves_it_0600(tmp_path: Pat
 def test_ctrl_c_while_sbatch_runs_removes_the_secrets(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\ntouch \"$STARTED\"\nsleep 60\n")
+    (bin_dir / "sbatch").write_text('#!/bin/sh\ntouch "$STARTED"\nsleep 60\n')
     (bin_dir / "sbatch").chmod(0o755)
-    full = {**os.environ, "HF_TOKEN": "ctrl-c-MARK", "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "STARTED": str(tmp_path / "started")}
-    process = subprocess.Popen([sys.executable, "-m", "clusterkit.cli.main", "submit", str(secret_recipe(tmp_path)),
-                                "--executor", "slurm"], cwd=tmp_path, env=full,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    full = {
+        **os.environ,
+        "HF_TOKEN": "ctrl-c-MARK",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "STARTED": str(tmp_path / "started"),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit.cli.main", "submit", str(secret_recipe(tmp_path)), "--executor", "slurm"],
+        cwd=tmp_path,
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -378,8 +477,14 @@ def test_concurrent_submits_each_get_their_own_value(tmp_path: Path) -> None:
         directory = tmp_path / str(index)
         directory.mkdir()
         value = f"concurrent-MARK-{index}".encode()
-        done = clusterkit("submit", str(secret_recipe(directory, value=value)), "--executor", "local", cwd=directory,
-                          env={"HF_TOKEN": value})
+        done = clusterkit(
+            "submit",
+            str(secret_recipe(directory, value=value)),
+            "--executor",
+            "local",
+            cwd=directory,
+            env={"HF_TOKEN": value},
+        )
         assert done.returncode == 0, done.stderr
         return directory, value
 
@@ -396,15 +501,22 @@ def test_every_task_of_a_job_array_reads_the_array_s_file(tmp_path: Path) -> Non
     data = yaml.safe_load(recipe.read_text())
     data["resources"].update(array="0-2%2", gpus_per_node=1)
     recipe.write_text(yaml.safe_dump(data))
-    done = clusterkit("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path,
-                      env={"HF_TOKEN": "array-MARK"})
+    done = clusterkit(
+        "submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path, env={"HF_TOKEN": "array-MARK"}
+    )
     assert done.returncode == 0, done.stderr
     (run_dir,) = [path for path in (tmp_path / "runs" / "sec").iterdir() if path.name.isdigit()]
     assert [(run_dir / str(index) / "secret-check" / "rank-0").read_text() for index in range(3)] == ["ok"] * 3
     # An array's tasks may run again (or later): the file stays, its owner's only.
     assert stat.S_IMODE((run_dir / ".secrets.env").stat().st_mode) == 0o600
-    assert leaks(b"array-MARK", *[path for path in run_dir.rglob("*") if path.name != ".secrets.env" and path.is_file()],
-                 done.stdout + done.stderr) == []
+    assert (
+        leaks(
+            b"array-MARK",
+            *[path for path in run_dir.rglob("*") if path.name != ".secrets.env" and path.is_file()],
+            done.stdout + done.stderr,
+        )
+        == []
+    )
 
 
 def test_cancel_removes_the_secrets_file(tmp_path: Path) -> None:
@@ -427,12 +539,19 @@ ssh_client = test_ssh_transports.client  # a real sshd (no SLURM) and a client H
 
 
 @pytest.mark.parametrize("transport", test_ssh_transports.TRANSPORTS)
-def test_over_ssh_the_file_is_0600_exclusive_and_the_value_only_on_stdin(ssh_client: test_ssh_transports.Client,
-                                                                         transport: str) -> None:
+def test_over_ssh_the_file_is_0600_exclusive_and_the_value_only_on_stdin(
+    ssh_client: test_ssh_transports.Client, transport: str
+) -> None:
     profile = ssh_client.profile(f"private-{transport}", transport=transport, identity_file="~/.ssh/id_ed25519")
     target = f"runs/-x dir/{'.secrets.env'}"
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "ssh_write_private.py"), str(profile), target],
-                          input=HOSTILE, cwd=ssh_client.root, env=ssh_client.env(), capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "scripts" / "ssh_write_private.py"), str(profile), target],
+        input=HOSTILE,
+        cwd=ssh_client.root,
+        env=ssh_client.env(),
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout == b"SSHError\n", done.stderr  # the second write was refused
     written = ssh_client.root / f"work-private-{transport}" / target
     assert written.read_bytes() == HOSTILE and stat.S_IMODE(written.stat().st_mode) == 0o600

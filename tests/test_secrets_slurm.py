@@ -39,8 +39,19 @@ def test_slurm_ranks_see_the_value_and_nothing_else_holds_it(dev_cluster: str, t
     assert len(checks) == 4 and {path.read_text() for path in checks} == {"ok"}
     logs = clusterkit("logs", str(run_dir), cwd=tmp_path)
     status = clusterkit("status", "--json", str(run_dir), cwd=tmp_path)
-    assert leaks(HOSTILE, tmp_path, dry.stdout + dry.stderr, dry_json.stdout + dry_json.stderr, done.stdout + done.stderr,
-                 logs.stdout + logs.stderr, status.stdout + status.stderr, *([state] if state else [])) == []
+    assert (
+        leaks(
+            HOSTILE,
+            tmp_path,
+            dry.stdout + dry.stderr,
+            dry_json.stdout + dry_json.stderr,
+            done.stdout + done.stderr,
+            logs.stdout + logs.stderr,
+            status.stdout + status.stderr,
+            *([state] if state else []),
+        )
+        == []
+    )
     assert not (run_dir / ".secrets.env").exists()  # max_requeues 0: the job's end was the run's
 
 
@@ -61,8 +72,13 @@ def test_ssh_ranks_see_the_value_and_nothing_else_holds_it(remote: Remote) -> No
     assert len(list((run_dir / "secret-check").iterdir())) == 2
     logs = remote.cli("logs", job_id)
     status = remote.cli("status", "--json", job_id)
-    outputs = [dry.stdout + dry.stderr, dry_json.stdout + dry_json.stderr, done.stdout + done.stderr,
-               logs.stdout + logs.stderr, status.stdout + status.stderr]
+    outputs = [
+        dry.stdout + dry.stderr,
+        dry_json.stdout + dry_json.stderr,
+        done.stdout + done.stderr,
+        logs.stdout + logs.stderr,
+        status.stdout + status.stderr,
+    ]
     # remote.root: the login node's workdir (the run directory), the laptop's records, the client's HOME.
     assert leaks(HOSTILE, remote.root, *[os.fsencode(text) for text in outputs]) == []
     assert not (run_dir / ".secrets.env").exists()
@@ -73,6 +89,8 @@ def test_ssh_missing_secret_queues_nothing(remote: Remote) -> None:
     recipe = secret_recipe(remote.root / "missing")
     profile = remote.profile("prod-secrets", "remote-missing")
     env = {key: value for key, value in remote.env().items() if key != "HF_TOKEN"}
-    done = remote.cli("submit", str(recipe), "--cluster", str(profile), "--executor", "ssh", "--set", "runs_dir=runs", env=env)
+    done = remote.cli(
+        "submit", str(recipe), "--cluster", str(profile), "--executor", "ssh", "--set", "runs_dir=runs", env=env
+    )
     assert done.returncode == 2 and "secret HF_TOKEN is not set" in done.stderr, done.stderr
     assert not (remote.root / "remote-missing" / "runs" / "sec").exists()

@@ -21,17 +21,27 @@ SCRIPT = str(REPO / "tests" / "scripts" / "use_service.py")
 
 
 def _recipe(tmp_path: Path, service: dict, **fields) -> Path:
-    body = {"name": "served", "cluster": "dev", "runs_dir": str(tmp_path / "runs"), "launcher": "python",
-            "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
-            "task": {"script": SCRIPT}, "service": service, **fields}
+    body = {
+        "name": "served",
+        "cluster": "dev",
+        "runs_dir": str(tmp_path / "runs"),
+        "launcher": "python",
+        "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
+        "task": {"script": SCRIPT},
+        "service": service,
+        **fields,
+    }
     path = tmp_path / "served.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
 
 
 def _http_server(port: int) -> dict:
-    return {"command": [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", str(port)], "port": port,
-            "ready_timeout_s": 60}
+    return {
+        "command": [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", str(port)],
+        "port": port,
+        "ready_timeout_s": 60,
+    }
 
 
 def test_the_allocation_holds_both_roles_and_training_runs_on_its_own_nodes(tmp_path: Path) -> None:
@@ -40,25 +50,40 @@ def test_the_allocation_holds_both_roles_and_training_runs_on_its_own_nodes(tmp_
     assert 'SERVICE_HOSTS=$(tail -n 2 <<< "$NODES" | paste -sd,)\nNODES=$(head -n 1 <<< "$NODES")' in script
     assert 'srun --nodes=1 --nodelist="$TRAIN_HOSTS" --ntasks=2 ' in script
     assert 'srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist="$SERVICE_HOSTS" ' in script
-    assert script.index("export SERVICE_ADDR=") < script.index('--nodelist="$TRAIN_HOSTS"') < script.rindex("stop_service\n")
+    assert (
+        script.index("export SERVICE_ADDR=")
+        < script.index('--nodelist="$TRAIN_HOSTS"')
+        < script.rindex("stop_service\n")
+    )
 
 
-@pytest.mark.parametrize("fields, service, message", [
-    ({"launcher": "deepspeed", "process_model": "batch_launcher"}, {}, "a service role is not supported with launcher deepspeed"),
-    ({}, {"address_env": "RANK"}, "service.address_env: RANK is set by clusterkit or SLURM"),
-    # A name a program reads to decide how it starts: the address (host:port) written into it would change that.
-    ({}, {"address_env": "LD_PRELOAD"}, "service.address_env: LD_PRELOAD: LD_* names are the dynamic loader's"),
-    ({}, {"address_env": "LD_AUDIT"}, "service.address_env: LD_AUDIT: LD_* names are the dynamic loader's"),
-    ({}, {"address_env": "LD_LIBRARY_PATH"}, "service.address_env: LD_LIBRARY_PATH: LD_* names are the dynamic loader's"),
-    ({}, {"address_env": "BASH_ENV"}, "service.address_env: BASH_ENV names a file every bash of the job runs"),
-    ({}, {"address_env": "PS4"}, "service.address_env: PS4 "),
-    ({}, {"address_env": "PYTHONSTARTUP"}, "service.address_env: PYTHONSTARTUP: PYTHON* names are Python's"),
-    ({}, {"address_env": "PYTHONPATH"}, "service.address_env: PYTHONPATH: PYTHON* names are Python's"),
-    ({}, {"address_env": "PATH"}, "service.address_env: PATH is set by"),
-    ({}, {"address_env": "MANPATH"}, "service.address_env: MANPATH is a search path"),
-    ({"env": {"SERVICE_ADDR": "x"}}, {}, "SERVICE_ADDR is also set in env"),
-    ({}, {"command": []}, "service.command"),
-])
+@pytest.mark.parametrize(
+    "fields, service, message",
+    [
+        (
+            {"launcher": "deepspeed", "process_model": "batch_launcher"},
+            {},
+            "a service role is not supported with launcher deepspeed",
+        ),
+        ({}, {"address_env": "RANK"}, "service.address_env: RANK is set by clusterkit or SLURM"),
+        # A name a program reads to decide how it starts: the address (host:port) written into it would change that.
+        ({}, {"address_env": "LD_PRELOAD"}, "service.address_env: LD_PRELOAD: LD_* names are the dynamic loader's"),
+        ({}, {"address_env": "LD_AUDIT"}, "service.address_env: LD_AUDIT: LD_* names are the dynamic loader's"),
+        (
+            {},
+            {"address_env": "LD_LIBRARY_PATH"},
+            "service.address_env: LD_LIBRARY_PATH: LD_* names are the dynamic loader's",
+        ),
+        ({}, {"address_env": "BASH_ENV"}, "service.address_env: BASH_ENV names a file every bash of the job runs"),
+        ({}, {"address_env": "PS4"}, "service.address_env: PS4 "),
+        ({}, {"address_env": "PYTHONSTARTUP"}, "service.address_env: PYTHONSTARTUP: PYTHON* names are Python's"),
+        ({}, {"address_env": "PYTHONPATH"}, "service.address_env: PYTHONPATH: PYTHON* names are Python's"),
+        ({}, {"address_env": "PATH"}, "service.address_env: PATH is set by"),
+        ({}, {"address_env": "MANPATH"}, "service.address_env: MANPATH is a search path"),
+        ({"env": {"SERVICE_ADDR": "x"}}, {}, "SERVICE_ADDR is also set in env"),
+        ({}, {"command": []}, "service.command"),
+    ],
+)
 def test_what_a_service_role_cannot_be_is_refused(tmp_path: Path, fields: dict, service: dict, message: str) -> None:
     with pytest.raises(RecipeError) as raised:
         load_recipe(_recipe(tmp_path, {**_http_server(8123), **service}, **fields))
@@ -85,8 +110,10 @@ def test_training_reads_the_service_on_the_other_node_and_the_service_stops(dev_
     seen = [json.loads((run_dir / f"service-seen-{rank}.json").read_text()) for rank in (0, 1)]
     service_node = seen[0]["address"].split(":")[0]
     assert {s["node"] for s in seen} == {"node1", "node2"} - {service_node}  # training had the other node
-    assert all(s["address"] == f"{service_node}:{port}" and s["status"] == 200 and s["world"] == 2 and s["summed"] == 2
-               for s in seen)
+    assert all(
+        s["address"] == f"{service_node}:{port}" and s["status"] == 200 and s["world"] == 2 and s["summed"] == 2
+        for s in seen
+    )
     assert (run_dir / "hostfile").read_text() == f"{seen[0]['node']} slots=2\n"  # the training nodes only
     assert (run_dir / "service_0.err").read_text().count('"GET / HTTP/1.1" 200') == 2
     log = next(run_dir.glob("*_0_log.out")).read_text()
@@ -114,11 +141,15 @@ def test_the_service_command_reaches_srun_word_for_word(tmp_path: Path, word: st
     canary = tmp_path / "canary"
     word = word.format(canary=canary)
     script = render_job(load_recipe(_recipe(tmp_path, {"command": ["server", word], "port": 8123}))).script
-    start = script.index("srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist=\"$SERVICE_HOSTS\"")
-    step = script[start:script.index(" &\n", start)]
+    start = script.index('srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$SERVICE_HOSTS"')
+    step = script[start : script.index(" &\n", start)]
     stub = 'srun() { printf "%s\\0" "$@"; }'
-    done = subprocess.run(["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}"; SERVICE_HOSTS=node2; {stub}\n{step}'],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}"; SERVICE_HOSTS=node2; {stub}\n{step}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.split("\0")[-3:-1] == ["server", word] and not canary.exists()
     with pytest.raises(RecipeError):
         load_recipe(_recipe(tmp_path, {"command": ["server", "a\nb"], "port": 8123}))

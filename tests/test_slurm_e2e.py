@@ -69,8 +69,18 @@ def test_tiny_torchrun_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
 
 
 def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=deepspeed", "--set", "parallelism.zero_stage=2",
-                                  "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        "--set",
+        "launcher=deepspeed",
+        "--set",
+        "parallelism.zero_stage=2",
+        "--set",
+        "task.trainer.args.max_steps=10",
+        "--set",
+        "task.trainer.args.save_steps=10",
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
@@ -80,18 +90,31 @@ def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> Non
 def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """launcher: python: srun starts the 4 ranks itself (no torchrun), each mapping SLURM's ids to
     RANK/LOCAL_RANK/WORLD_SIZE; the Trainer must still train one model data-parallel over both nodes."""
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=python", "--set", "resources.cpus_per_task=1",
-                                  "--set", "task.trainer.args.max_steps=10",
-                                  "--set", "task.trainer.args.save_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        "--set",
+        "launcher=python",
+        "--set",
+        "resources.cpus_per_task=1",
+        "--set",
+        "task.trainer.args.max_steps=10",
+        "--set",
+        "task.trainer.args.save_steps=10",
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     job_id = run_dir.name
-    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [f"{job_id}_{rank}_log.out" for rank in range(4)]
+    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [
+        f"{job_id}_{rank}_log.out" for rank in range(4)
+    ]
     assert not list((run_dir / "ranks").glob("node*/*/attempt_*")), "no torchrun ran"
 
 
 def test_single_node_ddp(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "resources.nodes=1", "--set", "task.trainer.args.max_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path, TINY, "--set", "resources.nodes=1", "--set", "task.trainer.args.max_steps=10"
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=2, nodes={"node1"})
 
@@ -117,8 +140,9 @@ def test_dry_run_equals_what_sbatch_received(dev_cluster: str, tmp_path: Path) -
     job_id = real.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
     # What slurmctld holds as the job's batch script, byte for byte.
-    submitted = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"], capture_output=True,
-                               text=True, check=True).stdout
+    submitted = subprocess.run(
+        ["scontrol", "write", "batch_script", job_id, "-"], capture_output=True, text=True, check=True
+    ).stdout
     expected = run_cli("submit", TINY, "--dry-run", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
     assert submitted == expected.stdout
     assert (run_dir / "job.sbatch").read_text() == submitted
@@ -130,7 +154,9 @@ def test_failing_rank_ends_the_job_promptly(dev_cluster: str, tmp_path: Path) ->
     rc, run_dir, output = _submit(tmp_path, str(REPO / "tests" / "recipes" / "failing-rank.yaml"))
     elapsed = time.time() - started
     assert rc != 0 and "FAILED" in output
-    assert elapsed < 300, f"took {elapsed:.0f} s: the job waited for its 10-minute limit"  # generous bound, not a timing
+    assert elapsed < 300, (
+        f"took {elapsed:.0f} s: the job waited for its 10-minute limit"
+    )  # generous bound, not a timing
     status = run_cli("status", str(run_dir), cwd=REPO)
     assert "FAILED" in status.stdout
     assert "first failure: rank 3 (node 1, node2): RuntimeError: deliberate failure on rank 3" in status.stdout
@@ -166,8 +192,16 @@ def test_local_executor_without_slurm(tmp_path: Path) -> None:
 def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """launcher: accelerate: one `accelerate launch` per node with the machine rank read there; the
     Trainer must train one model data-parallel over both nodes (world 4), not four alone."""
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=accelerate", "--set", "task.trainer.args.max_steps=10",
-                                  "--set", "task.trainer.args.save_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        "--set",
+        "launcher=accelerate",
+        "--set",
+        "task.trainer.args.max_steps=10",
+        "--set",
+        "task.trainer.args.save_steps=10",
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
@@ -179,10 +213,23 @@ def test_tiny_trainer_under_open_mpi_mpirun_in_the_batch_shell_two_nodes(dev_clu
     srun and the 4 ranks under them; the task shim maps OMPI_COMM_WORLD_* (not the daemons' SLURM ids)
     to RANK & co. The Trainer must train one model data-parallel over both nodes, and each rank's own
     output is where `logs --rank` looks."""
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=mpirun", "--set", "resources.cpus_per_task=1",
-                                  "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=10",
-                                  # the dev cluster runs jobs as root, which Open MPI refuses unless told
-                                  "--set", "env.OMPI_ALLOW_RUN_AS_ROOT=1", "--set", "env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        "--set",
+        "launcher=mpirun",
+        "--set",
+        "resources.cpus_per_task=1",
+        "--set",
+        "task.trainer.args.max_steps=10",
+        "--set",
+        "task.trainer.args.save_steps=10",
+        # the dev cluster runs jobs as root, which Open MPI refuses unless told
+        "--set",
+        "env.OMPI_ALLOW_RUN_AS_ROOT=1",
+        "--set",
+        "env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     assert [r["local_rank"] for r in _rank_records(run_dir)] == [0, 1, 0, 1]
@@ -194,10 +241,23 @@ def test_tiny_deepspeed_launcher_in_the_batch_shell_two_nodes(dev_cluster: str, 
     """process_model: batch_launcher: DeepSpeed's launcher runs once in the batch shell and starts
     the 4 ranks with its own srun step (--launcher slurm); clusterkit's task shim maps each task's
     SLURM ids to RANK & co. The Trainer must train one model data-parallel over both nodes."""
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "launcher=deepspeed", "--set", "process_model=batch_launcher",
-                                  "--set", "resources.cpus_per_task=1", "--set", "task.trainer.args.max_steps=10",
-                                  "--set", "task.trainer.args.save_steps=10")
+    rc, run_dir, output = _submit(
+        tmp_path,
+        TINY,
+        "--set",
+        "launcher=deepspeed",
+        "--set",
+        "process_model=batch_launcher",
+        "--set",
+        "resources.cpus_per_task=1",
+        "--set",
+        "task.trainer.args.max_steps=10",
+        "--set",
+        "task.trainer.args.save_steps=10",
+    )
     assert rc == 0, output
     _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     job_id = run_dir.name
-    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [f"{job_id}_{rank}_log.out" for rank in range(4)]
+    assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [
+        f"{job_id}_{rank}_log.out" for rank in range(4)
+    ]

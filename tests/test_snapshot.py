@@ -24,8 +24,12 @@ HELPER = "VERSION = 'helper-{version}'\n"
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def _write_code(folder: Path, version: str) -> None:
@@ -49,9 +53,14 @@ def _repo(tmp_path: Path) -> Path:
 
 def _recipe(folder: Path, **fields) -> Path:
     """A one-rank python job running src/train.py (relative to the job's working directory, the submit's)."""
-    body = {"name": "snap", "cluster": "dev", "launcher": "python",
-            "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
-            "task": {"script": "src/train.py"}, **fields}
+    body = {
+        "name": "snap",
+        "cluster": "dev",
+        "launcher": "python",
+        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
+        "task": {"script": "src/train.py"},
+        **fields,
+    }
     path = folder / "snap.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -175,7 +184,9 @@ def test_a_snapshot_over_the_limit_is_refused_in_one_line(tmp_path: Path) -> Non
     for args in (("--dry-run",), ()):
         done = run_cli("submit", str(recipe), "--executor", "local", *args, cwd=repo)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-        assert "snapshot: " in done.stderr and "over snapshot.max_mb 1" in done.stderr and "--no-snapshot" in done.stderr
+        assert (
+            "snapshot: " in done.stderr and "over snapshot.max_mb 1" in done.stderr and "--no-snapshot" in done.stderr
+        )
     assert not (repo / "runs").exists() or not list((repo / "runs").rglob("run.json"))
     assert run_cli("submit", str(recipe), "--executor", "local", "--dry-run", "--no-snapshot", cwd=repo).returncode == 0
 
@@ -187,8 +198,9 @@ def test_a_git_repository_inside_the_runs_directory_is_not_entered(tmp_path: Pat
     _git(nested, "init", "-q")
     (nested / "huge.bin").write_bytes(b"0" * 2_000_000)
     (repo / "runs" / "old" / "loose.bin").write_bytes(b"0" * 2_000_000)
-    dry = run_cli("submit", str(_recipe(repo, snapshot={"max_mb": 1})), "--executor", "local", "--dry-run", "--json",
-                  cwd=repo)
+    dry = run_cli(
+        "submit", str(_recipe(repo, snapshot={"max_mb": 1})), "--executor", "local", "--dry-run", "--json", cwd=repo
+    )
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["snapshot"]["files"] == ["snap.yaml", "src/helper.py", "src/train.py"]
 
@@ -202,7 +214,10 @@ def test_runs_directly_in_the_repository_are_not_copied_by_the_next_submit(tmp_p
     second = _submitted(run_cli("submit", str(recipe), "--executor", "local", cwd=repo))
     assert _ran(second) == "RAN script-dirty helper-dirty"
     assert sorted(str(p.relative_to(second / "code")) for p in (second / "code").rglob("*") if not p.is_dir()) == [
-        "snap.yaml", "src/helper.py", "src/train.py"]
+        "snap.yaml",
+        "src/helper.py",
+        "src/train.py",
+    ]
 
 
 def test_a_submodule_is_left_out_and_said(tmp_path: Path) -> None:
@@ -235,12 +250,22 @@ def test_lfs_files_are_copied_as_they_are_checked_out(tmp_path: Path) -> None:
     assert (run_dir / "code" / "weights.bin").read_text() == pointer
 
 
-@pytest.mark.parametrize("task, message", [
-    ({"trainer": {"model": {"config": {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32}},
-                  "dataset": {"type": "synthetic", "seq_len": 8, "num_samples": 8}}}, "the built-in trainer's code"),
-    ({"script": "src.train", "module": True}, "a module task"),
-    ({"script": "/shared/not/here.py"}, "task.script /shared/not/here.py is not a file on this machine"),
-])
+@pytest.mark.parametrize(
+    "task, message",
+    [
+        (
+            {
+                "trainer": {
+                    "model": {"config": {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32}},
+                    "dataset": {"type": "synthetic", "seq_len": 8, "num_samples": 8},
+                }
+            },
+            "the built-in trainer's code",
+        ),
+        ({"script": "src.train", "module": True}, "a module task"),
+        ({"script": "/shared/not/here.py"}, "task.script /shared/not/here.py is not a file on this machine"),
+    ],
+)
 def test_snapshot_true_where_there_is_nothing_to_copy_is_an_error(tmp_path: Path, task: dict, message: str) -> None:
     repo = _repo(tmp_path)
     recipe = _recipe(repo, task=task, snapshot=True)
@@ -255,8 +280,9 @@ def test_concurrent_submits_each_get_their_own_copy(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     recipe = _recipe(repo)
     with ThreadPoolExecutor(6) as pool:
-        runs = list(pool.map(lambda _: _submitted(run_cli("submit", str(recipe), "--executor", "local", cwd=repo)),
-                             range(6)))
+        runs = list(
+            pool.map(lambda _: _submitted(run_cli("submit", str(recipe), "--executor", "local", cwd=repo)), range(6))
+        )
     assert len(set(runs)) == 6
     assert all(_ran(run_dir) == "RAN script-dirty helper-dirty" for run_dir in runs)
     assert not list((repo / "runs").rglob(".staging-*")) and not (repo / ".git" / "index.lock").exists()
@@ -272,8 +298,17 @@ def test_a_queued_job_runs_the_version_that_was_submitted(dev_cluster: str, tmp_
         folder = tmp_path / f"case{len(outputs)}"
         folder.mkdir()
         repo = _repo(folder)
-        sleeper = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300"], cwd=folder,
-                                 capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+        sleeper = (
+            subprocess.run(
+                ["sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300"],
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .split(";")[0]
+        )
         done = run_cli("submit", str(_recipe(repo)), "--after", sleeper, "--after-type", "afterany", *flags, cwd=repo)
         run_dir = _submitted(done)
         state = subprocess.run(["squeue", "-h", "-j", run_dir.name, "-o", "%T"], capture_output=True, text=True).stdout
@@ -285,13 +320,16 @@ def test_a_queued_job_runs_the_version_that_was_submitted(dev_cluster: str, tmp_
     assert outputs[("--no-snapshot",)] == "RAN script-edited-while-queued helper-edited-while-queued"
 
 
-@pytest.mark.parametrize("snapshot, message", [
-    ({"dir": "no such\nfolder"}, "snapshot.dir: not a folder: "),
-    ({"dir": "src/train.py"}, "snapshot.dir: not a folder: "),
-    ({"dir": "other"}, "snapshot.dir: task.script src/train.py is not inside "),
-    ({"max_mb": 0}, "snapshot.max_mb"),
-    ({"colour": "red"}, "snapshot"),
-])
+@pytest.mark.parametrize(
+    "snapshot, message",
+    [
+        ({"dir": "no such\nfolder"}, "snapshot.dir: not a folder: "),
+        ({"dir": "src/train.py"}, "snapshot.dir: not a folder: "),
+        ({"dir": "other"}, "snapshot.dir: task.script src/train.py is not inside "),
+        ({"max_mb": 0}, "snapshot.max_mb"),
+        ({"colour": "red"}, "snapshot"),
+    ],
+)
 def test_bad_snapshot_settings_are_one_line(tmp_path: Path, snapshot: dict, message: str) -> None:
     repo = _repo(tmp_path)
     (repo / "other").mkdir()
@@ -311,7 +349,9 @@ def test_the_users_secrets_file_is_never_copied_with_the_code(tmp_path: Path) ->
     env = {**os.environ, "CLUSTERKIT_CONFIG": str(config)}
     env.pop("HF_TOKEN", None)
     for fields in ({"secrets": ["HF_TOKEN"]}, {}):
-        done = run_cli("submit", str(_recipe(repo, **fields)), "--executor", "local", "--dry-run", "--json", cwd=repo, env=env)
+        done = run_cli(
+            "submit", str(_recipe(repo, **fields)), "--executor", "local", "--dry-run", "--json", cwd=repo, env=env
+        )
         assert done.returncode == 0, done.stderr
         assert "secrets.env" not in json.loads(done.stdout)["snapshot"]["files"]
 
@@ -320,9 +360,22 @@ def _earlier_run(run_dir: Path, name: str = "old", **record: object) -> None:
     """A run directory as clusterkit leaves one: its record, secrets, logs and code copy."""
     (run_dir / "code" / "src").mkdir(parents=True)
     (run_dir / "code" / "src" / "train.py").write_text("old copy\n")
-    (run_dir / "run.json").write_text(json.dumps({
-        "job_id": run_dir.name, "name": name, "scheduler": "slurm", "run_dir": str(run_dir), "recipe": "r.yaml",
-        "submitted_at": 1.0, "nodes": 1, "ranks_per_node": 1, "launcher": "python", **record}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "job_id": run_dir.name,
+                "name": name,
+                "scheduler": "slurm",
+                "run_dir": str(run_dir),
+                "recipe": "r.yaml",
+                "submitted_at": 1.0,
+                "nodes": 1,
+                "ranks_per_node": 1,
+                "launcher": "python",
+                **record,
+            }
+        )
+    )
     (run_dir / ".secrets.env").write_bytes(b"HF_TOKEN=old-run-MARK\0")
     (run_dir / ".secrets.env").chmod(0o600)
     (run_dir / f"{run_dir.name}_0_log.out").write_text("log\n")
@@ -358,12 +411,19 @@ def test_earlier_run_directories_and_secrets_are_never_code(tmp_path: Path, how:
     assert dry.returncode == 0, dry.stderr
     snapshot = json.loads(dry.stdout)["snapshot"]
     assert sorted(snapshot["files"]) == ["snap.yaml", "src/conf/run.json", "src/helper.py", "src/train.py"]
-    assert {"experiments/runs-a/snap/1234/ (a clusterkit run directory)",
-            "sweeps/runs/grid/77/ (a clusterkit run directory)",
-            "rendered/ (a clusterkit render)"} <= set(snapshot["left_out"])
+    assert {
+        "experiments/runs-a/snap/1234/ (a clusterkit run directory)",
+        "sweeps/runs/grid/77/ (a clusterkit run directory)",
+        "rendered/ (a clusterkit render)",
+    } <= set(snapshot["left_out"])
     run_dir = _submitted(run_cli("submit", str(recipe), "--executor", "local", cwd=repo))
     _ran(run_dir)
     copied = sorted(str(p.relative_to(run_dir / "code")) for p in (run_dir / "code").rglob("*") if not p.is_dir())
     assert copied == sorted(snapshot["files"])
     for path in [run_dir, *run_dir.rglob("*")]:
-        assert not path.is_file() or b"MARK" not in path.read_bytes() or path.name == ".secrets.env" and path.parent == run_dir
+        assert (
+            not path.is_file()
+            or b"MARK" not in path.read_bytes()
+            or path.name == ".secrets.env"
+            and path.parent == run_dir
+        )

@@ -16,9 +16,9 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -44,8 +44,10 @@ class Client:
 
     def profile(self, name: str, host: str = "cluster-login", **login: object) -> Path:
         data = yaml.safe_load((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
-        data.update(name=name, login={"host": host, "remote_workdir": str(self.root / f"work-{name}"),
-                                      "python": sys.executable, **login})
+        data.update(
+            name=name,
+            login={"host": host, "remote_workdir": str(self.root / f"work-{name}"), "python": sys.executable, **login},
+        )
         path = self.root / "profiles" / f"{name}.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.safe_dump(data))
@@ -56,9 +58,17 @@ class Client:
         self.outputs.append(done.stdout + done.stderr)
         return done
 
-    def session(self, profile: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "ssh_session.py"), str(profile), *flags],
-                              cwd=self.root, env=env or self.env(), capture_output=True, text=True, timeout=120)
+    def session(
+        self, profile: Path, *flags: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "tests" / "scripts" / "ssh_session.py"), str(profile), *flags],
+            cwd=self.root,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         self.outputs.append(done.stdout + done.stderr)
         return done
 
@@ -80,10 +90,12 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
         f"Host via-command\n  HostName unreachable.invalid\n  Port {login.port}\n  User root\n"
         f"  HostKeyAlias [127.0.0.1]:{login.port}\n"
         f"  ProxyCommand {sys.executable} {relay} 127.0.0.1 %p {root}/proxied-%n\n\n"
-        f"Host bound-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n  BindAddress 127.0.0.1\n")
+        f"Host bound-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n  BindAddress 127.0.0.1\n"
+    )
     (home / ".ssh" / "config.d").mkdir()
     (home / ".ssh" / "config.d" / "cluster.conf").write_text(
-        f"Host included-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n")
+        f"Host included-login\n  HostName 127.0.0.1\n  Port {login.port}\n  User root\n"
+    )
     made = Client(root, home, login, jump)
     try:
         yield made
@@ -150,8 +162,13 @@ def test_openssh_signs_in_once_for_several_commands(client: Client) -> None:
     [control] = masters(client.home)
     assert stat.S_IMODE(control.parent.stat().st_mode) == 0o700 and len(os.fsencode(control)) < 90
 
-    check = subprocess.run(["ssh", "-o", f"ControlPath={control}", "-O", "check", "--", "master"],
-                           capture_output=True, text=True, env=client.env(), timeout=10)
+    check = subprocess.run(
+        ["ssh", "-o", f"ControlPath={control}", "-O", "check", "--", "master"],
+        capture_output=True,
+        text=True,
+        env=client.env(),
+        timeout=10,
+    )
     pid = int(re.search(r"pid=(\d+)", check.stderr).group(1))
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -269,11 +286,17 @@ def test_host_keys_unknown_accepted_hashed_and_changed(client: Client, transport
     assert "has CHANGED" in changed and f"ssh-keygen -R '{name}' -f {known_hosts}" in changed
 
 
-@pytest.mark.parametrize("field_name, value", [
-    ("host", "-oProxyCommand=touch {marker}"), ("host", "login\nProxyCommand touch {marker}"),
-    ("host", "login node"), ("user", "-oProxyCommand=touch {marker}"),
-    ("proxy_jump", "-oProxyCommand=touch {marker}"), ("proxy_jump", "127.0.0.1,-oProxyCommand=touch {marker}"),
-])
+@pytest.mark.parametrize(
+    "field_name, value",
+    [
+        ("host", "-oProxyCommand=touch {marker}"),
+        ("host", "login\nProxyCommand touch {marker}"),
+        ("host", "login node"),
+        ("user", "-oProxyCommand=touch {marker}"),
+        ("proxy_jump", "-oProxyCommand=touch {marker}"),
+        ("proxy_jump", "127.0.0.1,-oProxyCommand=touch {marker}"),
+    ],
+)
 def test_hostile_login_fields_never_reach_ssh(client: Client, field_name: str, value: str) -> None:
     marker = client.root / "injected"
     profile = client.profile("hostile", **{field_name: value.format(marker=marker)})
@@ -283,7 +306,9 @@ def test_hostile_login_fields_never_reach_ssh(client: Client, field_name: str, v
 
 
 def test_paramiko_refuses_what_it_cannot_honour(client: Client) -> None:
-    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("bound-p", host="bound-login", transport="paramiko"))))
+    refused = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("bound-p", host="bound-login", transport="paramiko")))
+    )
     assert "`bindaddress 127.0.0.1` is not supported by the paramiko transport" in refused
     stop_masters(client.home)
     honoured = client.cli("ls", "--cluster", str(client.profile("bound-o", host="bound-login", transport="openssh")))
@@ -292,9 +317,13 @@ def test_paramiko_refuses_what_it_cannot_honour(client: Client) -> None:
 
 def test_without_ssh_include_is_refused_not_ignored(client: Client, tmp_path: Path) -> None:
     env = {**client.env(), "PATH": str(tmp_path)}  # no ssh on PATH: auto is paramiko
-    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-ssh", host="included-login")), env=env))
+    refused = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("no-ssh", host="included-login")), env=env)
+    )
     assert f"{client.home / '.ssh' / 'config'}:1: Include is not supported without OpenSSH" in refused
-    needs = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-ssh-o", transport="openssh")), env=env))
+    needs = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("no-ssh-o", transport="openssh")), env=env)
+    )
     assert "needs OpenSSH's ssh client on PATH" in needs
 
     # Without Include, paramiko reads the config itself: the alias resolves, BindAddress is refused.
@@ -306,7 +335,9 @@ def test_without_ssh_include_is_refused_not_ignored(client: Client, tmp_path: Pa
     done = client.session(client.profile("no-ssh-alias"), env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["name"] == "127.0.0.1"
-    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-ssh-bound", host="bound-login")), env=env))
+    refused = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("no-ssh-bound", host="bound-login")), env=env)
+    )
     assert "`bindaddress 127.0.0.1` is not supported by the paramiko transport" in refused
 
 
@@ -317,7 +348,9 @@ def test_a_control_directory_others_can_enter_is_refused(client: Client) -> None
     shared = runtime_dir(home) / "clusterkit-ssh"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
-    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("shared", transport="openssh")), env=env))
+    refused = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("shared", transport="openssh")), env=env)
+    )
     assert f"{shared} is not a private directory of yours" in refused
     assert not masters(home)
 
@@ -326,7 +359,9 @@ def test_paramiko_not_installed_is_one_line_saying_what_to_install(client: Clien
     (tmp_path / "paramiko.py").write_text("raise ImportError('not installed')\n")
     env = client.env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
-    refused = _one_line_error(client.cli("ls", "--cluster", str(client.profile("no-paramiko", transport="paramiko")), env=env))
+    refused = _one_line_error(
+        client.cli("ls", "--cluster", str(client.profile("no-paramiko", transport="paramiko")), env=env)
+    )
     assert "pip install 'clusterkit[ssh]'" in refused
     stop_masters(client.home)
     assert client.cli("ls", "--cluster", str(client.profile("no-paramiko-o")), env=env).returncode == 0  # auto: openssh

@@ -30,8 +30,10 @@ COMMANDS = {
     "schema": (["schema"], {"rich", "jinja2", "yaml"}),
     "validate --json": (["validate", "--json", str(RECIPES / "tiny-gpt2-cpu.yaml")], {"rich", "jinja2"}),
     "ls --json": (["ls", "--json", "--runs-dir", "{tmp}"], {"rich", "jinja2"}),
-    "submit --dry-run --json": (["submit", "--dry-run", "--json", "--executor", "local", str(RECIPES / "tiny-gpt2-cpu.yaml")],
-                                {"rich"}),
+    "submit --dry-run --json": (
+        ["submit", "--dry-run", "--json", "--executor", "local", str(RECIPES / "tiny-gpt2-cpu.yaml")],
+        {"rich"},
+    ),
 }
 
 
@@ -40,15 +42,22 @@ def _imported(code: str, tmp_path: Path) -> set[str]:
     command itself prints to stdout and stderr)."""
     listing = tmp_path / "modules.txt"
     script = f"{code}\nimport sys\nopen({str(listing)!r}, 'w').write('\\n'.join(sys.modules))"
-    subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, check=True,
-                   env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})  # a cache folder of its own
+    subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        cwd=tmp_path,
+        check=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )  # a cache folder of its own
     return set(listing.read_text().split())
 
 
 def _main(argv: list[str]) -> str:
-    return ("from clusterkit.cli.main import main\n"
-            f"try:\n    code = main({argv!r})\nexcept SystemExit as exit:\n    code = exit.code\n"
-            "assert code in (0, 2), code")
+    return (
+        "from clusterkit.cli.main import main\n"
+        f"try:\n    code = main({argv!r})\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "assert code in (0, 2), code"
+    )
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -27,8 +27,13 @@ FORGED = "FORGED {{ 6 * 7 }}\n"
 
 def _render(cache_home: Path, out: Path, *more: str, recipe: Path = RECIPE) -> dict[str, bytes]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
-    done = subprocess.run([sys.executable, "-m", "clusterkit", "render", str(recipe), "-o", str(out), *more],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterkit", "render", str(recipe), "-o", str(out), *more],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
@@ -141,8 +146,9 @@ FOREIGN = {
 
 
 @pytest.mark.parametrize("case", sorted(FOREIGN))
-def test_an_entry_someone_else_could_have_written_is_never_run(case: str, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_someone_else_could_have_written_is_never_run(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     expected = _render(tmp_path / "clean", tmp_path / "expected")
     assert _forge(tmp_path / "cache", monkeypatch)
     FOREIGN[case](tmp_path / "cache" / "clusterkit")
@@ -181,7 +187,7 @@ def test_no_entry_is_ever_unpickled(owner: str, tmp_path: Path) -> None:
     expected = _render(tmp_path / "cache", tmp_path / "first")
     marker = tmp_path / "unpickled"
     for entry in _entries(tmp_path / "cache"):  # Jinja's own format: a pickled checksum, then the code
-        entry.write_bytes(bc_magic + pickle.dumps(_Marker(marker)) + entry.read_bytes()[len(bc_magic):])
+        entry.write_bytes(bc_magic + pickle.dumps(_Marker(marker)) + entry.read_bytes()[len(bc_magic) :])
         if owner != "mine":
             _chown(entry)
     assert _render(tmp_path / "cache", tmp_path / "again") == expected

@@ -38,8 +38,12 @@ BROKEN = {
     "undefined-attribute": ("env.sh.j2", "export X={{ recipe.resourcez.nodes }}\n", 1, "template: "),
     "division-by-zero": ("env.sh.j2", "# ops\n{{ 1/0 }}\n", 2, "template: ZeroDivisionError: division by zero"),
     "unclosed-block": ("job.sbatch.j2", "#!/bin/bash\n{% for x in [1] %}\n", 2, "template: Unexpected end of template"),
-    "include-of-nothing": ("env.sh.j2", "# ops\n\n{% include 'nosuch.j2' %}\n", 3,
-                           "template: nosuch.j2 is in none of the template directories"),
+    "include-of-nothing": (
+        "env.sh.j2",
+        "# ops\n\n{% include 'nosuch.j2' %}\n",
+        3,
+        "template: nosuch.j2 is in none of the template directories",
+    ),
     "includes-itself": ("env.sh.j2", "# ops\n{% include 'env.sh.j2' %}\n", 2, "template: includes itself"),
 }
 
@@ -97,8 +101,10 @@ def test_a_job_script_sbatch_would_not_take_is_refused(how: str, tmp_path: Path)
     ops.mkdir()
     (ops / "job.sbatch.j2").write_text("echo no interpreter line\n")
     message = _one_line(_render(ops, how, tmp_path / "out"))
-    assert message == (f"{ops / 'job.sbatch.j2'}: template: the job script must start with #! "
-                       f"(sbatch takes no other), not 'echo no interpreter line'"), message
+    assert message == (
+        f"{ops / 'job.sbatch.j2'}: template: the job script must start with #! "
+        f"(sbatch takes no other), not 'echo no interpreter line'"
+    ), message
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

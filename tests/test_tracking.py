@@ -21,8 +21,18 @@ from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
 CONTRACT = REPO / "tests" / "scripts" / "echo_contract.py"
-ONE_RANK = ("--executor", "local", "--set", "resources.nodes=1", "--set", "resources.gpus_per_node=1",
-            "--set", "task.trainer.args.logging_steps=1", "--set", "task.trainer.args.save_steps=2")
+ONE_RANK = (
+    "--executor",
+    "local",
+    "--set",
+    "resources.nodes=1",
+    "--set",
+    "resources.gpus_per_node=1",
+    "--set",
+    "task.trainer.args.logging_steps=1",
+    "--set",
+    "task.trainer.args.save_steps=2",
+)
 
 
 def _env() -> dict[str, str]:
@@ -46,8 +56,17 @@ def _three_starts(tmp_path: Path, tracking: str) -> list[dict]:
     records = [_submit(str(TINY), *base, "--set", "task.trainer.args.max_steps=4", cwd=tmp_path)]
     for steps in (8, 12):
         # --executor again: a resumed run goes to the machine's default scheduler otherwise.
-        records.append(_submit("--resume", records[-1]["run_dir"], "--executor", "local",
-                               "--set", f"task.trainer.args.max_steps={steps}", cwd=tmp_path))
+        records.append(
+            _submit(
+                "--resume",
+                records[-1]["run_dir"],
+                "--executor",
+                "local",
+                "--set",
+                f"task.trainer.args.max_steps={steps}",
+                cwd=tmp_path,
+            )
+        )
     return records
 
 
@@ -57,11 +76,15 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     pytest.importorskip("wandb", reason="the [tracking] extra: wandb")
     pytest.importorskip("mlflow", reason="the [tracking] extra: mlflow-skinny")
     pytest.importorskip("tensorboard", reason="the [tracking] extra: tensorboard")
-    trackers = {"wandb": "{tracker: wandb, offline: true}", "mlflow": "{tracker: mlflow, offline: true}",
-                "tensorboard": "tensorboard"}
+    trackers = {
+        "wandb": "{tracker: wandb, offline: true}",
+        "mlflow": "{tracker: mlflow, offline: true}",
+        "tensorboard": "tensorboard",
+    }
     with ThreadPoolExecutor(len(trackers)) as pool:
-        futures = {name: pool.submit(_three_starts, tmp_path_factory.mktemp(name), spec)
-                   for name, spec in trackers.items()}
+        futures = {
+            name: pool.submit(_three_starts, tmp_path_factory.mktemp(name), spec) for name, spec in trackers.items()
+        }
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -117,7 +140,7 @@ def _wandb_records(path: Path) -> list:
         if left < 7 or (length, kind) == (0, 0):  # the block's zero padding
             position += left
             continue
-        pending += data[position + 7:position + 7 + length]
+        pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL, LAST
             record = wandb_internal_pb2.Record()
@@ -138,7 +161,9 @@ def test_wandb_offline_runs_share_one_id_and_continue_the_steps(chains: dict[str
             if kind == "run":
                 run_ids.add((record.run.run_id, record.run.project))
             elif kind == "history":
-                items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                items = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
                 if "train/loss" in items:
                     steps.append(items["train/global_step"])
     assert run_ids == {(tracking["run_id"], "tiny-gpt2")}
@@ -155,17 +180,29 @@ def test_sync_says_what_it_cannot_do(chains: dict[str, list[dict]], tmp_path: Pa
     mlflow_run = chains["mlflow"][0]["run_dir"]
     done = run_cli("sync", mlflow_run, cwd=tmp_path, env=_env())
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "mlflow has no command that uploads a file-store run" in done.stderr and "mlflow ui --backend-store-uri" in done.stderr
+    assert (
+        "mlflow has no command that uploads a file-store run" in done.stderr
+        and "mlflow ui --backend-store-uri" in done.stderr
+    )
     done = run_cli("sync", chains["tensorboard"][2]["run_dir"], cwd=tmp_path, env=_env())
     assert done.returncode == 2 and "tensorboard --logdir" in done.stderr and done.stderr.count("\n") == 1
 
 
 def _script_recipe(tmp_path: Path, tracking: object) -> Path:
     path = tmp_path / "my script ~%-.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "scripted", "cluster": "dev", "runs_dir": str(tmp_path / "runs dir -x"), "launcher": "torchrun",
-        "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
-        "task": {"script": str(CONTRACT)}, "tracking": tracking}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "scripted",
+                "cluster": "dev",
+                "runs_dir": str(tmp_path / "runs dir -x"),
+                "launcher": "torchrun",
+                "resources": {"nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
+                "task": {"script": str(CONTRACT)},
+                "tracking": tracking,
+            }
+        )
+    )
     return path
 
 
@@ -173,8 +210,12 @@ def test_a_script_task_gets_the_tracked_run_in_its_environment(tmp_path: Path) -
     """The user's own script reports itself: it finds the same identity in its environment, and
     for mlflow clusterkit's helper finds (or on the first start creates) the one run."""
     pytest.importorskip("mlflow", reason="the [tracking] extra: mlflow-skinny")
-    record = _submit(str(_script_recipe(tmp_path, {"tracker": "mlflow", "offline": True, "project": "my exp"})),
-                     "--executor", "local", cwd=tmp_path)
+    record = _submit(
+        str(_script_recipe(tmp_path, {"tracker": "mlflow", "offline": True, "project": "my exp"})),
+        "--executor",
+        "local",
+        cwd=tmp_path,
+    )
     env = json.loads((Path(record["run_dir"]) / "contract" / "rank-0.json").read_text())["env"]
     tracking = record["tracking"]
     assert env["CLUSTERKIT_TRACKING_RUN_ID"] == tracking["run_id"] and env["CLUSTERKIT_TRACKING"] == "mlflow"
@@ -197,9 +238,11 @@ def test_a_script_task_gets_the_tracked_run_in_its_environment(tmp_path: Path) -
 def test_unknown_tracker_is_refused_in_one_line(tmp_path: Path) -> None:
     done = run_cli("validate", str(TINY), "--set", "tracking=wandbb", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "tracking" in done.stderr, done.stderr
-    done = run_cli("validate", str(TINY), "--set", "tracking={tracker: mlflow, offline: yes, colour: red}", cwd=tmp_path)
+    done = run_cli(
+        "validate", str(TINY), "--set", "tracking={tracker: mlflow, offline: yes, colour: red}", cwd=tmp_path
+    )
     assert done.returncode == 2 and "colour" in done.stderr, done.stderr
-    done = run_cli("validate", str(TINY), "--set", "tracking={tracker: wandb, run_id: \"x\\ny\"}", cwd=tmp_path)
+    done = run_cli("validate", str(TINY), "--set", 'tracking={tracker: wandb, run_id: "x\\ny"}', cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
 
 
@@ -208,15 +251,27 @@ def test_sync_of_an_untracked_or_online_run_is_one_clear_line(tmp_path: Path) ->
     assert record["tracking"] is None
     done = run_cli("sync", record["run_dir"], cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not tracked" in done.stderr, done.stderr
-    online = _submit(str(_script_recipe(tmp_path, {"tracker": "wandb", "project": "p"})), "--executor", "local",
-                     cwd=tmp_path)
+    online = _submit(
+        str(_script_recipe(tmp_path, {"tracker": "wandb", "project": "p"})), "--executor", "local", cwd=tmp_path
+    )
     done = run_cli("sync", online["run_dir"], cwd=tmp_path)
     assert done.returncode == 2 and "tracked online" in done.stderr, done.stderr
 
 
 def test_a_sweep_with_tracking_is_refused(tmp_path: Path) -> None:
-    done = run_cli("sweep", str(TINY), "--executor", "local", "--set", "tracking=tensorboard",
-                   "--grid", "task.trainer.args.learning_rate=0.1,0.01", "--set", f"runs_dir={tmp_path}", cwd=tmp_path)
+    done = run_cli(
+        "sweep",
+        str(TINY),
+        "--executor",
+        "local",
+        "--set",
+        "tracking=tensorboard",
+        "--grid",
+        "task.trainer.args.learning_rate=0.1,0.01",
+        "--set",
+        f"runs_dir={tmp_path}",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "sweep or job array" in done.stderr, done.stderr
     assert not list(tmp_path.glob("tiny-gpt2*")), "nothing submitted"
 
@@ -224,9 +279,18 @@ def test_a_sweep_with_tracking_is_refused(tmp_path: Path) -> None:
 def _earlier(tmp_path: Path) -> RunRecord:
     run_dir = tmp_path / "runs dir -x %" / "tiny-gpt2" / "7"
     run_dir.mkdir(parents=True)
-    record = RunRecord(job_id="7", name="tiny-gpt2", scheduler="local", run_dir=str(run_dir), recipe=str(TINY),
-                       submitted_at=1.0, nodes=1, ranks_per_node=1, launcher="torchrun",
-                       tracking=TrackedRun("wandb", "abc-1", f"{run_dir}/tracking", offline=True))
+    record = RunRecord(
+        job_id="7",
+        name="tiny-gpt2",
+        scheduler="local",
+        run_dir=str(run_dir),
+        recipe=str(TINY),
+        submitted_at=1.0,
+        nodes=1,
+        ranks_per_node=1,
+        launcher="torchrun",
+        tracking=TrackedRun("wandb", "abc-1", f"{run_dir}/tracking", offline=True),
+    )
     record.write()
     return record
 
@@ -243,8 +307,14 @@ def test_the_identity_is_fresh_per_submit_and_kept_by_resume(tmp_path: Path) -> 
     assert (resumed.run_id, resumed.dir) == ("abc-1", earlier.tracking.dir)
     other = tracked(load_recipe(TINY, ["tracking=tensorboard"]), earlier, sweep=False).recipe.tracking
     assert other.run_id != "abc-1" and other.dir is None, "another tracker: a new tracked run"
-    request = prepare(SubmitOptions(resume=earlier.run_dir, from_scratch=True, executor="local",
-                                    overrides=("tracking={tracker: wandb, offline: true}",))).request
+    request = prepare(
+        SubmitOptions(
+            resume=earlier.run_dir,
+            from_scratch=True,
+            executor="local",
+            overrides=("tracking={tracker: wandb, offline: true}",),
+        )
+    ).request
     assert request.tracking.run_id != "abc-1", "--from-scratch starts at step 0 again: a new tracked run"
     script = request.files["job.sbatch"]
     assert f"export WANDB_RUN_ID={request.tracking.run_id}\n" in script and "export WANDB_MODE=offline\n" in script
@@ -258,9 +328,18 @@ def test_sync_runs_wandb_with_each_folder_as_one_argument(tmp_path: Path) -> Non
     with pytest.raises(UsageError, match="no offline wandb run abc-1"):
         sync_argv(earlier)
     offline = Path(earlier.tracking.dir) / "wandb"
-    for name in ("offline-run-20260101_000002-abc-1", "offline-run-20260101_000001-abc-1", "offline-run-20260101_000003-other"):
+    for name in (
+        "offline-run-20260101_000002-abc-1",
+        "offline-run-20260101_000001-abc-1",
+        "offline-run-20260101_000003-other",
+    ):
         (offline / name).mkdir(parents=True)
     (offline / "latest-run").symlink_to(offline / "offline-run-20260101_000002-abc-1")
     argv = sync_argv(earlier, dry_run=True)
-    assert argv == ["wandb", "sync", "--dry-run", str(offline / "offline-run-20260101_000001-abc-1"),
-                    str(offline / "offline-run-20260101_000002-abc-1")]
+    assert argv == [
+        "wandb",
+        "sync",
+        "--dry-run",
+        str(offline / "offline-run-20260101_000001-abc-1"),
+        str(offline / "offline-run-20260101_000002-abc-1"),
+    ]

@@ -13,8 +13,16 @@ import pytest
 from test_preemption import _events, _preempt_once, _release, _scontrol, _start, _wait_done
 
 pytestmark = pytest.mark.slurm
-STEPS = ("--set", "task.trainer.args.max_steps=200", "--set", "task.trainer.args.save_steps=50",
-         "--set", "task.trainer.args.logging_steps=10", "--set", "preemption.max_requeues=2")
+STEPS = (
+    "--set",
+    "task.trainer.args.max_steps=200",
+    "--set",
+    "task.trainer.args.save_steps=50",
+    "--set",
+    "task.trainer.args.logging_steps=10",
+    "--set",
+    "preemption.max_requeues=2",
+)
 
 
 def _logged_steps(tracker: str, tracking_dir: Path, run_id: str) -> list[int]:

@@ -22,7 +22,11 @@ def test_an_entry_is_written_private_and_read_back(cache_home: Path) -> None:
     assert user_cache.read_entry("sub/deeper", "entry") == b"data"
     entry = cache_home / "clusterkit" / "sub" / "deeper" / "entry"
     assert [oct(p.stat().st_mode & 0o777) for p in (entry.parents[2], entry.parents[1], entry.parent, entry)] == [
-        "0o700", "0o700", "0o700", "0o600"]
+        "0o700",
+        "0o700",
+        "0o700",
+        "0o600",
+    ]
 
 
 def test_an_entry_larger_than_the_bound_is_not_read(cache_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,8 +36,9 @@ def test_an_entry_larger_than_the_bound_is_not_read(cache_home: Path, monkeypatc
     assert (user_cache.read_entry("", "small"), user_cache.read_entry("", "large")) == (b"1234", None)
 
 
-def test_ctrl_c_in_a_write_leaves_the_old_entry_and_no_temporary_file(cache_home: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_in_a_write_leaves_the_old_entry_and_no_temporary_file(
+    cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     user_cache.write_entry("", "entry", b"old")
 
     def interrupted(*args: object, **kwargs: object) -> None:

@@ -17,7 +17,9 @@ from conftest import RECIPES, run_cli
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if name not in ("CLUSTERKIT_CONFIG", "CLUSTERKIT_CLUSTERS")}
+    env = {
+        name: value for name, value in os.environ.items() if name not in ("CLUSTERKIT_CONFIG", "CLUSTERKIT_CLUSTERS")
+    }
     return {**env, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), **extra}
 
 
@@ -39,7 +41,9 @@ def _profile(directory: Path, name: str, **fields) -> Path:
 
 def _recipe(tmp_path: Path, **fields) -> Path:
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump({"name": "r", "resources": {"time": "5"}, "task": {"script": "/bin/true"}, **fields}))
+    path.write_text(
+        yaml.safe_dump({"name": "r", "resources": {"time": "5"}, "task": {"script": "/bin/true"}, **fields})
+    )
     return path
 
 
@@ -57,8 +61,12 @@ def test_no_config_file_is_normal(tmp_path: Path) -> None:
     assert found["config_file"]["value"] == str(tmp_path / "xdg" / "clusterkit" / "config.yaml")
     assert (found["cluster"]["value"], found["cluster"]["source"]) == ("dev", "default")
     assert (found["runs_dir"]["value"], found["runs_dir"]["source"]) == ("./runs", "default")
-    assert found["ssh.transport"] == {"key": "ssh.transport", "value": None, "source": "default",
-                                      "where": "the profile's login:, else clusterkit's"}
+    assert found["ssh.transport"] == {
+        "key": "ssh.transport",
+        "value": None,
+        "source": "default",
+        "where": "the profile's login:, else clusterkit's",
+    }
     assert done.stderr == ""
 
 
@@ -79,7 +87,10 @@ def test_the_config_cluster_and_profile_dirs_reach_a_recipe_that_names_none(tmp_
     assert (found["cluster"]["source"], found["cluster"]["where"]) == ("user config", f"{config}:1")
     assert found["runs_dir"]["source"] == "profile"
     dirs = [s for s in json.loads(run_cli("config", "--json", env=_env(tmp_path)).stdout) if s["key"] == "profile_dirs"]
-    assert [(Path(d["value"]).resolve(), d["source"]) for d in dirs][1] == ((tmp_path / ODD_DIR).resolve(), "user config")
+    assert [(Path(d["value"]).resolve(), d["source"]) for d in dirs][1] == (
+        (tmp_path / ODD_DIR).resolve(),
+        "user config",
+    )
 
 
 def test_precedence_flag_over_recipe_over_user_config_over_profile(tmp_path: Path) -> None:
@@ -91,18 +102,40 @@ def test_precedence_flag_over_recipe_over_user_config_over_profile(tmp_path: Pat
     found = _settings(run_cli("config", str(_recipe(tmp_path)), "--json", env=env))
     assert (found["runs_dir"]["value"], found["runs_dir"]["source"]) == ("from-config", "user config")
     # recipe over user config
-    found = _settings(run_cli("config", str(_recipe(tmp_path, cluster="other", runs_dir="from-recipe")), "--json", env=env))
+    found = _settings(
+        run_cli("config", str(_recipe(tmp_path, cluster="other", runs_dir="from-recipe")), "--json", env=env)
+    )
     assert (found["cluster"]["value"], found["cluster"]["source"]) == ("other", "recipe")
     assert (found["runs_dir"]["value"], found["runs_dir"]["source"]) == ("from-recipe", "recipe")
     # flags over recipe
-    found = _settings(run_cli("config", str(_recipe(tmp_path, cluster="other")), "--cluster", "dev",
-                              "--set", "runs_dir=from-flag", "--json", env=env))
-    assert (found["cluster"]["value"], found["cluster"]["source"], found["cluster"]["where"]) == ("dev", "flag", "--cluster")
+    found = _settings(
+        run_cli(
+            "config",
+            str(_recipe(tmp_path, cluster="other")),
+            "--cluster",
+            "dev",
+            "--set",
+            "runs_dir=from-flag",
+            "--json",
+            env=env,
+        )
+    )
+    assert (found["cluster"]["value"], found["cluster"]["source"], found["cluster"]["where"]) == (
+        "dev",
+        "flag",
+        "--cluster",
+    )
     assert (found["runs_dir"]["value"], found["runs_dir"]["source"]) == ("from-flag", "flag")
     # env ($CLUSTERKIT_CLUSTERS) over the user config's profile_dirs: the first match wins
     _profile(tmp_path / "env-profiles", "mine", runs_dir="from-env-profile")
-    found = _settings(run_cli("config", str(_recipe(tmp_path)), "--json",
-                              env={**env, "CLUSTERKIT_CLUSTERS": str(tmp_path / "env-profiles"), "XDG_CONFIG_HOME": "/nonexistent"}))
+    found = _settings(
+        run_cli(
+            "config",
+            str(_recipe(tmp_path)),
+            "--json",
+            env={**env, "CLUSTERKIT_CLUSTERS": str(tmp_path / "env-profiles"), "XDG_CONFIG_HOME": "/nonexistent"},
+        )
+    )
     assert found["profile_dirs"]["source"] == "env" and found["cluster"]["value"] == "dev"
 
 
@@ -114,8 +147,12 @@ def test_clusterkit_config_names_another_file(tmp_path: Path) -> None:
     assert found["runs_dir"]["value"] == "/scratch/x"
     assert (found["ssh.transport"]["value"], found["ssh.transport"]["where"]) == ("paramiko", f"{other}:2")
     assert found["ssh.control_persist"]["value"] == "600"
-    assert run_cli("config", "--runs-dir", "mine", "--json", env=_env(tmp_path, CLUSTERKIT_CONFIG=str(other))
-                   ).stdout.count('"flag"') == 1
+    assert (
+        run_cli(
+            "config", "--runs-dir", "mine", "--json", env=_env(tmp_path, CLUSTERKIT_CONFIG=str(other))
+        ).stdout.count('"flag"')
+        == 1
+    )
     text = run_cli("config", env=_env(tmp_path, CLUSTERKIT_CONFIG=str(other))).stdout
     assert text.startswith("SETTING") and f"user config ({other}:1)" in text
 
@@ -168,7 +205,10 @@ def test_help_and_a_missing_named_config(tmp_path: Path) -> None:
     assert "flags > environment > recipe > user config > cluster profile" in run_cli("config", "--help").stdout
     missing = tmp_path / "no such.yaml"
     done = run_cli("config", env=_env(tmp_path, CLUSTERKIT_CONFIG=str(missing)))
-    assert done.returncode == 2 and done.stderr.strip() == f"{missing}: <top level>: file not found ($CLUSTERKIT_CONFIG names it)"
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == f"{missing}: <top level>: file not found ($CLUSTERKIT_CONFIG names it)"
+    )
 
 
 def test_an_empty_or_unreadable_config(tmp_path: Path) -> None:
@@ -182,14 +222,19 @@ def test_an_empty_or_unreadable_config(tmp_path: Path) -> None:
     shutil.rmtree(config)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", {}),
-    ("ssh: {transport: openssh}\n", {"transport": "openssh"}),
-    ("ssh: {control_persist: yes}\n", {"control_persist": True}),  # YAML 1.1's yes: ssh's own word too
-    ("ssh: {control_persist: 1h30m, transport: auto}\n", {"control_persist": "1h30m", "transport": "auto"}),
-    ("ssh: {control_persist: 0}\n", {"control_persist": 0}),
-])
-def test_ssh_settings_are_what_the_file_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: dict) -> None:
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", {}),
+        ("ssh: {transport: openssh}\n", {"transport": "openssh"}),
+        ("ssh: {control_persist: yes}\n", {"control_persist": True}),  # YAML 1.1's yes: ssh's own word too
+        ("ssh: {control_persist: 1h30m, transport: auto}\n", {"control_persist": "1h30m", "transport": "auto"}),
+        ("ssh: {control_persist: 0}\n", {"control_persist": 0}),
+    ],
+)
+def test_ssh_settings_are_what_the_file_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: dict
+) -> None:
     from clusterkit.load.user_config import load_user_config
 
     config = tmp_path / "c.yaml"
@@ -198,8 +243,9 @@ def test_ssh_settings_are_what_the_file_sets(tmp_path: Path, monkeypatch: pytest
     assert load_user_config().ssh_settings() == expected
 
 
-def test_the_user_configs_ssh_section_reaches_the_ssh_adapter_over_the_profile(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_user_configs_ssh_section_reaches_the_ssh_adapter_over_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What a profile's login: says, unless this machine's config says otherwise; the options reach
     ssh as it reads them (yes/no from YAML booleans, a number of seconds)."""
     from clusterkit.schedulers import ssh

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import RecipeError, load_recipe
-from conftest import PORTED_RECIPES, SHIPPED_RECIPES, RECIPES, run_cli
+from conftest import PORTED_RECIPES, RECIPES, SHIPPED_RECIPES, run_cli
 
 BASE = """\
 name: t
@@ -40,37 +40,101 @@ def _write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
 # (recipe text, expected line, key path, message fragment)
 INVALID = [
     pytest.param(BASE + "launcher: deepspeedd\n", 8, "launcher", "Invalid enum value 'deepspeedd'", id="enum"),
-    pytest.param(BASE.replace("  nodes: 2", "  nodez: 2"), 3, "resources.nodez", "did you mean 'nodes'?", id="unknown-key"),
-    pytest.param(BASE.replace("  nodes: 2", "  nodes: two"), 3, "resources.nodes", "Expected `int`, got `str`", id="type"),
+    pytest.param(
+        BASE.replace("  nodes: 2", "  nodez: 2"), 3, "resources.nodez", "did you mean 'nodes'?", id="unknown-key"
+    ),
+    pytest.param(
+        BASE.replace("  nodes: 2", "  nodes: two"), 3, "resources.nodes", "Expected `int`, got `str`", id="type"
+    ),
     pytest.param(BASE.replace("  nodes: 2", "  nodes: 0"), 3, "resources.nodes", ">= 1", id="range"),
-    pytest.param(BASE + "parallelism: {dp: 3}\n", 8, "parallelism", "dp*tp*pp = 3*1*1 = 3, but nodes*gpus_per_node = 2*2 = 4", id="world-size"),
-    pytest.param(BASE + "parallelism: {tp: 4, dp: 1}\n", 8, "parallelism.tp", "must divide gpus_per_node=2", id="tp-across-nodes"),
-    pytest.param(BASE + "parallelism: {micro_batch_size: 2, gradient_accumulation_steps: 2, global_batch_size: 10}\n",
-                 8, "parallelism.global_batch_size", "!= micro_batch_size*gradient_accumulation_steps*dp", id="batch-arithmetic"),
-    pytest.param(BASE + "parallelism: {micro_batch_size: 3, global_batch_size: 16}\n", 8,
-                 "parallelism.global_batch_size", "not divisible by micro_batch_size*dp = 3*4", id="batch-indivisible"),
-    pytest.param(BASE + "parallelism: {pp: 2, zero_stage: 2}\n", 8, "parallelism.zero_stage", "only stage 1", id="zero-with-pp"),
-    pytest.param(TRAINER + "parallelism: {pp: 2}\n", 7, "parallelism.pp", "cannot do pipeline parallelism", id="pp-with-trainer"),
-    pytest.param(BASE + "  model_config: {model_type: gpt2, n_head: 3, n_embd: 96}\nparallelism: {tp: 2}\n", 8,
-                 "task.model_config", "3 attention heads are not divisible by tp=2", id="heads-tp"),
-    pytest.param(TRAINER + "parallelism: {tp: 2}\n", 6, "task.trainer.model.config", "DeepSpeed AutoTP cannot shard gpt2 models",
-                 id="tp-with-a-trainer-model-autotp-cannot-shard"),
-    pytest.param(BASE + "parallelism: {zero_stage: 1, offload_params: cpu}\n", 8, "parallelism.offload_params",
-                 "needs zero_stage: 3", id="offload-params-stage"),
-    pytest.param(BASE + "parallelism: {offload_optimizer: cpu}\n", 8, "parallelism.offload_optimizer", "needs ZeRO", id="offload-without-zero"),
+    pytest.param(
+        BASE + "parallelism: {dp: 3}\n",
+        8,
+        "parallelism",
+        "dp*tp*pp = 3*1*1 = 3, but nodes*gpus_per_node = 2*2 = 4",
+        id="world-size",
+    ),
+    pytest.param(
+        BASE + "parallelism: {tp: 4, dp: 1}\n", 8, "parallelism.tp", "must divide gpus_per_node=2", id="tp-across-nodes"
+    ),
+    pytest.param(
+        BASE + "parallelism: {micro_batch_size: 2, gradient_accumulation_steps: 2, global_batch_size: 10}\n",
+        8,
+        "parallelism.global_batch_size",
+        "!= micro_batch_size*gradient_accumulation_steps*dp",
+        id="batch-arithmetic",
+    ),
+    pytest.param(
+        BASE + "parallelism: {micro_batch_size: 3, global_batch_size: 16}\n",
+        8,
+        "parallelism.global_batch_size",
+        "not divisible by micro_batch_size*dp = 3*4",
+        id="batch-indivisible",
+    ),
+    pytest.param(
+        BASE + "parallelism: {pp: 2, zero_stage: 2}\n", 8, "parallelism.zero_stage", "only stage 1", id="zero-with-pp"
+    ),
+    pytest.param(
+        TRAINER + "parallelism: {pp: 2}\n", 7, "parallelism.pp", "cannot do pipeline parallelism", id="pp-with-trainer"
+    ),
+    pytest.param(
+        BASE + "  model_config: {model_type: gpt2, n_head: 3, n_embd: 96}\nparallelism: {tp: 2}\n",
+        8,
+        "task.model_config",
+        "3 attention heads are not divisible by tp=2",
+        id="heads-tp",
+    ),
+    pytest.param(
+        TRAINER + "parallelism: {tp: 2}\n",
+        6,
+        "task.trainer.model.config",
+        "DeepSpeed AutoTP cannot shard gpt2 models",
+        id="tp-with-a-trainer-model-autotp-cannot-shard",
+    ),
+    pytest.param(
+        BASE + "parallelism: {zero_stage: 1, offload_params: cpu}\n",
+        8,
+        "parallelism.offload_params",
+        "needs zero_stage: 3",
+        id="offload-params-stage",
+    ),
+    pytest.param(
+        BASE + "parallelism: {offload_optimizer: cpu}\n",
+        8,
+        "parallelism.offload_optimizer",
+        "needs ZeRO",
+        id="offload-without-zero",
+    ),
     pytest.param("name: t\nresources: {time: '10'}\n", 1, "task", "required key 'task' is missing", id="missing-task"),
-    pytest.param(BASE + "  trainer: {model: {pretrained: gpt2}}\n", 6, "task", "exactly one of task.trainer", id="two-tasks"),
-    pytest.param(BASE + "cluster: infiniband-h10\n", 8, "cluster", "did you mean 'infiniband-h100'?", id="unknown-cluster"),
+    pytest.param(
+        BASE + "  trainer: {model: {pretrained: gpt2}}\n", 6, "task", "exactly one of task.trainer", id="two-tasks"
+    ),
+    pytest.param(
+        BASE + "cluster: infiniband-h10\n", 8, "cluster", "did you mean 'infiniband-h100'?", id="unknown-cluster"
+    ),
     pytest.param(BASE + "resources: {nodes: 1}\n", 8, "resources", "duplicate key", id="duplicate-key"),
     pytest.param(BASE + "env: [oops\n", 9, "<top level>", "invalid YAML", id="yaml-syntax"),
     pytest.param(BASE.replace("name: t", "name: 'a b/../c'"), 1, "name", "letters, digits", id="bad-name"),
-    pytest.param(BASE + "env: {'1BAD': x}\n", 8, "env", "letters, digits and '_' only, not starting with a digit",
-                 id="env-name"),
-    pytest.param(BASE + "setup: []\nresourcez: {nodes: 1}\n", 9, "resourcez", "did you mean 'resources'?", id="unknown-top-key"),
-    pytest.param(BASE.replace("  time: \"10\"", "  partition: \"gpu\\n#SBATCH --x\""), 5, "resources.partition",
-                 "single line", id="newline-in-sbatch-value"),
-    pytest.param(TRAINER + "    args: {per_device_train_batch_size: 8}\n", 7, "task.trainer.args.per_device_train_batch_size",
-                 "parallelism.micro_batch_size", id="trainer-owned-arg"),
+    pytest.param(
+        BASE + "env: {'1BAD': x}\n", 8, "env", "letters, digits and '_' only, not starting with a digit", id="env-name"
+    ),
+    pytest.param(
+        BASE + "setup: []\nresourcez: {nodes: 1}\n", 9, "resourcez", "did you mean 'resources'?", id="unknown-top-key"
+    ),
+    pytest.param(
+        BASE.replace('  time: "10"', '  partition: "gpu\\n#SBATCH --x"'),
+        5,
+        "resources.partition",
+        "single line",
+        id="newline-in-sbatch-value",
+    ),
+    pytest.param(
+        TRAINER + "    args: {per_device_train_batch_size: 8}\n",
+        7,
+        "task.trainer.args.per_device_train_batch_size",
+        "parallelism.micro_batch_size",
+        id="trainer-owned-arg",
+    ),
 ]
 
 
@@ -102,7 +166,9 @@ def test_validation_error_from_a_base_recipe_names_the_base(tmp_path: Path) -> N
 def test_extends_deep_merges_and_recipe_wins(tmp_path: Path) -> None:
     _write(tmp_path, "resources: {nodes: 4, gpus_per_node: 2, time: '30'}\nenv: {A: base, B: base}\n", "base.yaml")
     _write(tmp_path, "extends: base.yaml\nenv: {B: mid}\n", "mid.yaml")
-    recipe = _write(tmp_path, "extends: [mid.yaml]\nname: t\nresources: {nodes: 2}\nenv: {C: top}\ntask: {script: x.py}\n")
+    recipe = _write(
+        tmp_path, "extends: [mid.yaml]\nname: t\nresources: {nodes: 2}\nenv: {C: top}\ntask: {script: x.py}\n"
+    )
     loaded = load_recipe(recipe)
     assert loaded.recipe.resources.nodes == 2 and loaded.recipe.resources.time == "30"
     assert loaded.recipe.env == {"A": "base", "B": "mid", "C": "top"}
@@ -121,13 +187,17 @@ def test_set_overrides_and_their_errors(tmp_path: Path) -> None:
     assert loaded.recipe.resources.nodes == 4 and loaded.recipe.parallelism.global_batch_size == 16
     done = run_cli("validate", str(recipe), "--set", "resources.nodez=4")
     assert done.returncode == 2
-    assert done.stderr.startswith("--set resources.nodez=4: resources.nodez: unknown key 'nodez'; did you mean 'nodes'?")
+    assert done.stderr.startswith(
+        "--set resources.nodez=4: resources.nodez: unknown key 'nodez'; did you mean 'nodes'?"
+    )
     done = run_cli("validate", str(recipe), "--set", "resources.nodes")
     assert done.returncode == 2 and "expected key.path=value" in done.stderr
 
 
 def test_derived_layout_and_batches(tmp_path: Path) -> None:
-    loaded = load_recipe(_write(tmp_path, BASE + "parallelism: {global_batch_size: 32, gradient_accumulation_steps: 2}\n"))
+    loaded = load_recipe(
+        _write(tmp_path, BASE + "parallelism: {global_batch_size: 32, gradient_accumulation_steps: 2}\n")
+    )
     p = loaded.recipe.parallelism
     assert (p.dp, p.micro_batch_size, p.gradient_accumulation_steps, p.global_batch_size) == (4, 4, 2, 32)
     assert loaded.recipe.precision == "fp32"  # the dev profile is CPU-only
@@ -143,12 +213,15 @@ def test_many_errors_in_one_recipe_are_all_reported(tmp_path: Path) -> None:
     assert all(re.match(r"^\S+:\d+: ", line) for line in lines)
 
 
-@pytest.mark.parametrize("text,fragment", [
-    (BASE.replace('  time: "10"\n', ""), "resources.time: no time limit set"),
-    (BASE.replace('"10"', '"3:00:00"'), "resources.time: 3:00:00 is above cluster 'dev' max_time 1:00:00"),
-    (BASE + "launcher: deepspeed\n", "launcher: the DeepSpeed launcher without ZeRO"),
-    (BASE + "env: {NCCL_DEBUG: INFO}\n", "env.NCCL_DEBUG: NCCL_DEBUG=INFO is a debugging setting"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        (BASE.replace('  time: "10"\n', ""), "resources.time: no time limit set"),
+        (BASE.replace('"10"', '"3:00:00"'), "resources.time: 3:00:00 is above cluster 'dev' max_time 1:00:00"),
+        (BASE + "launcher: deepspeed\n", "launcher: the DeepSpeed launcher without ZeRO"),
+        (BASE + "env: {NCCL_DEBUG: INFO}\n", "env.NCCL_DEBUG: NCCL_DEBUG=INFO is a debugging setting"),
+    ],
+)
 def test_warnings(tmp_path: Path, text: str, fragment: str) -> None:
     recipe = _write(tmp_path, text)
     done = run_cli("validate", str(recipe))

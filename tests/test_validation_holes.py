@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from clusterkit import load_recipe, render_job
 from conftest import RECIPES, run_cli
 
@@ -64,13 +65,23 @@ def _validates(recipe: Path, *args: str) -> str:
 
 
 # 1. A layout error leaves dp unresolved: later checks must not compute with it.
-@pytest.mark.parametrize("recipe,override,fragment", [
-    (RECIPES / "llama-7b-zero3-ib.yaml", "parallelism.tp=3", "tp*pp = 3 does not divide the 16 GPUs"),
-    (RECIPES / "ddp-1node-8gpu.yaml", "parallelism.tp=3", "tp*pp = 3 does not divide the 8 GPUs"),
-    (None, "parallelism.tp=3", "tp*pp = 3 does not divide the 16 GPUs"),
-    (RECIPES / "llama-7b-zero3-ib.yaml", "parallelism.micro_batch_size=3", "not divisible by micro_batch_size*dp = 3*16"),
-], ids=["7b-trainer", "ddp-trainer", "script-with-model", "batch-indivisible-with-deepspeed"])
-def test_layout_error_is_reported_not_a_traceback(tmp_path: Path, recipe: Path | None, override: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    "recipe,override,fragment",
+    [
+        (RECIPES / "llama-7b-zero3-ib.yaml", "parallelism.tp=3", "tp*pp = 3 does not divide the 16 GPUs"),
+        (RECIPES / "ddp-1node-8gpu.yaml", "parallelism.tp=3", "tp*pp = 3 does not divide the 8 GPUs"),
+        (None, "parallelism.tp=3", "tp*pp = 3 does not divide the 16 GPUs"),
+        (
+            RECIPES / "llama-7b-zero3-ib.yaml",
+            "parallelism.micro_batch_size=3",
+            "not divisible by micro_batch_size*dp = 3*16",
+        ),
+    ],
+    ids=["7b-trainer", "ddp-trainer", "script-with-model", "batch-indivisible-with-deepspeed"],
+)
+def test_layout_error_is_reported_not_a_traceback(
+    tmp_path: Path, recipe: Path | None, override: str, fragment: str
+) -> None:
     recipe = recipe or _write(tmp_path, LLAMA_SCRIPT)
     done = run_cli("validate", str(recipe), "--set", override)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
@@ -81,8 +92,9 @@ def test_layout_error_is_reported_not_a_traceback(tmp_path: Path, recipe: Path |
 def test_trainer_with_tp_on_a_model_autotp_cannot_shard_is_refused(tmp_path: Path) -> None:
     """tp for the built-in runner is DeepSpeed AutoTP's, which refuses GPT-2: said at validate, not ignored."""
     errors = _refused(_write(tmp_path, TRAINER + "parallelism: {tp: 2}\n"))
-    assert errors[0].startswith(f"{tmp_path / 'recipe.yaml'}:6: task.trainer.model.config: DeepSpeed AutoTP cannot "
-                                "shard gpt2 models")
+    assert errors[0].startswith(
+        f"{tmp_path / 'recipe.yaml'}:6: task.trainer.model.config: DeepSpeed AutoTP cannot shard gpt2 models"
+    )
 
 
 def test_plan_proposes_only_what_the_trainer_runner_applies(tmp_path: Path) -> None:
@@ -100,24 +112,32 @@ def test_plan_proposes_only_what_the_trainer_runner_applies(tmp_path: Path) -> N
 
 
 # 3. A sequence longer than the model's positions.
-@pytest.mark.parametrize("config", [
-    "{model_type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, n_positions: 64, vocab_size: 512}",
-    "{model_type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, n_ctx: 64, vocab_size: 512}",
-    "{model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4,"
-    " vocab_size: 512, max_position_embeddings: 64}",
-], ids=["n_positions", "n_ctx", "max_position_embeddings"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "{model_type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, n_positions: 64, vocab_size: 512}",
+        "{model_type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, n_ctx: 64, vocab_size: 512}",
+        "{model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4,"
+        " vocab_size: 512, max_position_embeddings: 64}",
+    ],
+    ids=["n_positions", "n_ctx", "max_position_embeddings"],
+)
 def test_seq_len_longer_than_positions(tmp_path: Path, config: str) -> None:
     text = TRAINER.replace(TRAINER.splitlines()[5].split("config: ", 1)[1], config) + "    dataset: {seq_len: 65}\n"
     errors = _refused(_write(tmp_path, text))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:7: task.trainer.dataset.seq_len: 65 is longer than the model's 64 positions"]
+    assert errors == [
+        f"{tmp_path / 'recipe.yaml'}:7: task.trainer.dataset.seq_len: 65 is longer than the model's 64 positions"
+    ]
     _validates(_write(tmp_path, text.replace("seq_len: 65", "seq_len: 64")))
 
 
 # 4. task.trainer.args keys are TrainingArguments fields.
 def test_misspelt_training_argument(tmp_path: Path) -> None:
     errors = _refused(_write(tmp_path, TRAINER + "    args: {learning_rte: 0.001, max_steps: 3}\n"))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:7: task.trainer.args.learning_rte: unknown TrainingArguments key "
-                      "'learning_rte'; did you mean 'learning_rate'?"]
+    assert errors == [
+        f"{tmp_path / 'recipe.yaml'}:7: task.trainer.args.learning_rte: unknown TrainingArguments key "
+        "'learning_rte'; did you mean 'learning_rate'?"
+    ]
 
 
 def test_training_arguments_of_the_shipped_recipes_are_known() -> None:
@@ -128,8 +148,10 @@ def test_training_arguments_of_the_shipped_recipes_are_known() -> None:
 def test_training_arguments_unchecked_without_transformers(tmp_path: Path) -> None:
     recipe = _write(tmp_path, TRAINER + "    args: {learning_rte: 0.001}\n")
     # sys.modules[name] = None is how Python marks a module as not importable: find_spec returns None.
-    code = ("import sys; sys.modules['transformers'] = None; from clusterkit.cli.main import main; "
-            f"sys.exit(main(['validate', {str(recipe)!r}]))")
+    code = (
+        "import sys; sys.modules['transformers'] = None; from clusterkit.cli.main import main; "
+        f"sys.exit(main(['validate', {str(recipe)!r}]))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "warning: task.trainer.args: unchecked (transformers not installed here)" in done.stderr
@@ -142,10 +164,15 @@ def test_paths_resolve_against_the_recipe_not_the_cwd(tmp_path: Path) -> None:
     (project / "data").mkdir(parents=True)
     (project / "data" / "train.txt").write_text("hello world " * 100)
     (project / "model").mkdir()
-    (project / "model" / "config.json").write_text(json.dumps(
-        {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": 512}))
+    (project / "model" / "config.json").write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": 512}
+        )
+    )
     (project / "ds.json").write_text(json.dumps({"gradient_clipping": 0.5}))
-    recipe = _write(project, """\
+    recipe = _write(
+        project,
+        """\
         name: t
         resources: {nodes: 1, gpus_per_node: 2, time: "10"}
         parallelism: {zero_stage: 1}
@@ -154,7 +181,8 @@ def test_paths_resolve_against_the_recipe_not_the_cwd(tmp_path: Path) -> None:
           trainer:
             model: {config: model, tokenizer: gpt2}
             dataset: {type: text, path: data/train.txt, seq_len: 64}
-        """)
+        """,
+    )
     done = run_cli("render", str(recipe), "-o", str(elsewhere / "out"), cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     trainer = yaml.safe_load((elsewhere / "out" / "recipe.resolved.yaml").read_text())["task"]["trainer"]
@@ -164,7 +192,9 @@ def test_paths_resolve_against_the_recipe_not_the_cwd(tmp_path: Path) -> None:
     assert json.loads((elsewhere / "out" / "ds_config.json").read_text())["gradient_clipping"] == 0.5
 
 
-def test_runner_reads_the_validated_dataset_from_its_own_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runner_reads_the_validated_dataset_from_its_own_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("torch")
     from clusterkit.runtime.data import build_dataset
 
@@ -178,8 +208,9 @@ def test_runner_reads_the_validated_dataset_from_its_own_directory(tmp_path: Pat
     assert len(build_dataset(trainer.dataset, None, 512, 0, Path.cwd())) == 8
 
 
-@pytest.mark.parametrize("written,local", [("gpt2", False), ("org/model", False), ("./tok", True), ("tok", True),
-                                          ("../project/tok", True)])
+@pytest.mark.parametrize(
+    "written,local", [("gpt2", False), ("org/model", False), ("./tok", True), ("tok", True), ("../project/tok", True)]
+)
 def test_model_references_local_or_hub(tmp_path: Path, written: str, local: bool) -> None:
     project = tmp_path / "project"
     (project / "tok").mkdir(parents=True)
@@ -199,8 +230,10 @@ def test_path_in_a_base_is_relative_to_the_base(tmp_path: Path) -> None:
 
 def test_missing_dataset_is_an_error(tmp_path: Path) -> None:
     errors = _refused(_write(tmp_path, TRAINER + "    dataset: {type: jsonl, path: data/missing.jsonl}\n"))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:7: task.trainer.dataset.path: not found: "
-                      f"{tmp_path / 'data' / 'missing.jsonl'} (a relative path is read from the recipe's folder)"]
+    assert errors == [
+        f"{tmp_path / 'recipe.yaml'}:7: task.trainer.dataset.path: not found: "
+        f"{tmp_path / 'data' / 'missing.jsonl'} (a relative path is read from the recipe's folder)"
+    ]
 
 
 def test_dataset_path_from_set_is_relative_to_the_cwd(tmp_path: Path) -> None:
@@ -211,14 +244,27 @@ def test_dataset_path_from_set_is_relative_to_the_cwd(tmp_path: Path) -> None:
 
 
 # 6. Environment names the job script, the launcher or SLURM own.
-@pytest.mark.parametrize("name,owner", [
-    ("RUN_DIR", "the job script"), ("PATH", "replacing PATH hides srun"), ("CLUSTERKIT_PREEMPT_SIGNAL", "clusterkit"),
-    ("CLUSTERKIT_ANYTHING", "clusterkit"), ("MASTER_ADDR", "the job script"), ("MASTER_PORT", "set master_port"),
-    ("RANK", "the launcher"), ("LOCAL_RANK", "the launcher"), ("WORLD_SIZE", "the launcher"),
-    ("LOCAL_WORLD_SIZE", "the launcher"), ("NODE_RANK", "the launcher"), ("SLURM_NTASKS", "SLURM"),
-    ("CUDA_VISIBLE_DEVICES", "SLURM"),
-])
-@pytest.mark.parametrize("where,line", [("env: {%s: x}\n", 5), ("network: {env: {%s: x}}\n", 5)], ids=["env", "network.env"])
+@pytest.mark.parametrize(
+    "name,owner",
+    [
+        ("RUN_DIR", "the job script"),
+        ("PATH", "replacing PATH hides srun"),
+        ("CLUSTERKIT_PREEMPT_SIGNAL", "clusterkit"),
+        ("CLUSTERKIT_ANYTHING", "clusterkit"),
+        ("MASTER_ADDR", "the job script"),
+        ("MASTER_PORT", "set master_port"),
+        ("RANK", "the launcher"),
+        ("LOCAL_RANK", "the launcher"),
+        ("WORLD_SIZE", "the launcher"),
+        ("LOCAL_WORLD_SIZE", "the launcher"),
+        ("NODE_RANK", "the launcher"),
+        ("SLURM_NTASKS", "SLURM"),
+        ("CUDA_VISIBLE_DEVICES", "SLURM"),
+    ],
+)
+@pytest.mark.parametrize(
+    "where,line", [("env: {%s: x}\n", 5), ("network: {env: {%s: x}}\n", 5)], ids=["env", "network.env"]
+)
 def test_owned_env_names_are_refused(tmp_path: Path, name: str, owner: str, where: str, line: int) -> None:
     errors = _refused(_write(tmp_path, SCRIPT + where % name))
     key = "env" if where.startswith("env") else "network.env"
@@ -227,8 +273,11 @@ def test_owned_env_names_are_refused(tmp_path: Path, name: str, owner: str, wher
 
 
 def _profile(directory: Path, extra: str) -> None:
-    _write(directory / "clusters", "name: mine\naccelerator: cpu\ngpus_per_node: 2\ncpus_per_node: 4\n"
-                                   "interconnect: loopback\n" + extra, "mine.yaml")
+    _write(
+        directory / "clusters",
+        "name: mine\naccelerator: cpu\ngpus_per_node: 2\ncpus_per_node: 4\ninterconnect: loopback\n" + extra,
+        "mine.yaml",
+    )
 
 
 @pytest.mark.parametrize("extra", ["env: {WORLD_SIZE: 4}\n", "network_env: {SLURM_JOB_ID: 1}\n"])
@@ -246,8 +295,11 @@ def test_ld_preload_is_allowed(tmp_path: Path) -> None:
 # Names the shell reads as code to run (or as how to run): a value there runs in every bash of the job,
 # outside the job script and past what validate shows. Shell goes in setup:, where it is written on purpose.
 @pytest.mark.parametrize("name", ["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND"])
-@pytest.mark.parametrize("where,line", [("env: {%s: /tmp/x}\n", 5), ("network: {env: {%s: /tmp/x}}\n", 5),
-                                        ("secrets: [%s]\n", 5)], ids=["env", "network.env", "secrets"])
+@pytest.mark.parametrize(
+    "where,line",
+    [("env: {%s: /tmp/x}\n", 5), ("network: {env: {%s: /tmp/x}}\n", 5), ("secrets: [%s]\n", 5)],
+    ids=["env", "network.env", "secrets"],
+)
 def test_env_names_the_shell_runs_are_refused(tmp_path: Path, name: str, where: str, line: int) -> None:
     errors = _refused(_write(tmp_path, SCRIPT + where % name))
     key = {"env": f"env.{name}", "net": f"network.env.{name}", "sec": "secrets[0]"}[where[:3]]
@@ -262,9 +314,14 @@ def test_env_names_the_shell_runs_are_refused_in_the_profile_too(tmp_path: Path)
 
 
 # 7. A runs_dir SLURM and the shell would read differently.
-@pytest.mark.parametrize("runs_dir,fragment", [("~/runs", "'~' is expanded by clusterkit"),
-                                               ("runs/%j", "'%' is a pattern in #SBATCH --output"),
-                                               ("-runs", "starting with '-' reads as an option")])
+@pytest.mark.parametrize(
+    "runs_dir,fragment",
+    [
+        ("~/runs", "'~' is expanded by clusterkit"),
+        ("runs/%j", "'%' is a pattern in #SBATCH --output"),
+        ("-runs", "starting with '-' reads as an option"),
+    ],
+)
 def test_runs_dir_that_would_split_the_run(tmp_path: Path, runs_dir: str, fragment: str) -> None:
     errors = _refused(_write(tmp_path, SCRIPT + f"runs_dir: '{runs_dir}'\n"))
     assert errors == [f"{tmp_path / 'recipe.yaml'}:5: runs_dir: {errors[0].split(': runs_dir: ', 1)[1]}"]
@@ -282,31 +339,45 @@ def test_unquoted_time_stays_slurm_time(tmp_path: Path, written: str, meaning: s
     assert loaded.recipe.resources.time == written
     assert [str(w) for w in loaded.warnings if "SLURM time" in w.message] == [
         f"{recipe}:2: warning: resources.time: {written} is read as the SLURM time '{written}' ({meaning}; YAML 1.1 "
-        f"would make it a base-60 number); quote it (\"{written}\") to say so"]
+        f'would make it a base-60 number); quote it ("{written}") to say so'
+    ]
     done = run_cli("render", str(recipe), "-o", str(tmp_path / "out"))
     assert done.returncode == 0 and f"#SBATCH --time={written}\n" in (tmp_path / "out" / "job.sbatch").read_text()
     assert load_recipe(_write(tmp_path, SCRIPT), [f"resources.time={written}"]).recipe.resources.time == written
 
 
 # 9. Model-config values of the wrong type or size.
-@pytest.mark.parametrize("field,value,shown", [("n_head", '"four"', '"four"'), ("n_layer", "2.5", "2.5"),
-                                               ("vocab_size", "true", "true"), ("n_embd", "0", "0"), ("n_head", "-4", "-4")])
+@pytest.mark.parametrize(
+    "field,value,shown",
+    [
+        ("n_head", '"four"', '"four"'),
+        ("n_layer", "2.5", "2.5"),
+        ("vocab_size", "true", "true"),
+        ("n_embd", "0", "0"),
+        ("n_head", "-4", "-4"),
+    ],
+)
 @pytest.mark.parametrize("command", ["validate", "plan"])
 def test_model_config_value_of_the_wrong_type(tmp_path: Path, field: str, value: str, shown: str, command: str) -> None:
     config = {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 512}
-    text = TRAINER.replace(TRAINER.splitlines()[5].split("config: ", 1)[1],
-                           "{" + ", ".join(f"{k}: {value if k == field else v}" for k, v in config.items()) + "}")
-    recipe = _write(tmp_path, text.replace("time: \"10\"}", "time: \"10\"}\ncluster: infiniband-h100"))
+    text = TRAINER.replace(
+        TRAINER.splitlines()[5].split("config: ", 1)[1],
+        "{" + ", ".join(f"{k}: {value if k == field else v}" for k, v in config.items()) + "}",
+    )
+    recipe = _write(tmp_path, text.replace('time: "10"}', 'time: "10"}\ncluster: infiniband-h100'))
     done = run_cli(command, str(recipe))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip() == (f"{recipe}:7: task.trainer.model.config.{field}: must be a positive whole number, "
-                                   f"got {shown}")
+    assert done.stderr.strip() == (
+        f"{recipe}:7: task.trainer.model.config.{field}: must be a positive whole number, got {shown}"
+    )
 
 
 def test_hidden_size_must_split_into_heads(tmp_path: Path) -> None:
     errors = _refused(_write(tmp_path, TRAINER.replace("n_embd: 64", "n_embd: 66")))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:6: task.trainer.model.config: the hidden size 66 is not divisible "
-                      "by the 4 attention heads"]
+    assert errors == [
+        f"{tmp_path / 'recipe.yaml'}:6: task.trainer.model.config: the hidden size 66 is not divisible "
+        "by the 4 attention heads"
+    ]
 
 
 # 10. An alias bomb fails at once.
@@ -322,14 +393,17 @@ def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
 
 
 # 11. plan's numbers are checked by argparse, and the search is bounded.
-@pytest.mark.parametrize("args,fragment", [
-    (["--global-batch", "1e12"], "'1e12' is not a whole number"),
-    (["--global-batch", "1000000000000"], "give a number from 1 to 100,000,000"),
-    (["--global-batch", "-5"], "give a number from 1 to 100,000,000"),
-    (["--global-batch", "0"], "give a number from 1 to 100,000,000"),
-    (["--top", "-3"], "argument --top: '-3': give a number from 1 to 1,000"),
-    (["--top", "0"], "argument --top: '0': give a number from 1 to 1,000"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--global-batch", "1e12"], "'1e12' is not a whole number"),
+        (["--global-batch", "1000000000000"], "give a number from 1 to 100,000,000"),
+        (["--global-batch", "-5"], "give a number from 1 to 100,000,000"),
+        (["--global-batch", "0"], "give a number from 1 to 100,000,000"),
+        (["--top", "-3"], "argument --top: '-3': give a number from 1 to 1,000"),
+        (["--top", "0"], "argument --top: '0': give a number from 1 to 1,000"),
+    ],
+)
 def test_plan_arguments_are_checked(args: list[str], fragment: str) -> None:
     done = run_cli("plan", str(RECIPES / "llama-7b-zero3-ib.yaml"), *args)
     assert done.returncode == 2 and fragment in done.stderr and done.stdout == "", done.stderr
@@ -363,23 +437,44 @@ def test_a_complete_recipe_that_is_also_extended_is_validated(tmp_path: Path) ->
 
 
 # 13. extra_sbatch must not replace what clusterkit derives, nor conflict with it.
-@pytest.mark.parametrize("flag,value,fragment", [
-    ("nodes", "4", "set resources.nodes instead"), ("ntasks", "8", "a launcher task per node, or a task per rank"),
-    ("ntasks-per-node", "2", "a launcher task per node, or a task per rank"), ("output", "x.log", "set runs_dir"),
-    ("error", "x.err", "set runs_dir"), ("job-name", "x", "set name instead"), ("chdir", "/tmp", "set runs_dir"),
-    ("gres", "gpu:4", "resources.gpus_per_node"), ("gpus-per-node", "4", "resources.gpus_per_node"),
-    ("gpus", "4", "resources.gpus_per_node"), ("signal", "B:TERM@60", "preemption.signal"),
-    ("requeue", "false", "preemption.requeue"), ("open-mode", "truncate", "runs_dir"),
-    ("cpus-per-task", "4", "resources.cpus_per_task"), ("mem", "10G", "resources.mem"), ("time", "5", "resources.time"),
-    ("partition", "x", "resources.partition"), ("account", "x", "resources.account"), ("qos", "x", "resources.qos"),
-    ("constraint", "x", "resources.constraint"), ("reservation", "x", "resources.reservation"),
-    ("exclusive", "true", "resources.exclusive"), ("export", "NONE", "set env (every node gets"),
-    ("cpus-per-gpu", "4", "conflicts with the --cpus-per-task"), ("mem-per-cpu", "1G", "conflicts with the --mem"),
-    ("mem-per-gpu", "1G", "conflicts with the --mem"), ("array", "0-3", "set resources.array"),
-    ("out", "x.log", "abbreviates --output"), ("ntasks-per-n", "2", "abbreviates --ntasks-per-node"),
-])
+@pytest.mark.parametrize(
+    "flag,value,fragment",
+    [
+        ("nodes", "4", "set resources.nodes instead"),
+        ("ntasks", "8", "a launcher task per node, or a task per rank"),
+        ("ntasks-per-node", "2", "a launcher task per node, or a task per rank"),
+        ("output", "x.log", "set runs_dir"),
+        ("error", "x.err", "set runs_dir"),
+        ("job-name", "x", "set name instead"),
+        ("chdir", "/tmp", "set runs_dir"),
+        ("gres", "gpu:4", "resources.gpus_per_node"),
+        ("gpus-per-node", "4", "resources.gpus_per_node"),
+        ("gpus", "4", "resources.gpus_per_node"),
+        ("signal", "B:TERM@60", "preemption.signal"),
+        ("requeue", "false", "preemption.requeue"),
+        ("open-mode", "truncate", "runs_dir"),
+        ("cpus-per-task", "4", "resources.cpus_per_task"),
+        ("mem", "10G", "resources.mem"),
+        ("time", "5", "resources.time"),
+        ("partition", "x", "resources.partition"),
+        ("account", "x", "resources.account"),
+        ("qos", "x", "resources.qos"),
+        ("constraint", "x", "resources.constraint"),
+        ("reservation", "x", "resources.reservation"),
+        ("exclusive", "true", "resources.exclusive"),
+        ("export", "NONE", "set env (every node gets"),
+        ("cpus-per-gpu", "4", "conflicts with the --cpus-per-task"),
+        ("mem-per-cpu", "1G", "conflicts with the --mem"),
+        ("mem-per-gpu", "1G", "conflicts with the --mem"),
+        ("array", "0-3", "set resources.array"),
+        ("out", "x.log", "abbreviates --output"),
+        ("ntasks-per-n", "2", "abbreviates --ntasks-per-node"),
+    ],
+)
 def test_extra_sbatch_cannot_override_derived_options(tmp_path: Path, flag: str, value: str, fragment: str) -> None:
-    errors = _refused(_write(tmp_path, SCRIPT.replace('time: "10"}', f'time: "10", extra_sbatch: {{{flag}: {value}}}}}')))
+    errors = _refused(
+        _write(tmp_path, SCRIPT.replace('time: "10"}', f'time: "10", extra_sbatch: {{{flag}: {value}}}}}'))
+    )
     assert errors[0].startswith(f"{tmp_path / 'recipe.yaml'}:2: resources.extra_sbatch.{flag}: --{flag} "), errors
     assert fragment in errors[0]
 
@@ -387,15 +482,18 @@ def test_extra_sbatch_cannot_override_derived_options(tmp_path: Path, flag: str,
 def test_extra_sbatch_dependency_and_mail_type_still_work(tmp_path: Path) -> None:
     # `clusterkit bench` chains its runs with resources.extra_sbatch.dependency=afterany:ID.
     recipe = _write(tmp_path, SCRIPT.replace('time: "10"}', 'time: "10", extra_sbatch: {mail-type: END}}'))
-    done = run_cli("render", str(recipe), "-o", str(tmp_path / "out"), "--set",
-                   "resources.extra_sbatch.dependency=afterany:123")
+    done = run_cli(
+        "render", str(recipe), "-o", str(tmp_path / "out"), "--set", "resources.extra_sbatch.dependency=afterany:123"
+    )
     assert done.returncode == 0, done.stderr
     script = (tmp_path / "out" / "job.sbatch").read_text()
     assert "#SBATCH --dependency=afterany:123\n" in script and "#SBATCH --mail-type=END\n" in script
 
 
 # 14. Environment values reach the job as written.
-@pytest.mark.parametrize("written", ["3.10", "1e3", "0x10", "010", "yes", "no", "on", "off", "1_000", "12:00", "+1", ".5"])
+@pytest.mark.parametrize(
+    "written", ["3.10", "1e3", "0x10", "010", "yes", "no", "on", "off", "1_000", "12:00", "+1", ".5"]
+)
 def test_env_value_keeps_its_text(tmp_path: Path, written: str) -> None:
     recipe = _write(tmp_path, SCRIPT + f"env: {{A: {written}}}\nnetwork: {{env: {{B: {written}}}}}\n")
     loaded = load_recipe(recipe)
@@ -424,8 +522,10 @@ def test_profile_env_value_keeps_its_text(tmp_path: Path) -> None:
 
 def test_an_empty_env_value_is_an_error_and_null_unsets(tmp_path: Path) -> None:
     errors = _refused(_write(tmp_path, SCRIPT + "env:\n  A:\n"))
-    assert errors == [f"{tmp_path / 'recipe.yaml'}:6: env.A: an environment value cannot be empty; "
-                      "write '' for an empty value, or null to unset the variable"]
+    assert errors == [
+        f"{tmp_path / 'recipe.yaml'}:6: env.A: an environment value cannot be empty; "
+        "write '' for an empty value, or null to unset the variable"
+    ]
     env_sh = render_job(load_recipe(_write(tmp_path, SCRIPT + "env: {A: ~, B: null}\n"))).files["env.sh"]
     assert "\nunset A\n" in env_sh and "\nunset B\n" in env_sh
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable
+from collections.abc import Callable
 
 EXIT_USAGE = 2  # a user error: the input, an argument or a chosen path is wrong
 EXIT_FAILURE = 1  # an external failure: the scheduler, the login node or this machine
@@ -26,11 +26,18 @@ def submit_choices(args: argparse.Namespace):
     """The flags of a submitting command as the API's typed choices."""
     from clusterkit.api import SubmitChoices
 
-    return SubmitChoices(executor=args.executor, template_dirs=template_dirs(args), resume=getattr(args, "resume", None),
-                         from_scratch=getattr(args, "from_scratch", False), grid=tuple(getattr(args, "grid", None) or ()),
-                         max_parallel=getattr(args, "max_parallel", None), chain=getattr(args, "chain", None),
-                         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",")),
-                         after_type=getattr(args, "after_type", "afterok"), singleton=getattr(args, "singleton", False))
+    return SubmitChoices(
+        executor=args.executor,
+        template_dirs=template_dirs(args),
+        resume=getattr(args, "resume", None),
+        from_scratch=getattr(args, "from_scratch", False),
+        grid=tuple(getattr(args, "grid", None) or ()),
+        max_parallel=getattr(args, "max_parallel", None),
+        chain=getattr(args, "chain", None),
+        after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",")),
+        after_type=getattr(args, "after_type", "afterok"),
+        singleton=getattr(args, "singleton", False),
+    )
 
 
 def submit_options(args: argparse.Namespace):
@@ -39,8 +46,12 @@ def submit_options(args: argparse.Namespace):
 
     from clusterkit.launch.prepare import SubmitOptions
 
-    return SubmitOptions(recipe=args.recipe, overrides=tuple(args.set or ()), cluster=args.cluster,
-                         **dataclasses.asdict(submit_choices(args)))
+    return SubmitOptions(
+        recipe=args.recipe,
+        overrides=tuple(args.set or ()),
+        cluster=args.cluster,
+        **dataclasses.asdict(submit_choices(args)),
+    )
 
 
 def code_words(record) -> str:
@@ -101,6 +112,7 @@ def int_list(text: str) -> list[int]:
 
 def whole_number(limit: int) -> Callable[[str], int]:
     """An argparse type: a whole number from 1 to ``limit``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -109,18 +121,26 @@ def whole_number(limit: int) -> Callable[[str], int]:
         if not 1 <= value <= limit:
             raise argparse.ArgumentTypeError(f"{text!r}: give a number from 1 to {limit:,}")
         return value
+
     return parse
 
 
 def with_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
-                   help="override a recipe value (YAML syntax), e.g. --set resources.nodes=4; repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY.PATH=VALUE",
+        help="override a recipe value (YAML syntax), e.g. --set resources.nodes=4; repeatable",
+    )
 
 
 def with_host_keys(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--accept-new-host-key", action="store_true",
-                   help="SSH: trust a login node (or jump host) not yet in known_hosts and add it there; "
-                        "check its fingerprint first. A changed key is always refused")
+    p.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="SSH: trust a login node (or jump host) not yet in known_hosts and add it there; "
+        "check its fingerprint first. A changed key is always refused",
+    )
 
 
 def with_local_target(p: argparse.ArgumentParser) -> None:

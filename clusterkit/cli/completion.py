@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -87,12 +88,19 @@ def _key_paths(prefix: str, **_: Any) -> Iterable[str]:
 
 # dest -> completer: every option or argument with that dest, in every command.
 COMPLETERS: dict[str, Callable[..., Iterable[str]]] = {
-    "recipe": _recipe_files, "recipes": _recipe_files,
+    "recipe": _recipe_files,
+    "recipes": _recipe_files,
     "cluster": _profiles,
-    "job": _job_ids, "after": _job_ids,
-    "set": _key_paths, "grid": _key_paths,
-    "runs_dir": _directories, "template_dir": _directories, "resume": _directories, "run_dir": _directories,
-    "output": _directories, "checkpoint": _directories,
+    "job": _job_ids,
+    "after": _job_ids,
+    "set": _key_paths,
+    "grid": _key_paths,
+    "runs_dir": _directories,
+    "template_dir": _directories,
+    "resume": _directories,
+    "run_dir": _directories,
+    "output": _directories,
+    "checkpoint": _directories,
 }
 
 
@@ -123,10 +131,13 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("completion", help="the shell completion script: eval \"$(clusterkit completion bash)\"",
-                       description="Print the script that completes clusterkit's commands, options, recipe files, "
-                                   "cluster profiles, job ids and --set keys. bash: eval \"$(clusterkit completion "
-                                   "bash)\" in ~/.bashrc; zsh: the same in ~/.zshrc; fish: clusterkit completion fish "
-                                   "| source in ~/.config/fish/config.fish")
+    p = sub.add_parser(
+        "completion",
+        help='the shell completion script: eval "$(clusterkit completion bash)"',
+        description="Print the script that completes clusterkit's commands, options, recipe files, "
+        'cluster profiles, job ids and --set keys. bash: eval "$(clusterkit completion '
+        'bash)" in ~/.bashrc; zsh: the same in ~/.zshrc; fish: clusterkit completion fish '
+        "| source in ~/.config/fish/config.fish",
+    )
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)

@@ -53,8 +53,13 @@ def settings(args: argparse.Namespace) -> list[Setting]:
 
     user = load_user_config()
     missing = "" if user.source else "not there: nothing set"
-    found = [Setting("config_file", str(user.path), *(("env", f"{CONFIG_ENV} {missing}".strip()) if user.from_env
-                                                      else ("default", missing)))]
+    found = [
+        Setting(
+            "config_file",
+            str(user.path),
+            *(("env", f"{CONFIG_ENV} {missing}".strip()) if user.from_env else ("default", missing)),
+        )
+    ]
 
     def from_user(key: str, default: str | None) -> Setting:
         if user.is_set((key,)):
@@ -64,9 +69,14 @@ def settings(args: argparse.Namespace) -> list[Setting]:
     if args.recipe:
         found += _from_recipe(args, user.path)
     else:
-        found.append(Setting("cluster", args.cluster, "flag", "--cluster") if args.cluster else from_user("cluster", "dev"))
-        found.append(Setting("runs_dir", args.runs_dir, "flag", "--runs-dir") if args.runs_dir
-                     else from_user("runs_dir", DEFAULT_RUNS_DIR))
+        found.append(
+            Setting("cluster", args.cluster, "flag", "--cluster") if args.cluster else from_user("cluster", "dev")
+        )
+        found.append(
+            Setting("runs_dir", args.runs_dir, "flag", "--runs-dir")
+            if args.runs_dir
+            else from_user("runs_dir", DEFAULT_RUNS_DIR)
+        )
     recipe_dir = Path(args.recipe).parent if args.recipe else Path.cwd()
     user_dirs = user.profile_directories()
     env_dirs = len(profile_search_path(recipe_dir)) - 2  # those before clusters/ and the shipped ones
@@ -82,9 +92,17 @@ def settings(args: argparse.Namespace) -> list[Setting]:
         found.append(Setting("profile_dirs", str(directory), *origin))
     for key in ("transport", "control_persist"):
         value = getattr(user.config.ssh, key)
-        found.append(Setting(f"ssh.{key}", value if value is None or isinstance(value, str) else json.dumps(value),
-                             *(("user config", str(user.location(("ssh", key)))) if value is not None
-                               else ("default", "the profile's login:, else clusterkit's"))))
+        found.append(
+            Setting(
+                f"ssh.{key}",
+                value if value is None or isinstance(value, str) else json.dumps(value),
+                *(
+                    ("user config", str(user.location(("ssh", key))))
+                    if value is not None
+                    else ("default", "the profile's login:, else clusterkit's")
+                ),
+            )
+        )
     return found
 
 
@@ -117,19 +135,28 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(setting) for setting in found], indent=2))
         return 0
     rows = [("SETTING", "VALUE", "FROM")]
-    rows += [(s.key, "-" if s.value is None else s.value, s.source + (f" ({s.where})" if s.where else "")) for s in found]
+    rows += [
+        (s.key, "-" if s.value is None else s.value, s.source + (f" ({s.where})" if s.where else "")) for s in found
+    ]
     print_columns(rows)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config", help="the effective settings and where each came from (user config, recipe, ...)",
-                       description="The effective settings and where each came from.\n\n" + PRECEDENCE,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("recipe", metavar="RECIPE", nargs="?", help="show cluster and runs_dir as submitting it would take them")
+    p = sub.add_parser(
+        "config",
+        help="the effective settings and where each came from (user config, recipe, ...)",
+        description="The effective settings and where each came from.\n\n" + PRECEDENCE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "recipe", metavar="RECIPE", nargs="?", help="show cluster and runs_dir as submitting it would take them"
+    )
     p.add_argument("--cluster", metavar="PROFILE", help="the cluster profile, instead of the recipe's")
     # "" rather than None: fill_runs_dir leaves it alone, so the user config's shows as such
     p.add_argument("--runs-dir", default="", help="where runs are looked up")
-    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a recipe value, as submit takes it")
+    p.add_argument(
+        "--set", action="append", metavar="KEY.PATH=VALUE", help="override a recipe value, as submit takes it"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_config)

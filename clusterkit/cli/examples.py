@@ -124,8 +124,10 @@ def examples_block(lines: tuple[str, ...], note: str = "") -> str:
 def add_examples(parser: argparse.ArgumentParser, commands: argparse._SubParsersAction) -> None:
     """Examples to the top-level help and to each command's (a command missing from the table
     gets none, and the test says so)."""
-    for command_parser, lines, note in ((parser, TOP_LEVEL, TOP_LEVEL_NOTE),
-                                        *((commands.choices[name], EXAMPLES.get(name), "") for name in commands.choices)):
+    for command_parser, lines, note in (
+        (parser, TOP_LEVEL, TOP_LEVEL_NOTE),
+        *((commands.choices[name], EXAMPLES.get(name), "") for name in commands.choices),
+    ):
         if lines:
             command_parser.epilog = examples_block(lines, note)
             if command_parser.formatter_class is argparse.HelpFormatter:

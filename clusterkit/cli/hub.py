@@ -21,8 +21,10 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
     loaded = api.load_recipe(args.recipe, args.set)
     repos = hub_repos(loaded.recipe)
     if not repos:
-        raise LocatedError(f"{loaded.path}: names no hub model (task.trainer.model.pretrained and tokenizer are "
-                           "local paths or unset): nothing to prefetch")
+        raise LocatedError(
+            f"{loaded.path}: names no hub model (task.trainer.model.pretrained and tokenizer are "
+            "local paths or unset): nothing to prefetch"
+        )
     # Datasets need nothing here: a recipe reads its dataset from local files only (task.trainer.dataset).
     hub = import_hub()
     cache_dir = hub_cache_dir(loaded.profile)
@@ -31,8 +33,10 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
         try:
             snapshot = cached_snapshot(repo, cache_dir)
         except ValueError as exc:  # the hub library's HFValidationError: no repository has this name
-            raise LocatedError(f"{loaded.locate(repo.key)}: {'.'.join(repo.key)}: {repo.repo_id!r} is neither a "
-                               f"local path nor a hub name ({' '.join(str(exc).split())})") from None
+            raise LocatedError(
+                f"{loaded.locate(repo.key)}: {'.'.join(repo.key)}: {repo.repo_id!r} is neither a "
+                f"local path nor a hub name ({' '.join(str(exc).split())})"
+            ) from None
         status = "cached"
         if snapshot is None:
             try:
@@ -44,11 +48,18 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
             # held of the revision: only the marker file now in the cache says the download happened.
             snapshot = cached_snapshot(repo, cache_dir)
             if snapshot is None:
-                raise ExternalError(f"downloading {repo.repo_id!r} from the model hub left no {repo.marker} in {cache_dir}")
+                raise ExternalError(
+                    f"downloading {repo.repo_id!r} from the model hub left no {repo.marker} in {cache_dir}"
+                )
             status = "downloaded"
         fetched.append({"repo_id": repo.repo_id, "key": ".".join(repo.key), "status": status, "snapshot": snapshot})
-    summary = {"recipe": str(loaded.path), "cluster": loaded.profile.name, "offline": loaded.profile.offline,
-               "cache_dir": cache_dir or hub.constants.HF_HUB_CACHE, "models": fetched}
+    summary = {
+        "recipe": str(loaded.path),
+        "cluster": loaded.profile.name,
+        "offline": loaded.profile.offline,
+        "cache_dir": cache_dir or hub.constants.HF_HUB_CACHE,
+        "models": fetched,
+    }
     if args.json:
         print_json(summary)
         return 0
@@ -59,8 +70,10 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prefetch", help="on the login node: download a recipe's hub model into its cluster's hf_home "
-                                        "for offline compute nodes")
+    p = sub.add_parser(
+        "prefetch",
+        help="on the login node: download a recipe's hub model into its cluster's hf_home for offline compute nodes",
+    )
     p.add_argument("recipe", metavar="RECIPE")
     with_json(p)
     with_overrides(p)

@@ -18,8 +18,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check this node: torch/CUDA/NCCL, GPUs and their links, RAM, /dev/shm, network env")
-    p.add_argument("--in-job", action="store_true", help="inside an allocation: compare what torch sees with what SLURM allocated")
-    p.add_argument("--dataloader-workers", type=int, default=2, metavar="N", help="per rank, for the /dev/shm check (default 2)")
+    p = sub.add_parser(
+        "doctor", help="check this node: torch/CUDA/NCCL, GPUs and their links, RAM, /dev/shm, network env"
+    )
+    p.add_argument(
+        "--in-job", action="store_true", help="inside an allocation: compare what torch sees with what SLURM allocated"
+    )
+    p.add_argument(
+        "--dataloader-workers", type=int, default=2, metavar="N", help="per rank, for the /dev/shm check (default 2)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)

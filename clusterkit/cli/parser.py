@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import select
 import sys
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs, tracking
-from clusterkit.cli.examples import add_examples
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from clusterkit.cli.examples import add_examples
 
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError

@@ -34,8 +34,10 @@ def _read_curves(run, accept_new_host_key: bool) -> list[Curves]:
             return [curves_of(record.job_id, record.run_dir, run_metrics(record, scheduler.run_file))]
         points = sweep_points(record, scheduler.run_file)
         tasks = [task_record(record, index) for index in record.tasks]
-        return [curves_of(task.job_id, task.run_dir, run_metrics(task, scheduler.run_file), points.get(index))
-                for index, task in zip(record.tasks, tasks)]
+        return [
+            curves_of(task.job_id, task.run_dir, run_metrics(task, scheduler.run_file), points.get(index))
+            for index, task in zip(record.tasks, tasks)
+        ]
 
 
 def default_output(runs: list) -> Path:
@@ -44,7 +46,9 @@ def default_output(runs: list) -> Path:
     """Beside the run: ``<run dir>/curves.png`` (a sweep: in the array's directory); several runs:
     beside the first, named by their job ids. A run on a login node: here."""
     ids = [run.job_id for run in runs]
-    name = "curves-" + "-".join(ids) if len("-".join(ids)) <= MAX_NAME_IDS else f"curves-{ids[0]}-and-{len(ids) - 1}-more"
+    name = (
+        "curves-" + "-".join(ids) if len("-".join(ids)) <= MAX_NAME_IDS else f"curves-{ids[0]}-and-{len(ids) - 1}-more"
+    )
     if any(run.record.scheduler == "ssh" for run in runs):
         return Path.cwd() / f"{name}.png"
     if len(runs) == 1:
@@ -85,8 +89,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from clusterkit.runs.charts import EXTRA_HINT, has_matplotlib, terminal_chart
     from clusterkit.runs.curves import curves_json, too_large_note
 
-    runs = list({(run.job_id, run.run_dir): run for run in
-                 (api.find_run(job, args.runs_dir, args.accept_new_host_key) for job in args.job)}.values())
+    runs = list(
+        {
+            (run.job_id, run.run_dir): run
+            for run in (api.find_run(job, args.runs_dir, args.accept_new_host_key) for job in args.job)
+        }.values()
+    )
     curves = [c for run in runs for c in _read_curves(run, args.accept_new_host_key)]
     for note in filter(None, map(too_large_note, curves)):
         _note(note)
@@ -123,13 +131,25 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot", help="loss, learning rate and samples/s against step for runs or a sweep (PNG and terminal)")
-    p.add_argument("job", nargs="+", metavar="RUN",
-                   help="job id (a sweep's: every point), array task 123_4, or run directory; several: one chart")
+    p = sub.add_parser(
+        "plot", help="loss, learning rate and samples/s against step for runs or a sweep (PNG and terminal)"
+    )
+    p.add_argument(
+        "job",
+        nargs="+",
+        metavar="RUN",
+        help="job id (a sweep's: every point), array task 123_4, or run directory; several: one chart",
+    )
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help=f"the PNG (another suffix: that format; default: RUN_DIR/{CURVES_PNG}, several runs: beside the first)")
-    p.add_argument("--terminal", action="store_true", help="also draw the chart in the terminal (done anyway without a display)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help=f"the PNG (another suffix: that format; default: RUN_DIR/{CURVES_PNG}, several runs: beside the first)",
+    )
+    p.add_argument(
+        "--terminal", action="store_true", help="also draw the chart in the terminal (done anyway without a display)"
+    )
     with_json(p)
     with_host_keys(p)
     p.set_defaults(func=cmd_plot)

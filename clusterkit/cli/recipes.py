@@ -6,9 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from clusterkit.cli.common import EXIT_USAGE, print_json, print_table, template_dirs, whole_number, with_json, with_overrides
+from clusterkit.cli.common import (
+    EXIT_USAGE,
+    print_json,
+    print_table,
+    template_dirs,
+    whole_number,
+    with_json,
+    with_overrides,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,13 +59,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             checked = api.validate(path, args.set)
         except RecipeError as exc:
-            reports.append({"path": str(path), "ok": False, "errors": findings_json(exc), "warnings": [],
-                            "sweep_points": None})
+            reports.append(
+                {"path": str(path), "ok": False, "errors": findings_json(exc), "warnings": [], "sweep_points": None}
+            )
             if not args.json:
                 print(exc, file=sys.stderr)
             continue
-        reports.append({"path": str(path), "ok": True, "errors": [], "warnings": checked.warnings,
-                        "sweep_points": checked.sweep_points})
+        reports.append(
+            {
+                "path": str(path),
+                "ok": True,
+                "errors": [],
+                "warnings": checked.warnings,
+                "sweep_points": checked.sweep_points,
+            }
+        )
         if args.json:
             continue
         for warning in checked.warnings:
@@ -76,8 +93,15 @@ def findings_json(error: RecipeError) -> list[dict]:
     """Each finding of a recipe error as ``{file, line, key, message}``."""
     from clusterkit.errors import format_key_path
 
-    return [{"file": finding.location.file, "line": finding.location.line, "key": format_key_path(finding.key_path),
-             "message": finding.message} for finding in getattr(error, "findings", [error.finding])]
+    return [
+        {
+            "file": finding.location.file,
+            "line": finding.location.line,
+            "key": format_key_path(finding.key_path),
+            "message": finding.message,
+        }
+        for finding in getattr(error, "findings", [error.finding])
+    ]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -88,13 +112,21 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     loaded = api.load_recipe(args.recipe, args.set)
     job = api.render_job(loaded, template_dirs=template_dirs(args))
-    out_dir = write_render(job.files, Path(args.output or f"render/{job.name}"),
-                           f"clusterkit {__version__} render of {loaded.path}")
+    out_dir = write_render(
+        job.files, Path(args.output or f"render/{job.name}"), f"clusterkit {__version__} render of {loaded.path}"
+    )
     for warning in loaded.warnings:
         print(warning, file=sys.stderr)
     if args.json:
-        print_json({"name": job.name, "output_dir": str(out_dir), "script": job.script_name,
-                    "files": sorted(job.files), "summary": dict(job.summary)})
+        print_json(
+            {
+                "name": job.name,
+                "output_dir": str(out_dir),
+                "script": job.script_name,
+                "files": sorted(job.files),
+                "summary": dict(job.summary),
+            }
+        )
         return 0
     print_table(job.summary)
     shown = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in job.files})
@@ -149,8 +181,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("render", help="dry run: write the job's files without submitting")
     p.add_argument("recipe", metavar="RECIPE")
     p.add_argument("-o", "--output", metavar="DIR", help="output directory (default ./render/<name>)")
-    p.add_argument("--template-dir", action="append", metavar="DIR",
-                   help="look up templates here first (repeatable); see also $CLUSTERKIT_TEMPLATES")
+    p.add_argument(
+        "--template-dir",
+        action="append",
+        metavar="DIR",
+        help="look up templates here first (repeatable); see also $CLUSTERKIT_TEMPLATES",
+    )
     with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_render)
@@ -159,8 +195,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("recipe", metavar="RECIPE")
     p.add_argument("--top", type=whole_number(1000), default=5, help="how many ranked layouts to show (1-1000)")
     p.add_argument("--global-batch", type=whole_number(100_000_000), help="plan for another global batch size")
-    p.add_argument("--apply", nargs="?", const="", metavar="PATH",
-                   help="write the best layout into a copy of the recipe (default <recipe>.planned.yaml)")
+    p.add_argument(
+        "--apply",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="write the best layout into a copy of the recipe (default <recipe>.planned.yaml)",
+    )
     with_json(p)
     with_overrides(p)
     p.set_defaults(func=cmd_plan)

@@ -8,8 +8,19 @@ import contextlib
 import json
 import sys
 
-from clusterkit.cli.common import (DEFAULT_RUNS_DIR, code_words, RUNS_DIR_HELP, print_columns, print_json, record_json, status_json, whole_number,
-                                  with_host_keys, with_job, with_json)
+from clusterkit.cli.common import (
+    DEFAULT_RUNS_DIR,
+    RUNS_DIR_HELP,
+    code_words,
+    print_columns,
+    print_json,
+    record_json,
+    status_json,
+    whole_number,
+    with_host_keys,
+    with_job,
+    with_json,
+)
 from clusterkit.runs.layout import EXPORT_DIR
 
 
@@ -45,11 +56,21 @@ def print_results(record, rows, as_csv: bool = False) -> None:
     for row in rows:
         point = " ".join(f"{key}={value}" for key, value in row.point.items()) or "-"
         state = row.state + (f" (exit {row.exit_code})" if row.exit_code not in (None, 0) else "")
-        table.append((f"{record.job_id}_{row.index}", point, state, "-" if row.final_loss is None else f"{row.final_loss:.4f}",
-                      "-" if row.samples_per_s is None else f"{row.samples_per_s:.1f}", row.run_dir))
+        table.append(
+            (
+                f"{record.job_id}_{row.index}",
+                point,
+                state,
+                "-" if row.final_loss is None else f"{row.final_loss:.4f}",
+                "-" if row.samples_per_s is None else f"{row.samples_per_s:.1f}",
+                row.run_dir,
+            )
+        )
     print_columns(table)
     # Each point's curve carries its TASK as its label (clusterkit.runs.curves).
-    print(f"curves: clusterkit plot {record.job_id}   (one line per TASK; one point: clusterkit plot {record.job_id}_<index>)")
+    print(
+        f"curves: clusterkit plot {record.job_id}   (one line per TASK; one point: clusterkit plot {record.job_id}_<index>)"
+    )
 
 
 def _where(record) -> str:
@@ -75,8 +96,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     found = statuses(records, args.accept_new_host_key, unreachable_ok=not args.job)
     if args.json:
         # One job: its status alone (a login node's clusterkit answers the SSH adapter with it).
-        print(json.dumps(status_json(found[0]) if args.job else [
-            {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **status_json(s)} for r, s in zip(records, found)]))
+        print(
+            json.dumps(
+                status_json(found[0])
+                if args.job
+                else [
+                    {"job_id": r.job_id, "name": r.name, "run_dir": _where(r), **status_json(s)}
+                    for r, s in zip(records, found)
+                ]
+            )
+        )
         return 0
     if not records:
         print(_none_found(args.runs_dir))
@@ -90,7 +119,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(line)
         if args.job:
             print(f"  run dir: {_where(record)}")
-            print(f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor")
+            print(
+                f"  layout:  {record.nodes} nodes x {record.ranks_per_node} ranks, {record.launcher}, {record.scheduler} executor"
+            )
             if record.code_from:
                 print(f"  code:    {code_words(record)}")
         if status.failure:
@@ -113,8 +144,10 @@ def _array_status(record, args: argparse.Namespace) -> int:
         return 0
     print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
     print(f"  run dir: {_where(record)}")
-    print(f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "
-          f"{record.launcher}, {record.scheduler} executor")
+    print(
+        f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "
+        f"{record.launcher}, {record.scheduler} executor"
+    )
     print_results(record, rows)
     return 0
 
@@ -129,7 +162,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     found = api.list_runs(args.runs_dir, args.limit)
     states = api.statuses(found, unreachable_ok=True)
     if args.json:
-        print_json([{"run": record_json(run.record), "status": status_json(status)} for run, status in zip(found, states)])
+        print_json(
+            [{"run": record_json(run.record), "status": status_json(status)} for run, status in zip(found, states)]
+        )
         return 0
     if not found:
         print(_none_found(args.runs_dir))
@@ -138,8 +173,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for run, status in zip(found, states):
         record = run.record
         when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
-        rows.append((record.job_id, record.name, status.state, when,
-                     f"{record.nodes}x{record.ranks_per_node} {record.launcher}", _where(record)))
+        rows.append(
+            (
+                record.job_id,
+                record.name,
+                status.state,
+                when,
+                f"{record.nodes}x{record.ranks_per_node} {record.launcher}",
+                _where(record),
+            )
+        )
     print_columns(rows)
     return 0
 
@@ -166,8 +209,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     record = _find(args)
     if record.tasks:
-        raise UsageError(f"job {record.job_id} is an array of {len(record.tasks)} tasks, each with its own logs: "
-                         f"give one, e.g. clusterkit logs {record.job_id}_{record.tasks[0]}")
+        raise UsageError(
+            f"job {record.job_id} is an array of {len(record.tasks)} tasks, each with its own logs: "
+            f"give one, e.g. clusterkit logs {record.job_id}_{record.tasks[0]}"
+        )
     world = record.nodes * record.ranks_per_node
     if args.rank is not None and not 0 <= args.rank < world:
         raise UsageError(f"rank {args.rank} is not in this run ({'rank 0' if world == 1 else f'ranks 0-{world - 1}'})")
@@ -215,8 +260,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="state of one job, or of the recent runs")
     with_job(p, required=False)
     p.add_argument("--limit", type=whole_number(1_000_000), default=10, help="how many recent runs (default 10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output (a job array: with its results table; "
-                                                       "shapes: docs/json.md)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output (a job array: with its results table; shapes: docs/json.md)",
+    )
     p.add_argument("--csv", action="store_true", help="a job array's results table as CSV")
     p.set_defaults(func=cmd_status)
 
@@ -239,7 +287,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     with_json(p)
     p.set_defaults(func=cmd_cancel)
 
-    p = sub.add_parser("export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)")
+    p = sub.add_parser(
+        "export", help="a from_pretrained-loadable model from a run's newest checkpoint (ZeRO shards consolidated)"
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--checkpoint", metavar="DIR", help="a specific checkpoint directory (default: the newest)")
     p.add_argument("-o", "--output", metavar="DIR", help=f"default RUN_DIR/{EXPORT_DIR}")

@@ -12,21 +12,22 @@ tasks share one resource request and the scales differ in node count.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from clusterkit.errors import UsageError
 from clusterkit.launch.prepare import SubmitOptions, prepare
 from clusterkit.load.loader import Override
-from clusterkit.schedulers.api import schedule, statuses
-from clusterkit.spec.resolved import decode_job_file
 from clusterkit.runs.layout import JOB_JSON, METRICS
 from clusterkit.runs.logs import METRICS_LIMIT, read_run_file
 from clusterkit.runs.poll import poll
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import JobStatus
+from clusterkit.schedulers.api import schedule, statuses
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.resolved import decode_job_file
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,18 @@ class Scale:
 
     def overrides(self, steps: int, micro_batch: int, accumulation: int) -> list[Override]:
         """This scale, with the base recipe's per-GPU work (weak scaling)."""
-        return [Override(("resources", "nodes"), self.nodes), Override(("resources", "gpus_per_node"), self.gpus_per_node),
-                Override(("parallelism", "dp"), "auto"), Override(("parallelism", "global_batch_size"), None),
-                Override(("parallelism", "micro_batch_size"), micro_batch),
-                Override(("parallelism", "gradient_accumulation_steps"), accumulation),
-                Override(("task", "trainer", "args", "max_steps"), steps),
-                Override(("task", "trainer", "args", "logging_steps"), 1),
-                # No checkpoint inside the timed steps.
-                Override(("task", "trainer", "args", "save_steps"), steps * 10)]
+        return [
+            Override(("resources", "nodes"), self.nodes),
+            Override(("resources", "gpus_per_node"), self.gpus_per_node),
+            Override(("parallelism", "dp"), "auto"),
+            Override(("parallelism", "global_batch_size"), None),
+            Override(("parallelism", "micro_batch_size"), micro_batch),
+            Override(("parallelism", "gradient_accumulation_steps"), accumulation),
+            Override(("task", "trainer", "args", "max_steps"), steps),
+            Override(("task", "trainer", "args", "logging_steps"), 1),
+            # No checkpoint inside the timed steps.
+            Override(("task", "trainer", "args", "save_steps"), steps * 10),
+        ]
 
 
 @dataclass(frozen=True)
@@ -90,27 +95,35 @@ def with_scaling(results: list[ScaleResult]) -> list[ScaleResult]:
             scaled.append(result)
             continue
         speedup = result.samples_per_s / base.samples_per_s
-        scaled.append(ScaleResult(**{**asdict(result), "speedup": speedup,
-                                     "efficiency_pct": 100 * speedup / (result.gpus / base.gpus)}))
+        scaled.append(
+            ScaleResult(
+                **{**asdict(result), "speedup": speedup, "efficiency_pct": 100 * speedup / (result.gpus / base.gpus)}
+            )
+        )
     return scaled
 
 
 def read_result(scale: Scale, record: RunRecord, state: str, warmup: int) -> ScaleResult:
     """The scale's throughput; none when the job left no metrics or no job.json (it failed early)."""
     try:
-        metrics = metric_records(read_run_file(record.path / METRICS, METRICS_LIMIT, "the run's metrics")
-                                 .decode("utf-8", "replace"))
+        metrics = metric_records(
+            read_run_file(record.path / METRICS, METRICS_LIMIT, "the run's metrics").decode("utf-8", "replace")
+        )
         job_file = read_bounded(record.path / JOB_JSON, CONFIG_LIMIT, "a job file")
         global_batch = decode_job_file(job_file).recipe.parallelism.global_batch_size
         samples_per_s, steps = measured_throughput(metrics, global_batch, warmup)
     except (OSError, ValueError, KeyError, TypeError, InputFileError):  # msgspec's decode errors are ValueErrors
         samples_per_s, steps = None, 0
-    return ScaleResult(scale.nodes, scale.gpus_per_node, scale.gpus, record.job_id, record.run_dir, state,
-                       samples_per_s, steps)
+    return ScaleResult(
+        scale.nodes, scale.gpus_per_node, scale.gpus, record.job_id, record.run_dir, state, samples_per_s, steps
+    )
 
 
-def wait_all(records: list[RunRecord], statuses: Callable[[list[RunRecord]], list[JobStatus]],
-             report: Callable[[str], None] = print) -> dict[str, str]:
+def wait_all(
+    records: list[RunRecord],
+    statuses: Callable[[list[RunRecord]], list[JobStatus]],
+    report: Callable[[str], None] = print,
+) -> dict[str, str]:
     """Final state of every job, reporting each as it ends: one ``statuses`` call per poll for all
     the jobs still running, polled as :mod:`clusterkit.runs.poll` says."""
     ended: dict[str, str] = {}
@@ -134,8 +147,18 @@ def table_rows(results: list[ScaleResult]) -> list[tuple[str, ...]]:
     def number(value: float | None, pattern: str) -> str:
         return pattern.format(value) if value is not None else "n/a"
 
-    return [(str(r.gpus), f"{r.nodes} x {r.gpus_per_node}", number(r.samples_per_s, "{:.1f}"), number(r.speedup, "{:.2f}x"),
-             number(r.efficiency_pct, "{:.0f}%"), number(r.comm_share_pct, "{:.0f}%"), r.state) for r in results]
+    return [
+        (
+            str(r.gpus),
+            f"{r.nodes} x {r.gpus_per_node}",
+            number(r.samples_per_s, "{:.1f}"),
+            number(r.speedup, "{:.2f}x"),
+            number(r.efficiency_pct, "{:.0f}%"),
+            number(r.comm_share_pct, "{:.0f}%"),
+            r.state,
+        )
+        for r in results
+    ]
 
 
 def write_outputs(results: list[ScaleResult], out_dir: Path, meta: dict[str, Any]) -> list[Path]:
@@ -159,7 +182,9 @@ def write_outputs(results: list[ScaleResult], out_dir: Path, meta: dict[str, Any
     gpus = [r.gpus for r in measured]
     figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(10, 4))
     throughput.plot(gpus, [r.samples_per_s for r in measured], "o-", label="measured")
-    throughput.plot(gpus, [base.samples_per_s * g / base.gpus for g in gpus], "--", color="gray", label="ideal (linear)")
+    throughput.plot(
+        gpus, [base.samples_per_s * g / base.gpus for g in gpus], "--", color="gray", label="ideal (linear)"
+    )
     throughput.set(xlabel="GPUs (ranks)", ylabel="samples/s", title=f"{meta['name']}: throughput")
     throughput.legend()
     efficiency.plot(gpus, [r.efficiency_pct for r in measured], "o-")
@@ -184,15 +209,22 @@ class Submitted:
     recipe_path: Path  # the recipe as given
 
 
-def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int] | None, steps: int,
-               report: Callable[[str], None] = print) -> Submitted:
+def run_scales(
+    options: SubmitOptions,
+    nodes: list[int],
+    gpus_per_node: list[int] | None,
+    steps: int,
+    report: Callable[[str], None] = print,
+) -> Submitted:
     """Submit the recipe once per scale (smallest first), wait for every job and return them."""
     base = prepare(options, one_job="bench").loaded
     if base.recipe.task.trainer is None:
         raise UsageError(f"{base.path}: bench measures the built-in runner's metrics; this recipe runs task.script")
     p = base.recipe.parallelism
-    scales = sorted((Scale(n, g) for g in (gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in nodes),
-                    key=lambda scale: scale.gpus)
+    scales = sorted(
+        (Scale(n, g) for g in (gpus_per_node or [base.recipe.resources.gpus_per_node]) for n in nodes),
+        key=lambda scale: scale.gpus,
+    )
     records: list[RunRecord] = []
     states: dict[str, str] = {}
     for scale in scales:
@@ -205,9 +237,12 @@ def run_scales(options: SubmitOptions, nodes: list[int], gpus_per_node: list[int
         records.append(schedule(request))
         if request.scheduler == "local":  # no queue to order them: one after another
             states.update(wait_all(records[-1:], statuses, report=report))
-    how = ("as dependent jobs (each after the previous ends: afterany), not a job array, whose tasks would "
-           "share one node count" if records[0].scheduler == "slurm" else "one after another (local executor)")
+    how = (
+        "as dependent jobs (each after the previous ends: afterany), not a job array, whose tasks would "
+        "share one node count"
+        if records[0].scheduler == "slurm"
+        else "one after another (local executor)"
+    )
     report(f"submitted {len(scales)} scales {how}: jobs {', '.join(r.job_id for r in records)}")
     states.update(wait_all([r for r in records if r.job_id not in states], statuses, report=report))
     return Submitted(scales, records, states, how, base.path)
-

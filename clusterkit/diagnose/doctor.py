@@ -79,8 +79,13 @@ def _torch_facts() -> dict | None:
             nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
         except (AttributeError, RuntimeError):
             nccl = None
-    return {"version": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
-            "cuda_available": cuda_available, "device_count": torch.cuda.device_count() if cuda_available else 0}
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "cuda_available": cuda_available,
+        "device_count": torch.cuda.device_count() if cuda_available else 0,
+    }
 
 
 def _listdir(path: str) -> list[str]:
@@ -106,7 +111,9 @@ def gather(in_job: bool = False, dataloader_workers: int = 2) -> HostFacts:
     return HostFacts(
         env=dict(os.environ),
         torch=_torch_facts(),
-        gpu_query=_run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"]),
+        gpu_query=_run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"]
+        ),
         topo=_run(["nvidia-smi", "topo", "-m"]),
         nvlink=_run(["nvidia-smi", "nvlink", "--status"]),
         rdma_devices=_listdir("/sys/class/infiniband"),
@@ -199,8 +206,14 @@ def diagnose(facts: HostFacts) -> list[Check]:
     checks = [_torch_check(facts)]
     gpus = parse_gpus(facts.gpu_query)
     if not gpus:
-        checks.append(Check("GPUs", INFO, "no NVIDIA GPU on this node (nvidia-smi absent or lists none): GPU checks "
-                                          "skipped; only CPU (gloo) runs can train here"))
+        checks.append(
+            Check(
+                "GPUs",
+                INFO,
+                "no NVIDIA GPU on this node (nvidia-smi absent or lists none): GPU checks "
+                "skipped; only CPU (gloo) runs can train here",
+            )
+        )
     else:
         checks += _gpu_checks(facts, gpus)
     checks += _host_checks(facts, len(gpus))
@@ -211,8 +224,12 @@ def diagnose(facts: HostFacts) -> list[Check]:
 def _torch_check(facts: HostFacts) -> Check:
     torch = facts.torch
     if torch is None:
-        return Check("torch", FAIL, "torch is not importable",
-                     "pip install 'clusterkit[train]' (or your site's CUDA build of torch first)")
+        return Check(
+            "torch",
+            FAIL,
+            "torch is not importable",
+            "pip install 'clusterkit[train]' (or your site's CUDA build of torch first)",
+        )
     if torch["cuda"] is None:
         return Check("torch", PASS, f"torch {torch['version']}, a CPU build (gloo only)")
     nccl = f", NCCL {torch['nccl']}" if torch["nccl"] else ""
@@ -225,18 +242,36 @@ def _gpu_checks(facts: HostFacts, gpus: list[GPU]) -> list[Check]:
     models = sorted({(g.name, g.memory_mib) for g in gpus})
     summary = f"{len(gpus)} x {gpus[0].name} ({gpus[0].memory_mib / 1024:.0f} GiB), driver {gpus[0].driver}"
     if torch and torch.get("cuda") is None:
-        checks.append(Check("CUDA", FAIL, f"{summary}, but torch is a CPU build",
-                            "install a CUDA build of torch matching the driver"))
+        checks.append(
+            Check(
+                "CUDA",
+                FAIL,
+                f"{summary}, but torch is a CPU build",
+                "install a CUDA build of torch matching the driver",
+            )
+        )
     elif torch and not torch.get("cuda_available"):
-        checks.append(Check("CUDA", FAIL, f"{summary}, but torch (CUDA {torch.get('cuda')}) cannot use them",
-                            "the driver may be older than torch's CUDA needs: update the driver or pick an older CUDA build"))
+        checks.append(
+            Check(
+                "CUDA",
+                FAIL,
+                f"{summary}, but torch (CUDA {torch.get('cuda')}) cannot use them",
+                "the driver may be older than torch's CUDA needs: update the driver or pick an older CUDA build",
+            )
+        )
     else:
         checks.append(Check("CUDA", PASS, summary))
     checks.append(_visibility_check(facts, gpus))
     if len(models) > 1:
         listed = ", ".join(f"{name} {memory / 1024:.0f} GiB" for name, memory in models)
-        checks.append(Check("same GPUs", FAIL, f"mixed GPUs on one node: {listed}",
-                            "the slowest GPU sets every step's pace: ask for one model (resources.constraint)"))
+        checks.append(
+            Check(
+                "same GPUs",
+                FAIL,
+                f"mixed GPUs on one node: {listed}",
+                "the slowest GPU sets every step's pace: ask for one model (resources.constraint)",
+            )
+        )
     else:
         checks.append(Check("same GPUs", PASS, f"all {len(gpus)} are {models[0][0]} with {models[0][1]} MiB"))
     if facts.topo:
@@ -250,15 +285,24 @@ def _visibility_check(facts: HostFacts, gpus: list[GPU]) -> Check:
     env = facts.env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     listed = [v for v in (visible or "").split(",") if v.strip()]
-    slurm = env.get("SLURM_GPUS_ON_NODE") or (str(len(env["SLURM_JOB_GPUS"].split(","))) if env.get("SLURM_JOB_GPUS") else None)
+    slurm = env.get("SLURM_GPUS_ON_NODE") or (
+        str(len(env["SLURM_JOB_GPUS"].split(","))) if env.get("SLURM_JOB_GPUS") else None
+    )
     seen = (facts.torch or {}).get("device_count", len(gpus))
     if facts.in_job and slurm is not None and int(slurm) != seen:
-        return Check("GPU visibility", FAIL, f"SLURM allocated {slurm} GPUs on this node, torch sees {seen} "
-                     f"(CUDA_VISIBLE_DEVICES={visible!s})",
-                     "do not set CUDA_VISIBLE_DEVICES in setup/env; request GPUs the site's way (profile gpu_request)")
+        return Check(
+            "GPU visibility",
+            FAIL,
+            f"SLURM allocated {slurm} GPUs on this node, torch sees {seen} (CUDA_VISIBLE_DEVICES={visible!s})",
+            "do not set CUDA_VISIBLE_DEVICES in setup/env; request GPUs the site's way (profile gpu_request)",
+        )
     if visible is not None and not facts.in_job and len(listed) != len(gpus):
-        return Check("GPU visibility", WARN, f"CUDA_VISIBLE_DEVICES={visible} shows {len(listed)} of the {len(gpus)} GPUs here",
-                     "unset CUDA_VISIBLE_DEVICES outside jobs; SLURM sets it inside an allocation")
+        return Check(
+            "GPU visibility",
+            WARN,
+            f"CUDA_VISIBLE_DEVICES={visible} shows {len(listed)} of the {len(gpus)} GPUs here",
+            "unset CUDA_VISIBLE_DEVICES outside jobs; SLURM sets it inside an allocation",
+        )
     where = ", as SLURM allocated" if facts.in_job and slurm is not None else ""
     return Check("GPU visibility", PASS, f"torch sees {seen} of {len(gpus)} GPUs{where}")
 
@@ -273,18 +317,36 @@ def _topology_checks(topo: str) -> list[Check]:
             checks.append(Check("GPU links", PASS, f"NVLink between every GPU pair ({', '.join(kinds)})"))
         elif nvlink:
             slow = sorted({f"GPU{a}-GPU{b} {links[(a, b)]}" for a, b in links if (a, b) not in nvlink and a < b})
-            checks.append(Check("GPU links", WARN, f"some GPU pairs have no NVLink: {', '.join(slow[:6])}"
-                                + (" ..." if len(slow) > 6 else ""),
-                                "keep tensor-parallel groups inside NVLink-connected GPUs"))
+            checks.append(
+                Check(
+                    "GPU links",
+                    WARN,
+                    f"some GPU pairs have no NVLink: {', '.join(slow[:6])}" + (" ..." if len(slow) > 6 else ""),
+                    "keep tensor-parallel groups inside NVLink-connected GPUs",
+                )
+            )
         else:
             crossing = " (some across CPU sockets: SYS)" if "SYS" in kinds else ""
-            checks.append(Check("GPU links", WARN, f"no NVLink: GPUs talk over PCIe ({', '.join(kinds)}){crossing}",
-                                "expect all-reduce far below NVLink speed (DDP ~30% slower); keep tp=1, "
-                                "or TP only within PIX pairs; use gradient accumulation to communicate less often"))
+            checks.append(
+                Check(
+                    "GPU links",
+                    WARN,
+                    f"no NVLink: GPUs talk over PCIe ({', '.join(kinds)}){crossing}",
+                    "expect all-reduce far below NVLink speed (DDP ~30% slower); keep tp=1, "
+                    "or TP only within PIX pairs; use gradient accumulation to communicate less often",
+                )
+            )
     far = sorted(gpu for gpu, kind in nic_affinity(topo).items() if kind in ("NODE", "SYS"))
     if far:
-        checks.append(Check("GPU-NIC", WARN, f"GPU {', '.join(map(str, far))} reach every NIC only across host bridges "
-                            f"or sockets: no GPUDirect RDMA for them", "ask ops about the node's PCIe layout"))
+        checks.append(
+            Check(
+                "GPU-NIC",
+                WARN,
+                f"GPU {', '.join(map(str, far))} reach every NIC only across host bridges "
+                f"or sockets: no GPUDirect RDMA for them",
+                "ask ops about the node's PCIe layout",
+            )
+        )
     return checks
 
 
@@ -296,10 +358,16 @@ def _nvlink_check(text: str) -> Check:
     degraded = {gpu: (active, total) for gpu, (active, total, _) in status.items() if active < most}
     if degraded:
         listed = ", ".join(f"GPU {gpu}: {active} of {most} links up" for gpu, (active, _) in sorted(degraded.items()))
-        return Check("NVLink", FAIL, listed, "a link is down: report the node to ops (drain it); every collective "
-                                             "through that GPU runs slower")
+        return Check(
+            "NVLink",
+            FAIL,
+            listed,
+            "a link is down: report the node to ops (drain it); every collective through that GPU runs slower",
+        )
     speed = next((speed for _, _, speed in status.values() if speed), "")
-    return Check("NVLink", PASS, f"{most} links up on each of {len(status)} GPUs" + (f", {speed} each" if speed else ""))
+    return Check(
+        "NVLink", PASS, f"{most} links up on each of {len(status)} GPUs" + (f", {speed} each" if speed else "")
+    )
 
 
 def _host_checks(facts: HostFacts, gpus: int) -> list[Check]:
@@ -311,20 +379,44 @@ def _host_checks(facts: HostFacts, gpus: int) -> list[Check]:
     if per_gpu >= RAM_PER_GPU_GIB:
         checks.append(Check("host RAM", PASS, f"{facts.mem_total_bytes / GIB:.0f} GiB, {per_gpu:.0f} GiB per {unit}"))
     else:
-        checks.append(Check("host RAM", WARN, f"{facts.mem_total_bytes / GIB:.0f} GiB = {per_gpu:.1f} GiB per GPU, "
-                            f"below the {RAM_PER_GPU_GIB} GiB per GPU rule of thumb",
-                            "fewer data loader workers, no CPU offload, or nodes with more memory"))
+        checks.append(
+            Check(
+                "host RAM",
+                WARN,
+                f"{facts.mem_total_bytes / GIB:.0f} GiB = {per_gpu:.1f} GiB per GPU, "
+                f"below the {RAM_PER_GPU_GIB} GiB per GPU rule of thumb",
+                "fewer data loader workers, no CPU offload, or nodes with more memory",
+            )
+        )
     ranks = gpus
     needed = ranks * facts.dataloader_workers * SHM_PER_WORKER_BYTES
     if facts.shm_bytes is None:
-        checks.append(Check("/dev/shm", WARN, "no /dev/shm: data loader workers cannot share batches",
-                            "mount a tmpfs at /dev/shm, or dataloader_num_workers: 0"))
+        checks.append(
+            Check(
+                "/dev/shm",
+                WARN,
+                "no /dev/shm: data loader workers cannot share batches",
+                "mount a tmpfs at /dev/shm, or dataloader_num_workers: 0",
+            )
+        )
     elif facts.shm_bytes < needed:
-        checks.append(Check("/dev/shm", WARN, f"{facts.shm_bytes / GIB:.2f} GiB for {ranks} ranks x "
-                            f"{facts.dataloader_workers} workers (wants ~{needed / GIB:.1f} GiB)",
-                            "a bigger /dev/shm (docker --shm-size, a larger tmpfs), or fewer dataloader_num_workers"))
+        checks.append(
+            Check(
+                "/dev/shm",
+                WARN,
+                f"{facts.shm_bytes / GIB:.2f} GiB for {ranks} ranks x "
+                f"{facts.dataloader_workers} workers (wants ~{needed / GIB:.1f} GiB)",
+                "a bigger /dev/shm (docker --shm-size, a larger tmpfs), or fewer dataloader_num_workers",
+            )
+        )
     else:
-        checks.append(Check("/dev/shm", PASS, f"{facts.shm_bytes / GIB:.1f} GiB for {ranks} ranks x {facts.dataloader_workers} workers"))
+        checks.append(
+            Check(
+                "/dev/shm",
+                PASS,
+                f"{facts.shm_bytes / GIB:.1f} GiB for {ranks} ranks x {facts.dataloader_workers} workers",
+            )
+        )
     checks.append(Check("CPU cores", INFO, f"{facts.cpu_count} usable, {facts.cpu_count / gpus:.1f} per {unit}"))
     return checks
 
@@ -334,30 +426,55 @@ def _network_checks(facts: HostFacts) -> list[Check]:
     if facts.rdma_devices:
         checks.append(Check("RDMA devices", INFO, ", ".join(facts.rdma_devices)))
         if env.get("NCCL_IB_DISABLE") == "1":
-            checks.append(Check("NCCL_IB_DISABLE", WARN, f"NCCL_IB_DISABLE=1 while RDMA devices exist ({facts.rdma_devices[0]}...)",
-                                "unset it (or network.profile: infiniband/roce) to use the fabric instead of TCP sockets"))
+            checks.append(
+                Check(
+                    "NCCL_IB_DISABLE",
+                    WARN,
+                    f"NCCL_IB_DISABLE=1 while RDMA devices exist ({facts.rdma_devices[0]}...)",
+                    "unset it (or network.profile: infiniband/roce) to use the fabric instead of TCP sockets",
+                )
+            )
     else:
-        checks.append(Check("RDMA devices", INFO, "none (no InfiniBand, RoCE or EFA): NCCL uses TCP sockets between nodes"))
+        checks.append(
+            Check("RDMA devices", INFO, "none (no InfiniBand, RoCE or EFA): NCCL uses TCP sockets between nodes")
+        )
     spec = env.get("NCCL_SOCKET_IFNAME")
     if spec:
         chosen = _ifname_matches(spec, facts.net_interfaces)
         if chosen:
             checks.append(Check("NCCL_SOCKET_IFNAME", PASS, f"{spec} selects {', '.join(chosen)}"))
         else:
-            checks.append(Check("NCCL_SOCKET_IFNAME", FAIL, f"{spec} matches no interface here "
-                                f"({', '.join(facts.net_interfaces) or 'none'})",
-                                "name an interface that exists on every node (ip -br link), or unset it"))
+            checks.append(
+                Check(
+                    "NCCL_SOCKET_IFNAME",
+                    FAIL,
+                    f"{spec} matches no interface here ({', '.join(facts.net_interfaces) or 'none'})",
+                    "name an interface that exists on every node (ip -br link), or unset it",
+                )
+            )
     for name, values in DEBUG_ENV.items():
         if env.get(name, "").upper() in values:
-            checks.append(Check(name, WARN, f"{name}={env[name]} is a debugging setting left on",
-                                "unset it for production runs (network.debug: true turns such settings on for one run)"))
+            checks.append(
+                Check(
+                    name,
+                    WARN,
+                    f"{name}={env[name]} is a debugging setting left on",
+                    "unset it for production runs (network.debug: true turns such settings on for one run)",
+                )
+            )
     for old, new in LEGACY_ENV.items():
         if old in env and new in env:
-            checks.append(Check(old, WARN, f"{old}={env[old]} beside {new}={env[new]}: torch >= 2.2 reads {new} only",
-                                f"drop {old}"))
+            checks.append(
+                Check(
+                    old, WARN, f"{old}={env[old]} beside {new}={env[new]}: torch >= 2.2 reads {new} only", f"drop {old}"
+                )
+            )
         elif old in env:
-            checks.append(Check(old, WARN, f"{old} is the pre-2.2 name; newer torch ignores or deprecates it",
-                                f"rename it to {new}"))
+            checks.append(
+                Check(
+                    old, WARN, f"{old} is the pre-2.2 name; newer torch ignores or deprecates it", f"rename it to {new}"
+                )
+            )
     return checks
 
 
@@ -375,8 +492,9 @@ def print_report(checks: list[Check]) -> None:
     styles = {PASS: "green", WARN: "yellow", FAIL: "bold red", INFO: "cyan"}
     table = Table("check", "verdict", "detail", "fix", show_lines=False)
     for check in checks:
-        table.add_row(Text(check.name), Text(check.verdict, style=styles[check.verdict]), Text(check.detail),
-                      Text(check.fix))
+        table.add_row(
+            Text(check.name), Text(check.verdict, style=styles[check.verdict]), Text(check.detail), Text(check.fix)
+        )
     console = Console()
     console.print(table)
     counts = {verdict: sum(c.verdict == verdict for c in checks) for verdict in (PASS, WARN, FAIL)}

@@ -45,14 +45,37 @@ class Layout:
         checkpointing = bool(trainer.args.get("gradient_checkpointing", False)) if trainer else False
         if p.fsdp is not None:  # FSDP2 keeps what ZeRO-3 keeps, sharded over its shard group
             shard = p.fsdp.shard_size or p.dp
-            return cls(shard, p.tp, p.pp, 3, "cpu" if p.fsdp.cpu_offload else "none",
-                       "cpu" if p.fsdp.cpu_offload else "none", p.micro_batch_size, p.gradient_accumulation_steps,
-                       checkpointing or p.fsdp.activation_checkpointing, p.cp)
-        return cls(p.dp, p.tp, p.pp, p.zero_stage, p.offload_optimizer, p.offload_params,
-                   p.micro_batch_size, p.gradient_accumulation_steps, checkpointing, p.cp)
+            return cls(
+                shard,
+                p.tp,
+                p.pp,
+                3,
+                "cpu" if p.fsdp.cpu_offload else "none",
+                "cpu" if p.fsdp.cpu_offload else "none",
+                p.micro_batch_size,
+                p.gradient_accumulation_steps,
+                checkpointing or p.fsdp.activation_checkpointing,
+                p.cp,
+            )
+        return cls(
+            p.dp,
+            p.tp,
+            p.pp,
+            p.zero_stage,
+            p.offload_optimizer,
+            p.offload_params,
+            p.micro_batch_size,
+            p.gradient_accumulation_steps,
+            checkpointing,
+            p.cp,
+        )
 
     def describe(self) -> str:
-        text = f"dp{self.dp} tp{self.tp} pp{self.pp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" zero{self.zero_stage}"
+        text = (
+            f"dp{self.dp} tp{self.tp} pp{self.pp}"
+            + (f" cp{self.cp}" if self.cp > 1 else "")
+            + f" zero{self.zero_stage}"
+        )
         if self.offload_optimizer != "none":
             text += f" off-opt:{self.offload_optimizer}"
         if self.offload_params != "none":
@@ -91,7 +114,9 @@ def optimizer_kind(optim: str | None) -> str:
     return "adamw"
 
 
-def model_state_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str = "adamw") -> tuple[int, int, int, int]:
+def model_state_bytes(
+    shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str = "adamw"
+) -> tuple[int, int, int, int]:
     """(weights, gradients, optimizer, offloaded-to-host) bytes on one GPU."""
     n = shape.params / (layout.tp * layout.pp)
     dp, stage = layout.dp * layout.cp, layout.zero_stage  # the ranks ZeRO shards over
@@ -149,13 +174,15 @@ def activation_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, f
     return int(per_stage * in_flight + logits)
 
 
-def estimate(shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str, accelerator: str,
-             gpus_per_node: int) -> MemoryEstimate:
+def estimate(
+    shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str, accelerator: str, gpus_per_node: int
+) -> MemoryEstimate:
     weights, grads, opt, host_per_gpu = model_state_bytes(shape, layout, mixed_precision, optimizer)
     activations = activation_bytes(shape, layout, mixed_precision)
     overhead = int(FRAGMENTATION * (weights + grads + opt + activations))
     if accelerator == "gpu":
         world = layout.dp * layout.tp * layout.pp * layout.cp
         overhead += CUDA_CONTEXT_BYTES + (NCCL_BUFFER_BYTES if world > 1 else 0)
-    return MemoryEstimate(weights, grads, opt, activations, overhead,
-                          int(host_per_gpu * gpus_per_node * HOST_BUFFER_FACTOR))
+    return MemoryEstimate(
+        weights, grads, opt, activations, overhead, int(host_per_gpu * gpus_per_node * HOST_BUFFER_FACTOR)
+    )

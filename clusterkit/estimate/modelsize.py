@@ -43,8 +43,17 @@ def _gpt2(config: dict[str, Any], seq_len: int | None) -> ModelShape:
     # per block: 2 LayerNorms, c_attn (d x 3d + 3d), attn c_proj (d x d + d), c_fc (d x inner + inner), mlp c_proj (inner x d + d)
     block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * inner + inner) + (inner * d + d)
     params = vocab * d + positions * d + layers * block + 2 * d  # lm_head is tied to wte
-    return ModelShape(params, layers, d, _get(config, "n_head", default=12), vocab, seq_len or positions, inner,
-                      max(vocab * d, d * inner, 3 * d * d), "gpt2")
+    return ModelShape(
+        params,
+        layers,
+        d,
+        _get(config, "n_head", default=12),
+        vocab,
+        seq_len or positions,
+        inner,
+        max(vocab * d, d * inner, 3 * d * d),
+        "gpt2",
+    )
 
 
 def _llama(config: dict[str, Any], seq_len: int | None) -> ModelShape:
@@ -64,8 +73,17 @@ def _llama(config: dict[str, Any], seq_len: int | None) -> ModelShape:
     block = attention + mlp + 2 * d  # two RMSNorms
     tied = bool(config.get("tie_word_embeddings", False))
     params = vocab * d + layers * block + d + (0 if tied else vocab * d)
-    return ModelShape(params, layers, d, heads, vocab, seq_len or _get(config, "max_position_embeddings", default=4096),
-                      inner, max(vocab * d, d * inner), "llama")
+    return ModelShape(
+        params,
+        layers,
+        d,
+        heads,
+        vocab,
+        seq_len or _get(config, "max_position_embeddings", default=4096),
+        inner,
+        max(vocab * d, d * inner),
+        "llama",
+    )
 
 
 # Llama-shaped decoders (RMSNorm, gated MLP, grouped-query attention) share the closed form.
@@ -110,13 +128,22 @@ def meta_device_shape(config: dict[str, Any], seq_len: int | None) -> ModelShape
         raise MissingPackage(
             f"model_type {config.get('model_type')!r} has no closed form here ({', '.join(sorted(_FAMILIES))}); counting "
             f"its parameters on the meta device needs torch and transformers, and {exc.name or 'one'} is not "
-            "importable: pip install 'clusterkit[train]'") from None
+            "importable: pip install 'clusterkit[train]'"
+        ) from None
     except (ValueError, TypeError, KeyError) as exc:  # transformers refused the config
         first_sentence = (str(exc).splitlines() or [""])[0].split(". ", 1)[0][:200]
-        raise UnknownArchitecture(f"cannot build model_type {config.get('model_type')!r} from its config: {first_sentence}") from None
+        raise UnknownArchitecture(
+            f"cannot build model_type {config.get('model_type')!r} from its config: {first_sentence}"
+        ) from None
     d = _get(full, "hidden_size", "n_embd", "d_model")
-    return ModelShape(params, _get(full, "num_hidden_layers", "n_layer", "num_layers"), d,
-                      _get(full, "num_attention_heads", "n_head", "num_heads"), _get(full, "vocab_size"),
-                      seq_len or _get(full, "max_position_embeddings", "n_positions", default=2048),
-                      full.get("intermediate_size") or 4 * d, _get(full, "vocab_size") * d,
-                      str(config.get("model_type")))
+    return ModelShape(
+        params,
+        _get(full, "num_hidden_layers", "n_layer", "num_layers"),
+        d,
+        _get(full, "num_attention_heads", "n_head", "num_heads"),
+        _get(full, "vocab_size"),
+        seq_len or _get(full, "max_position_embeddings", "n_positions", default=2048),
+        full.get("intermediate_size") or 4 * d,
+        _get(full, "vocab_size") * d,
+        str(config.get("model_type")),
+    )

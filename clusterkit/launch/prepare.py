@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
-from pathlib import Path
-from typing import Sequence
 
 from clusterkit.errors import UsageError, printable
 from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, load_recipe
@@ -19,8 +19,8 @@ from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
 from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import RunRecord, read_record
-from clusterkit.spec.resolved import ArrayPlacement
 from clusterkit.schedulers.api import SubmitRequest, dry_run
+from clusterkit.spec.resolved import ArrayPlacement
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,22 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
         recipe = recipe or earlier.recipe
         overrides = [*earlier.overrides, *overrides]
         if options.from_scratch:
-            notes.append(f"clusterkit: --from-scratch: running {printable(options.resume)} again from step 0 "
-                         "(its checkpoints are not used)")
+            notes.append(
+                f"clusterkit: --from-scratch: running {printable(options.resume)} again from step 0 "
+                "(its checkpoints are not used)"
+            )
         else:
             if not remote:  # an SSH run's checkpoints are on the cluster: the job checks there
                 found, damaged = newest_usable(checkpoints_dir(Path(options.resume)))
                 if found is None:
-                    why = f"its complete checkpoints are damaged ({damaged[0][1]})" if damaged else "no complete checkpoint"
-                    raise UsageError(f"{options.resume}: nothing to resume: {why}; "
-                                     "add --from-scratch to run it again from step 0")
+                    why = (
+                        f"its complete checkpoints are damaged ({damaged[0][1]})"
+                        if damaged
+                        else "no complete checkpoint"
+                    )
+                    raise UsageError(
+                        f"{options.resume}: nothing to resume: {why}; add --from-scratch to run it again from step 0"
+                    )
             resume_from = earlier.run_dir if remote else str(Path(options.resume).absolute())
             overrides.append(Override(("resume_from",), resume_from))  # type: ignore[arg-type]
         # The run continues where it ran (a local executor's run on SLURM here would be another place).
@@ -84,8 +91,10 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
         overrides.append(cluster_override(options.cluster))  # type: ignore[arg-type]
     loaded = load_recipe(recipe, [*overrides, *extra])
     if one_job and loaded.recipe.sweep:
-        raise UsageError(f"{loaded.path}: clusterkit {one_job} runs one job, and this recipe is a sweep (sweep:); "
-                         "run it without the sweep: --set sweep=null")
+        raise UsageError(
+            f"{loaded.path}: clusterkit {one_job} runs one job, and this recipe is a sweep (sweep:); "
+            "run it without the sweep: --set sweep=null"
+        )
     if options.chain:
         loaded = _chained(loaded, options.chain, [*overrides, *extra])
     loaded = tracked(loaded, None if options.from_scratch else earlier, sweep=bool(loaded.recipe.sweep or options.grid))
@@ -95,8 +104,9 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
         return Prepared(loaded, dry_run(loaded, render_job(loaded, options.template_dirs), executor, dependency), notes)
     # One job array: each task runs its point, and its record keeps that point's overrides.
     request = dry_run(sweep.points[0], render_sweep(sweep, options.template_dirs), executor, dependency)
-    request = dataclasses.replace(request, overrides=loaded.overrides,
-                                  task_overrides=tuple(point.overrides for point in sweep.points))
+    request = dataclasses.replace(
+        request, overrides=loaded.overrides, task_overrides=tuple(point.overrides for point in sweep.points)
+    )
     return Prepared(loaded, request, notes)
 
 
@@ -108,14 +118,17 @@ def tracked(loaded: LoadedRecipe, earlier: RunRecord | None, sweep: bool) -> Loa
     if tracking.tracker == "none":
         return loaded
     if sweep or loaded.recipe.job_kind == "array":
-        raise UsageError(f"{loaded.path}: tracking: a sweep or job array would report all its tasks as one run; "
-                         "track single jobs (or --chain, which continues one run)")
+        raise UsageError(
+            f"{loaded.path}: tracking: a sweep or job array would report all its tasks as one run; "
+            "track single jobs (or --chain, which continues one run)"
+        )
     if earlier is not None and earlier.tracking is not None and earlier.tracking.tracker == tracking.tracker:
         identity = {"run_id": earlier.tracking.run_id, "dir": earlier.tracking.dir}
     else:
         identity = {"run_id": tracking.run_id or secrets.token_hex(8), "dir": tracking.dir}
-    return dataclasses.replace(loaded, recipe=msgspec.structs.replace(
-        loaded.recipe, tracking=msgspec.structs.replace(tracking, **identity)))
+    return dataclasses.replace(
+        loaded, recipe=msgspec.structs.replace(loaded.recipe, tracking=msgspec.structs.replace(tracking, **identity))
+    )
 
 
 def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Override]) -> LoadedRecipe:
@@ -125,12 +138,15 @@ def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Overrid
     if loaded.recipe.sweep or loaded.recipe.array:
         raise UsageError(f"{loaded.path}: --chain continues one run; this recipe is a sweep or a job array")
     if loaded.recipe.preemption.max_retries:
-        raise UsageError(f"{loaded.path}: --chain: a chain's next link already continues a failed one; "
-                         "set preemption.max_retries to 0")
+        raise UsageError(
+            f"{loaded.path}: --chain: a chain's next link already continues a failed one; "
+            "set preemption.max_retries to 0"
+        )
     if loaded.recipe.preemption.max_requeues:
         loaded = load_recipe(loaded.path, [*overrides, Override(("preemption", "max_requeues"), 0)])
-    return dataclasses.replace(loaded, recipe=msgspec.structs.replace(
-        loaded.recipe, array=ArrayPlacement(spec=f"0-{links - 1}%1", chain=True)))
+    return dataclasses.replace(
+        loaded, recipe=msgspec.structs.replace(loaded.recipe, array=ArrayPlacement(spec=f"0-{links - 1}%1", chain=True))
+    )
 
 
 DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
@@ -144,8 +160,10 @@ def dependency_of(options: SubmitOptions) -> str | None:
     jobs = []
     for reference in options.after:
         if not reference:  # `--after "$JOB"` with JOB unset, or a stray comma: never a job without its dependency
-            raise UsageError("--after: an empty job id (an unset variable, or a comma with nothing beside it): "
-                             "give job ids (123), array tasks (123_4) or run directories")
+            raise UsageError(
+                "--after: an empty job id (an unset variable, or a comma with nothing beside it): "
+                "give job ids (123), array tasks (123_4) or run directories"
+            )
         if re.fullmatch(r"[0-9]+(_[0-9]+)?", reference):
             jobs.append(reference)
         elif (Path(reference) / RUN_RECORD).is_file():

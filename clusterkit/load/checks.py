@@ -10,18 +10,24 @@ from typing import Any
 
 import msgspec
 
-from clusterkit.load import job_checks, launch_checks, parallel_checks
-from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.errors import Finding, RecipeError
+from clusterkit.load import job_checks, launch_checks, parallel_checks
+from clusterkit.load.trainer_args import misfit, training_arguments
+from clusterkit.load.yaml_source import KeyPath, SourceMap
+from clusterkit.runs.layout import DEEPSPEED_CONFIG
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Parallelism, Recipe, process_model_of
-from clusterkit.spec.resolved import (ResolvedParallelism, ResolvedRecipe, ResolvedResources, resolve, resolve_resources,
-                                      resolved_parallelism)
-from clusterkit.runs.layout import DEEPSPEED_CONFIG
-from clusterkit.load.trainer_args import misfit, training_arguments
-from clusterkit.load.yaml_source import KeyPath, SourceMap
+from clusterkit.spec.resolved import (
+    ResolvedParallelism,
+    ResolvedRecipe,
+    ResolvedResources,
+    resolve,
+    resolve_resources,
+    resolved_parallelism,
+)
 
 # TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
 RECIPE_OWNED_TRAINER_ARGS = {
@@ -39,8 +45,17 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
 _POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
 # Model-config sizes the checks and the planner compute with: each a positive integer when given.
-_SIZE_KEYS = (*_HEAD_KEYS, *_LAYER_KEYS, *_HIDDEN_KEYS, *_POSITION_KEYS, "vocab_size", "intermediate_size",
-              "n_inner", "num_key_value_heads", "head_dim")
+_SIZE_KEYS = (
+    *_HEAD_KEYS,
+    *_LAYER_KEYS,
+    *_HIDDEN_KEYS,
+    *_POSITION_KEYS,
+    "vocab_size",
+    "intermediate_size",
+    "n_inner",
+    "num_key_value_heads",
+    "head_dim",
+)
 
 
 def read_model_config(recipe: Recipe, source: SourceMap) -> dict[str, Any] | None:
@@ -176,7 +191,9 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
         found.error(("task", "args"), "task.args is for task.script; use task.trainer.args for TrainingArguments")
     model = task.trainer.model
     if (model.config is None) == (model.pretrained is None):
-        found.error(("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained")
+        found.error(
+            ("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained"
+        )
     dataset = task.trainer.dataset
     if dataset.type != "synthetic" and dataset.path is None:
         found.error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
@@ -215,7 +232,9 @@ def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _F
     names, model = ("tp*pp*cp", p.tp * p.pp * p.cp) if p.cp > 1 else ("tp*pp", p.tp * p.pp)
     if p.dp == "auto":
         if world % model:
-            found.error(("parallelism", "tp"), f"{names} = {model} does not divide the {world} GPUs (nodes*gpus_per_node)")
+            found.error(
+                ("parallelism", "tp"), f"{names} = {model} does not divide the {world} GPUs (nodes*gpus_per_node)"
+            )
             return None
         dp = world // model
     else:
@@ -228,8 +247,9 @@ def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _F
                 f"{resources.nodes}*{resources.gpus_per_node} = {world}",
             )
     if dp % p.ep:
-        found.error(("parallelism", "ep"), f"ep={p.ep} must divide dp={dp}: the experts are spread over the "
-                                           f"data-parallel ranks")
+        found.error(
+            ("parallelism", "ep"), f"ep={p.ep} must divide dp={dp}: the experts are spread over the data-parallel ranks"
+        )
     # The batch sizes are checked even when dp is wrong, so both mistakes show in one pass.
     batch = _batch_sizes(p, dp, found)
     if batch is None or dp * model != world or dp % p.ep:
@@ -246,8 +266,11 @@ def _batch_sizes(p: Parallelism, dp: int, found: _Findings) -> tuple[int, int, i
         return micro, accum, micro * accum * dp
     if micro and accum:
         if micro * accum * dp != global_:
-            found.error(key, f"global_batch_size {global_} != micro_batch_size*gradient_accumulation_steps*dp"
-                             f" = {micro}*{accum}*{dp} = {micro * accum * dp}")
+            found.error(
+                key,
+                f"global_batch_size {global_} != micro_batch_size*gradient_accumulation_steps*dp"
+                f" = {micro}*{accum}*{dp} = {micro * accum * dp}",
+            )
             return None
         return micro, accum, global_
     # Derive the missing one of micro / accumulation (micro defaults to 1 when both are open).
@@ -263,9 +286,15 @@ def _check_layout(recipe: Recipe, resources: ResolvedResources, profile: Cluster
     gpus = resources.gpus_per_node
     p = recipe.parallelism
     if gpus > profile.gpus_per_node:
-        found.error(("resources", "gpus_per_node"), f"{gpus} asked, but nodes of cluster '{profile.name}' have {profile.gpus_per_node}")
+        found.error(
+            ("resources", "gpus_per_node"),
+            f"{gpus} asked, but nodes of cluster '{profile.name}' have {profile.gpus_per_node}",
+        )
     if p.tp > gpus or gpus % p.tp:
-        found.error(("parallelism", "tp"), f"tensor parallelism must stay inside one node: tp={p.tp} must divide gpus_per_node={gpus}")
+        found.error(
+            ("parallelism", "tp"),
+            f"tensor parallelism must stay inside one node: tp={p.tp} must divide gpus_per_node={gpus}",
+        )
     if profile.accelerator == "cpu" and recipe.precision == "fp16":
         found.error(("precision",), f"fp16 needs a GPU; cluster '{profile.name}' is CPU-only (use fp32 or bf16)")
 
@@ -273,7 +302,10 @@ def _check_layout(recipe: Recipe, resources: ResolvedResources, profile: Cluster
 def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> None:
     p = recipe.parallelism
     if p.zero_stage >= 2 and p.pp > 1:
-        found.error(("parallelism", "zero_stage"), f"ZeRO stage {p.zero_stage} does not compose with pipeline parallelism (pp={p.pp}); only stage 1 does")
+        found.error(
+            ("parallelism", "zero_stage"),
+            f"ZeRO stage {p.zero_stage} does not compose with pipeline parallelism (pp={p.pp}); only stage 1 does",
+        )
     if p.offload_optimizer != "none" and p.zero_stage == 0:
         found.error(("parallelism", "offload_optimizer"), "optimizer offload needs ZeRO (zero_stage 1, 2 or 3)")
     if p.offload_params != "none" and p.zero_stage != 3:
@@ -284,7 +316,10 @@ def _check_zero(recipe: Recipe, profile: ClusterProfile, found: _Findings) -> No
         why = "the deepspeed launcher" if recipe.launcher == "deepspeed" else f"ZeRO stage {p.zero_stage}"
         found.error(("deepspeed", "enabled"), f"{why} needs DeepSpeed; remove enabled: false")
     elif recipe.launcher == "deepspeed" and p.zero_stage == 0:
-        found.warn(("launcher",), "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up")
+        found.warn(
+            ("launcher",),
+            "the DeepSpeed launcher without ZeRO (zero_stage 0) gives plain data parallelism; torchrun does the same with less set-up",
+        )
 
 
 def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Findings) -> None:
@@ -292,7 +327,9 @@ def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Fi
     if settings.include and settings.exclude:
         found.error(("deepspeed", "exclude"), "give deepspeed.include or deepspeed.exclude, not both")
     if (settings.include or settings.exclude) and recipe.launcher != "deepspeed":
-        found.error(("deepspeed", "include" if settings.include else "exclude"), "include/exclude need launcher: deepspeed")
+        found.error(
+            ("deepspeed", "include" if settings.include else "exclude"), "include/exclude need launcher: deepspeed"
+        )
     if settings.config is None:
         return
     if not recipe.uses_deepspeed:
@@ -302,8 +339,10 @@ def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Fi
     ours = base_config(recipe, profile)
     for batch_key in BATCH_KEYS:
         if merged.get(batch_key) not in (ours[batch_key], "auto"):
-            found.error(("deepspeed", "config", batch_key),
-                        f"{merged[batch_key]} contradicts the recipe's batch layout ({ours[batch_key]}); set it under parallelism")
+            found.error(
+                ("deepspeed", "config", batch_key),
+                f"{merged[batch_key]} contradicts the recipe's batch layout ({ours[batch_key]}); set it under parallelism",
+            )
     for key in overridden_keys(recipe, profile):
         if key not in BATCH_KEYS:
             found.warn(("deepspeed", "config"), f"overrides ds_config key {key} = {json.dumps(_dig(merged, key))}")
@@ -330,7 +369,10 @@ def _check_model_values(recipe: Recipe, config: dict[str, Any], found: _Findings
             found.error(key + (name,), f"must be a positive whole number, got {json.dumps(value)}")
             usable = False
     if not isinstance(config.get("model_type", ""), str):
-        found.error(key + ("model_type",), f"must be a model type name such as gpt2 or llama, got {json.dumps(config['model_type'])}")
+        found.error(
+            key + ("model_type",),
+            f"must be a model type name such as gpt2 or llama, got {json.dumps(config['model_type'])}",
+        )
         usable = False
     if not usable:
         return False
@@ -340,8 +382,10 @@ def _check_model_values(recipe: Recipe, config: dict[str, Any], found: _Findings
     positions = _first_int(config, _POSITION_KEYS)
     trainer = recipe.task.trainer
     if trainer is not None and positions is not None and trainer.dataset.seq_len > positions:
-        found.error(("task", "trainer", "dataset", "seq_len"),
-                    f"{trainer.dataset.seq_len} is longer than the model's {positions} positions")
+        found.error(
+            ("task", "trainer", "dataset", "seq_len"),
+            f"{trainer.dataset.seq_len} is longer than the model's {positions} positions",
+        )
     return True
 
 
@@ -353,11 +397,16 @@ def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings)
         found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
     if layers is not None and layers % p.pp:
         # Uneven first and last stages are common and legitimate (embeddings and head weigh too).
-        found.warn(key, f"the model's {layers} layers do not divide evenly into pp={p.pp} stages: "
-                        f"the stages get {layers // p.pp} or {layers // p.pp + 1} layers")
+        found.warn(
+            key,
+            f"the model's {layers} layers do not divide evenly into pp={p.pp} stages: "
+            f"the stages get {layers // p.pp} or {layers // p.pp + 1} layers",
+        )
 
 
-def _fit_memory(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings) -> ResolvedRecipe:
+def _fit_memory(
+    recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[str, Any], found: _Findings
+) -> ResolvedRecipe:
     """Warn when the estimated per-GPU memory exceeds the profile's GPUs (closed-form model
     families only: the meta-device fallback would import torch on the validate path). Where
     gradient checkpointing makes a trainer task fit and the recipe leaves it unset, it is turned
@@ -372,23 +421,36 @@ def _fit_memory(recipe: ResolvedRecipe, profile: ClusterProfile, config: dict[st
     shape = model_shape(config, trainer.dataset.seq_len if trainer else None)
 
     def needed(layout: Layout) -> int:
-        return estimate(shape, layout, recipe.precision != "fp32", optimizer_kind(args.get("optim")),
-                        profile.accelerator, recipe.resources.gpus_per_node).total
+        return estimate(
+            shape,
+            layout,
+            recipe.precision != "fp32",
+            optimizer_kind(args.get("optim")),
+            profile.accelerator,
+            recipe.resources.gpus_per_node,
+        ).total
 
     layout, available = Layout.of_recipe(recipe), profile.gpu.memory_gb * GIB
     without = needed(layout)
     if without > available and trainer and "gradient_checkpointing" not in args:
         with_it = needed(dataclasses.replace(layout, gradient_checkpointing=True))
         if with_it <= available:
-            found.warn(("task", "trainer", "args"), f"gradient_checkpointing turned on: an estimated {without / GIB:.1f} GiB "
-                                                    f"per GPU without it, {with_it / GIB:.1f} GiB with it, on "
-                                                    f"{profile.gpu.memory_gb:g} GiB GPUs (gradient_checkpointing: false keeps it off)")
-            task = msgspec.structs.replace(recipe.task, trainer=msgspec.structs.replace(
-                trainer, args={**args, "gradient_checkpointing": True}))
+            found.warn(
+                ("task", "trainer", "args"),
+                f"gradient_checkpointing turned on: an estimated {without / GIB:.1f} GiB "
+                f"per GPU without it, {with_it / GIB:.1f} GiB with it, on "
+                f"{profile.gpu.memory_gb:g} GiB GPUs (gradient_checkpointing: false keeps it off)",
+            )
+            task = msgspec.structs.replace(
+                recipe.task, trainer=msgspec.structs.replace(trainer, args={**args, "gradient_checkpointing": True})
+            )
             return msgspec.structs.replace(recipe, task=task)
     if without > available:
-        found.warn(("parallelism",), f"estimated {without / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
-                                     "GPUs of this cluster; `clusterkit plan` shows layouts that do")
+        found.warn(
+            ("parallelism",),
+            f"estimated {without / GIB:.1f} GiB per GPU does not fit the {profile.gpu.memory_gb:g} GiB "
+            "GPUs of this cluster; `clusterkit plan` shows layouts that do",
+        )
     return recipe
 
 
@@ -397,4 +459,7 @@ def _check_env(recipe: Recipe, found: _Findings) -> None:
     for key_base, env in ((("network", "env"), recipe.network.env), (("env",), recipe.env)):
         for name, value in sorted(env.items()):
             if str(value).upper() in DEBUG_ENV.get(name, ()) and not recipe.network.debug:
-                found.warn(key_base + (name,), f"{name}={value} is a debugging setting that slows jobs or floods logs; use network.debug: true while debugging")
+                found.warn(
+                    key_base + (name,),
+                    f"{name}={value} is a debugging setting that slows jobs or floods logs; use network.debug: true while debugging",
+                )

@@ -71,8 +71,14 @@ def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any
 
 
 # msgspec's names of what a value was, as a recipe's reader knows them.
-_KINDS = {"int": "a whole number", "float": "a decimal number", "bool": "true/false", "array": "a list",
-          "object": "a mapping", "null": "empty"}
+_KINDS = {
+    "int": "a whole number",
+    "float": "a decimal number",
+    "bool": "true/false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "empty",
+}
 
 
 def _pattern_at(root: Any, path: list[str | int]) -> str | None:

@@ -43,9 +43,14 @@ def hub_cache_findings(recipe: ResolvedRecipe, profile: ClusterProfile, source: 
     findings = []
     for repo in repos:
         try:
-            problem = None if cached_snapshot(repo, cache_dir) else (
-                f"{repo.repo_id!r} is not in the hub cache {cache_dir or 'the hub library keeps by default'} on this "
-                f"machine, and cluster {profile.name!r} is offline: run `clusterkit prefetch` on its login node first")
+            problem = (
+                None
+                if cached_snapshot(repo, cache_dir)
+                else (
+                    f"{repo.repo_id!r} is not in the hub cache {cache_dir or 'the hub library keeps by default'} on this "
+                    f"machine, and cluster {profile.name!r} is offline: run `clusterkit prefetch` on its login node first"
+                )
+            )
         except MissingPackage as exc:
             problem = f"cannot check the offline model cache: {exc}"
         except ValueError as exc:  # the hub library's HFValidationError: no repository could have this name

@@ -3,16 +3,16 @@ as SLURM and the shell will read it, and the #SBATCH options clusterkit derives 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from clusterkit.spec.arrays import array_indices
-from clusterkit.spec.timefmt import slurm_time_minutes
-from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
-from clusterkit.spec.tracking import as_tracking
-from clusterkit.spec.secrets import looks_secret
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.load.yaml_source import KeyPath
+from clusterkit.spec.arrays import array_indices
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
+from clusterkit.spec.secrets import looks_secret
+from clusterkit.spec.timefmt import slurm_time_minutes
+from clusterkit.spec.tracking import as_tracking
 
 Report = Callable[[KeyPath, str], None]
 
@@ -112,8 +112,12 @@ def read_by_programs(name: str) -> str | None:
 
 
 def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
-    for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
-                              (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
+    for report, base, env in (
+        (error, ("env",), recipe.env),
+        (error, ("network", "env"), recipe.network.env),
+        (profile_error, ("env",), profile.env),
+        (profile_error, ("network_env",), profile.network_env),
+    ):
         for name in sorted(env):
             if name == "PATH" and isinstance(env[name], EnvEdit):
                 continue  # a prepend or append extends the node's PATH: srun and python stay found
@@ -138,9 +142,12 @@ def check_secrets(recipe: Recipe, error: Report, warn: Report) -> None:
     for base, env in ((("env",), recipe.env), (("network", "env"), recipe.network.env)):
         for name in sorted(env):
             if env[name] is not None and (name in recipe.secrets or looks_secret(name)):
-                warn(base + (name,), f"{name} looks like a secret, and its value is written in plain text into "
-                                     f"job.sbatch, env.sh and recipe.resolved.yaml; name it in secrets: instead "
-                                     f"and set it in the environment you submit from")
+                warn(
+                    base + (name,),
+                    f"{name} looks like a secret, and its value is written in plain text into "
+                    f"job.sbatch, env.sh and recipe.resolved.yaml; name it in secrets: instead "
+                    f"and set it in the environment you submit from",
+                )
 
 
 def runs_dir_problem(runs_dir: str) -> str | None:
@@ -168,8 +175,11 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
     for flag in sorted(recipe.resources.extra_sbatch):
         key = ("resources", "extra_sbatch", flag)
         if flag in SRUN_ONLY_OPTIONS or flag in STEP_OWNED and flag not in SBATCH_OPTIONS:
-            error(key, f"--{flag} is an srun option, not an sbatch one; set it for the launch step under "
-                       f"{STEP_OWNED.get(flag, 'srun.extra').split(' ')[0]}")
+            error(
+                key,
+                f"--{flag} is an srun option, not an sbatch one; set it for the launch step under "
+                f"{STEP_OWNED.get(flag, 'srun.extra').split(' ')[0]}",
+            )
         elif flag in DERIVED_SBATCH:
             error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
         elif flag == "gpus-per-task" and process_model_of(recipe) == "task_per_gpu":
@@ -181,19 +191,26 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
             # sbatch takes any unambiguous prefix of a long option: --out is --output.
             error(key, f"--{flag} abbreviates --{owned[0]} (sbatch accepts prefixes); write the full option name")
         elif flag not in SBATCH_OPTIONS:
-            warn(key, f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
-                      "site plugin adds it")
+            warn(
+                key,
+                f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
+                "site plugin adds it",
+            )
 
 
 def check_drops(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:
     """A dropped module or setup line must be one the profile has: a typo would drop nothing."""
-    for kind, dropped, present in (("modules", recipe.drop.modules, profile.modules),
-                                   ("setup", recipe.drop.setup, profile.setup)):
+    for kind, dropped, present in (
+        ("modules", recipe.drop.modules, profile.modules),
+        ("setup", recipe.drop.setup, profile.setup),
+    ):
         for index, item in enumerate(dropped):
             if item not in present:
                 has = ", ".join(repr(p) for p in present) or "none"
-                error(("drop", kind, index), f"cluster profile {profile.name!r} has no {kind} entry {item!r} "
-                                             f"(it has: {has})")
+                error(
+                    ("drop", kind, index),
+                    f"cluster profile {profile.name!r} has no {kind} entry {item!r} (it has: {has})",
+                )
 
 
 def check_array(recipe: Recipe, error: Report) -> None:
@@ -209,8 +226,11 @@ def check_array(recipe: Recipe, error: Report) -> None:
     except ValueError as exc:
         error(key, str(exc))
     if recipe.task.trainer is not None:
-        error(key, "every task would train the same run: vary it with a sweep (a sweep: block, or clusterkit sweep "
-                   "--grid key=v1,v2), which runs one point per array task")
+        error(
+            key,
+            "every task would train the same run: vary it with a sweep (a sweep: block, or clusterkit sweep "
+            "--grid key=v1,v2), which runs one point per array task",
+        )
     if recipe.sweep is not None:
         error(key, "a sweep is one job array already (one task per point); leave resources.array out")
 
@@ -223,22 +243,38 @@ def check_lifecycle(recipe: Recipe, profile: ClusterProfile, error: Report, warn
         warn(("preemption", "signal"), "NCCL may claim SIGUSR1; USR2 is safer")
     if r.time is None:
         limit = f" (the partition's maximum, {profile.max_time}, applies)" if profile.max_time else ""
-        warn(("resources", "time"), f"no time limit set{limit}; set resources.time so the scheduler can backfill the job")
+        warn(
+            ("resources", "time"), f"no time limit set{limit}; set resources.time so the scheduler can backfill the job"
+        )
     elif profile.max_time is not None and slurm_time_minutes(str(r.time)) > slurm_time_minutes(str(profile.max_time)):
-        warn(("resources", "time"), f"{r.time} is above cluster '{profile.name}' max_time {profile.max_time}; "
-                                    "SLURM will reject or cap it")
+        warn(
+            ("resources", "time"),
+            f"{r.time} is above cluster '{profile.name}' max_time {profile.max_time}; SLURM will reject or cap it",
+        )
     if p.requeue is False and p.max_requeues:
-        error(("preemption", "requeue"), f"false, but max_requeues is {p.max_requeues}: a job that may not be requeued "
-                                         "cannot resume itself after a preemption; set it to 0, or requeue: true")
+        error(
+            ("preemption", "requeue"),
+            f"false, but max_requeues is {p.max_requeues}: a job that may not be requeued "
+            "cannot resume itself after a preemption; set it to 0, or requeue: true",
+        )
     if p.max_retries and (recipe.resources.array or recipe.sweep):
-        error(("preemption", "max_retries"), "a retry is a new job continuing one run; job arrays and sweeps have "
-                                             "none yet: set it to 0")
+        error(
+            ("preemption", "max_retries"),
+            "a retry is a new job continuing one run; job arrays and sweeps have none yet: set it to 0",
+        )
     if p.signal is True:
         error(("preemption", "signal"), "true: name the signal (USR2, TERM, HUP, URG or USR1), or false for none")
     if p.signal is False and p.max_requeues:
-        warn(("preemption", "signal"), "false: a job stopped at its time limit gets no signal to checkpoint first, so a "
-                                       "requeued run resumes from its last periodic checkpoint")
-    if r.time_min is not None and r.time is not None and slurm_time_minutes(str(r.time_min)) > slurm_time_minutes(str(r.time)):
+        warn(
+            ("preemption", "signal"),
+            "false: a job stopped at its time limit gets no signal to checkpoint first, so a "
+            "requeued run resumes from its last periodic checkpoint",
+        )
+    if (
+        r.time_min is not None
+        and r.time is not None
+        and slurm_time_minutes(str(r.time_min)) > slurm_time_minutes(str(r.time))
+    ):
         error(("resources", "time_min"), f"{r.time_min} is longer than resources.time {r.time}")
 
 
@@ -248,7 +284,14 @@ def check_tracking(recipe: Recipe, profile: ClusterProfile, error: Report) -> No
     tracking = as_tracking(recipe.tracking)
     if tracking.uri is not None and tracking.tracker != "mlflow":
         error(("tracking", "uri"), f"the tracking server of mlflow; tracker {tracking.tracker} does not use it")
-    if (tracking.tracker == "mlflow" and not tracking.offline and tracking.uri is None
-            and "MLFLOW_TRACKING_URI" not in {**profile.env, **recipe.env}):
-        error(("tracking",), "mlflow online needs its server: tracking.uri (or MLFLOW_TRACKING_URI in env), "
-                             "or offline: true for a file store in the run directory")
+    if (
+        tracking.tracker == "mlflow"
+        and not tracking.offline
+        and tracking.uri is None
+        and "MLFLOW_TRACKING_URI" not in {**profile.env, **recipe.env}
+    ):
+        error(
+            ("tracking",),
+            "mlflow online needs its server: tracking.uri (or MLFLOW_TRACKING_URI in env), "
+            "or offline: true for a file store in the run directory",
+        )

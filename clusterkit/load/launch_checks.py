@@ -13,8 +13,15 @@ from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV,
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import (OTHER_PROCESS_MODELS, PROCESS_MODEL, EnvEdit, Recipe, Srun, process_model_of,
-                                    tasks_per_node)
+from clusterkit.spec.recipe import (
+    OTHER_PROCESS_MODELS,
+    PROCESS_MODEL,
+    EnvEdit,
+    Recipe,
+    Srun,
+    process_model_of,
+    tasks_per_node,
+)
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.runtime_values import NODE, RUNTIME_VALUES, TASK, placeholders
 
@@ -22,33 +29,68 @@ _LAYOUT = "the launch step (from the allocation)"
 # Launcher flags clusterkit writes -> the field that sets them ("_" and "-" are the same flag).
 LAUNCHER_OWNED = {
     "torchrun": {
-        "nnodes": "resources.nodes", "nproc-per-node": "resources.gpus_per_node", "node-rank": _LAYOUT,
-        "master-addr": _LAYOUT, "master-port": "master_port", "rdzv-backend": "rendezvous",
-        "rdzv-endpoint": "rendezvous", "rdzv-id": "rendezvous", "standalone": "resources.nodes",
-        "log-dir": "runs_dir (each rank's output is in the run directory)", "module": "task.module",
-        "no-python": "launcher: command", "m": "task.module",
+        "nnodes": "resources.nodes",
+        "nproc-per-node": "resources.gpus_per_node",
+        "node-rank": _LAYOUT,
+        "master-addr": _LAYOUT,
+        "master-port": "master_port",
+        "rdzv-backend": "rendezvous",
+        "rdzv-endpoint": "rendezvous",
+        "rdzv-id": "rendezvous",
+        "standalone": "resources.nodes",
+        "log-dir": "runs_dir (each rank's output is in the run directory)",
+        "module": "task.module",
+        "no-python": "launcher: command",
+        "m": "task.module",
     },
     "accelerate": {
-        "num-machines": "resources.nodes", "num-processes": "resources.nodes and resources.gpus_per_node",
-        "machine-rank": _LAYOUT, "main-process-ip": _LAYOUT, "main-process-port": "master_port",
-        "config-file": "accelerate.config", "multi-gpu": _LAYOUT, "same-network": _LAYOUT, "rdzv-backend": _LAYOUT,
-        "log-dir": "runs_dir (each rank's output is in the run directory)", "module": "task.module",
-        "mixed-precision": "precision", "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
-        "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)", "use-fsdp": "nothing yet: not supported",
-        "cpu": "the cluster profile (accelerator)", "no-python": "launcher: command",
+        "num-machines": "resources.nodes",
+        "num-processes": "resources.nodes and resources.gpus_per_node",
+        "machine-rank": _LAYOUT,
+        "main-process-ip": _LAYOUT,
+        "main-process-port": "master_port",
+        "config-file": "accelerate.config",
+        "multi-gpu": _LAYOUT,
+        "same-network": _LAYOUT,
+        "rdzv-backend": _LAYOUT,
+        "log-dir": "runs_dir (each rank's output is in the run directory)",
+        "module": "task.module",
+        "mixed-precision": "precision",
+        "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
+        "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)",
+        "use-fsdp": "nothing yet: not supported",
+        "cpu": "the cluster profile (accelerator)",
+        "no-python": "launcher: command",
     },
     "deepspeed": {
-        "hostfile": _LAYOUT, "no-ssh": _LAYOUT, "node-rank": _LAYOUT, "master-addr": _LAYOUT,
-        "master-port": "master_port", "num-nodes": "resources.nodes", "num-gpus": "resources.gpus_per_node",
+        "hostfile": _LAYOUT,
+        "no-ssh": _LAYOUT,
+        "node-rank": _LAYOUT,
+        "master-addr": _LAYOUT,
+        "master-port": "master_port",
+        "num-nodes": "resources.nodes",
+        "num-gpus": "resources.gpus_per_node",
         "enable-each-rank-log": "runs_dir (each rank's output is in the run directory)",
-        "include": "deepspeed.include", "exclude": "deepspeed.exclude", "module": "task.module",
-        "launcher": "launcher (DeepSpeed runs here as one launcher per node)", "no-python": "launcher: command",
+        "include": "deepspeed.include",
+        "exclude": "deepspeed.exclude",
+        "module": "task.module",
+        "launcher": "launcher (DeepSpeed runs here as one launcher per node)",
+        "no-python": "launcher: command",
     },
     "mpirun": {
-        "np": "resources.nodes and resources.gpus_per_node", "n": "resources.nodes and resources.gpus_per_node",
-        "c": "resources.nodes and resources.gpus_per_node", "map-by": _LAYOUT, "npernode": _LAYOUT, "N": _LAYOUT,
-        "npersocket": _LAYOUT, "hostfile": _LAYOUT, "machinefile": _LAYOUT, "host": _LAYOUT, "H": _LAYOUT,
-        "rankfile": _LAYOUT, "output-filename": "runs_dir (each rank's output is in the run directory)",
+        "np": "resources.nodes and resources.gpus_per_node",
+        "n": "resources.nodes and resources.gpus_per_node",
+        "c": "resources.nodes and resources.gpus_per_node",
+        "map-by": _LAYOUT,
+        "npernode": _LAYOUT,
+        "N": _LAYOUT,
+        "npersocket": _LAYOUT,
+        "hostfile": _LAYOUT,
+        "machinefile": _LAYOUT,
+        "host": _LAYOUT,
+        "H": _LAYOUT,
+        "rankfile": _LAYOUT,
+        "output-filename": "runs_dir (each rank's output is in the run directory)",
     },
 }
 
@@ -56,17 +98,28 @@ LAUNCHER_OWNED = {
 def check_launcher(recipe: Recipe, error: Report) -> None:
     launcher = recipe.launcher
     if launcher == "command" and recipe.task.trainer is not None:
-        error(("launcher",), "the built-in Trainer runner is started by torchrun, deepspeed, accelerate, python or "
-                             "mpirun, not by a command")
+        error(
+            ("launcher",),
+            "the built-in Trainer runner is started by torchrun, deepspeed, accelerate, python or "
+            "mpirun, not by a command",
+        )
     if launcher == "mpirun" and recipe.srun != Srun():
-        error(("srun",), "launcher mpirun starts its daemons with an srun of its own, which takes no srun: options; "
-                         "give Open MPI's in launcher_args (e.g. [--mca, plm_slurm_args, ...])")
+        error(
+            ("srun",),
+            "launcher mpirun starts its daemons with an srun of its own, which takes no srun: options; "
+            "give Open MPI's in launcher_args (e.g. [--mca, plm_slurm_args, ...])",
+        )
     if launcher == "command" and recipe.task.module:
-        error(("task", "module"), "launcher: command runs task.script as a program; for a Python module use "
-                                  "launcher: python or torchrun")
+        error(
+            ("task", "module"),
+            "launcher: command runs task.script as a program; for a Python module use launcher: python or torchrun",
+        )
     if launcher == "accelerate" and recipe.parallelism.zero_stage > 0:
-        error(("parallelism", "zero_stage"), "launcher: accelerate with ZeRO is not supported yet (clusterkit renders "
-                                             "accelerate's MULTI_GPU config); use launcher: deepspeed or torchrun for ZeRO")
+        error(
+            ("parallelism", "zero_stage"),
+            "launcher: accelerate with ZeRO is not supported yet (clusterkit renders "
+            "accelerate's MULTI_GPU config); use launcher: deepspeed or torchrun for ZeRO",
+        )
     if recipe.accelerate.config is not None and launcher != "accelerate":
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
     if recipe.rendezvous != "static" and launcher != "torchrun":
@@ -74,7 +127,11 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
     owned = LAUNCHER_OWNED.get(launcher)
     if owned is None:
         if recipe.launcher_args:
-            where = "python: [python3, ...] for the interpreter's" if launcher == "python" else "task.args for the command's"
+            where = (
+                "python: [python3, ...] for the interpreter's"
+                if launcher == "python"
+                else "task.args for the command's"
+            )
             error(("launcher_args",), f"launcher {launcher} takes no launcher_args; use {where} arguments")
         return
     for index, word in enumerate(recipe.launcher_args):
@@ -84,8 +141,10 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
         # The launchers' argparse also takes any unambiguous prefix: --nnode is --nnodes.
         field = owned.get(name) or next((owned[flag] for flag in owned if name and flag.startswith(name)), None)
         if field:
-            error(("launcher_args", index), f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; "
-                                            f"set {field} instead")
+            error(
+                ("launcher_args", index),
+                f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; set {field} instead",
+            )
 
 
 def check_accelerate_config(recipe: Recipe, error: Report) -> None:
@@ -103,8 +162,11 @@ def check_accelerate_config(recipe: Recipe, error: Report) -> None:
         return
     kind = config.get("distributed_type", "MULTI_GPU") if isinstance(config, dict) else None
     if kind not in ("MULTI_GPU", "MULTI_CPU", "NO"):
-        error(key, f"{path}: distributed_type {kind!r} is not supported with launcher: accelerate yet (clusterkit "
-                   "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun")
+        error(
+            key,
+            f"{path}: distributed_type {kind!r} is not supported with launcher: accelerate yet (clusterkit "
+            "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun",
+        )
 
 
 def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -115,17 +177,25 @@ def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, 
     if recipe.process_model is not None and recipe.process_model not in allowed:
         fitting = sorted(name for name, own in PROCESS_MODEL.items() if own == recipe.process_model)
         fitting += sorted(name for name, models in OTHER_PROCESS_MODELS.items() if recipe.process_model in models)
-        error(("process_model",), f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
-                                  f"({' or '.join(allowed)}); for {recipe.process_model} use launcher: {' or '.join(fitting)}")
+        error(
+            ("process_model",),
+            f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
+            f"({' or '.join(allowed)}); for {recipe.process_model} use launcher: {' or '.join(fitting)}",
+        )
     preflight = recipe.preflight if isinstance(recipe.preflight, bool) else recipe.preflight.enabled
     if model == "batch_launcher" and preflight:
         error(("preflight",), "the preflight is not supported with process_model: batch_launcher yet")
     if model == "batch_launcher" and profile.container is not None:
-        profile_error(("container",), f"containers are not supported with process_model: batch_launcher yet (launcher "
-                                      f"{recipe.launcher} starts the ranks outside clusterkit's launch step)")
+        profile_error(
+            ("container",),
+            f"containers are not supported with process_model: batch_launcher yet (launcher "
+            f"{recipe.launcher} starts the ranks outside clusterkit's launch step)",
+        )
     if model == "batch_launcher" and (recipe.deepspeed.include or recipe.deepspeed.exclude):
-        error(("deepspeed", "include" if recipe.deepspeed.include else "exclude"),
-              "include/exclude are not supported with process_model: batch_launcher yet")
+        error(
+            ("deepspeed", "include" if recipe.deepspeed.include else "exclude"),
+            "include/exclude are not supported with process_model: batch_launcher yet",
+        )
 
 
 def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -135,15 +205,24 @@ def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, 
     if profile.task_gpu_bind is None:
         return
     if profile.accelerator == "cpu" or profile.gpu_request == "none":
-        profile_error(("task_gpu_bind",), "binds GPUs to tasks, but this profile requests no GPUs "
-                                          f"(accelerator: {profile.accelerator}, gpu_request: {profile.gpu_request})")
+        profile_error(
+            ("task_gpu_bind",),
+            "binds GPUs to tasks, but this profile requests no GPUs "
+            f"(accelerator: {profile.accelerator}, gpu_request: {profile.gpu_request})",
+        )
     if "gpu-bind" in recipe.srun.extra:
-        error(("srun", "extra", "gpu-bind"), f"the cluster profile {profile.name!r} binds GPUs to tasks "
-                                             f"(task_gpu_bind: {profile.task_gpu_bind}); set one or the other")
+        error(
+            ("srun", "extra", "gpu-bind"),
+            f"the cluster profile {profile.name!r} binds GPUs to tasks "
+            f"(task_gpu_bind: {profile.task_gpu_bind}); set one or the other",
+        )
     if recipe.task.trainer is not None and process_model_of(recipe) != "launcher_per_node":
-        error(("task", "trainer"), f"the cluster profile {profile.name!r} binds each task to its GPUs "
-                                   f"(task_gpu_bind: {profile.task_gpu_bind}) and the built-in runner selects "
-                                   f"cuda:LOCAL_RANK, which a task would not see; use launcher: torchrun, or a script")
+        error(
+            ("task", "trainer"),
+            f"the cluster profile {profile.name!r} binds each task to its GPUs "
+            f"(task_gpu_bind: {profile.task_gpu_bind}) and the built-in runner selects "
+            f"cuda:LOCAL_RANK, which a task would not see; use launcher: torchrun, or a script",
+        )
 
 
 def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -151,21 +230,32 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
     host folder over the runs directory inside the container would hide the run from its ranks
     (clusterkit mounts the run directory at its own path; this catches what would cover it)."""
     if recipe.container_image is not None and profile.container is None:
-        error(("container_image",), f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}), "
-                                    "so it cannot run this image")
+        error(
+            ("container_image",),
+            f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}), "
+            "so it cannot run this image",
+        )
     if profile.container is None:
         return
     runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
-        error(("runs_dir",), f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
-                             "choose a runs directory without them")
+        error(
+            ("runs_dir",),
+            f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
+            "choose a runs directory without them",
+        )
     for index, entry in enumerate(profile.container.mounts):
         for mount in filter(None, entry.split(",")):  # joined with ',', as both runtimes split their list
             source, _, rest = mount.partition(":")
             target = rest.split(":")[0] or source
-            if Path(os.path.normpath(target)) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(target):
-                profile_error(("container", "mounts", index), f"{mount} puts {source} over {target} inside the container, "
-                                                              f"which hides the runs directory {runs}; mount it at its own path")
+            if Path(os.path.normpath(target)) in (runs, *runs.parents) and os.path.normpath(source) != os.path.normpath(
+                target
+            ):
+                profile_error(
+                    ("container", "mounts", index),
+                    f"{mount} puts {source} over {target} inside the container, "
+                    f"which hides the runs directory {runs}; mount it at its own path",
+                )
 
 
 def check_service(recipe: Recipe, error: Report) -> None:
@@ -175,14 +265,20 @@ def check_service(recipe: Recipe, error: Report) -> None:
     if service is None:
         return
     if process_model_of(recipe) == "batch_launcher":
-        error(("service",), f"a service role is not supported with launcher {recipe.launcher} in the batch shell yet "
-                            "(it starts ranks on every node of the allocation)")
+        error(
+            ("service",),
+            f"a service role is not supported with launcher {recipe.launcher} in the batch shell yet "
+            "(it starts ranks on every node of the allocation)",
+        )
     name = service.address_env
     if name in OWNED_ENV or any(name.startswith(prefix) for prefix in OWNED_ENV_PREFIXES):
         error(("service", "address_env"), f"{name} is set by clusterkit or SLURM; choose another name")
     elif problem := (f"{name} {SHELL_ENV[name]}" if name in SHELL_ENV else read_by_programs(name)):
-        error(("service", "address_env"), f"{problem}: the service's address (host:port) in it would change how "
-                                          "the job's programs run; choose a name of your own, such as SERVICE_ADDR")
+        error(
+            ("service", "address_env"),
+            f"{problem}: the service's address (host:port) in it would change how "
+            "the job's programs run; choose a name of your own, such as SERVICE_ADDR",
+        )
     if name in recipe.env or name in recipe.network.env:
         error(("service", "address_env"), f"{name} is also set in env; the service's address would replace it")
 
@@ -205,9 +301,12 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
     tasks = tasks_per_node(process_model, resources.gpus_per_node)
     if tasks * resources.cpus_per_task > profile.cpus_per_node:
         per = f" x {tasks} tasks per node ({process_model})" if tasks > 1 else " (one launcher task per node)"
-        error(("resources", "cpus_per_task"), f"{resources.cpus_per_task} CPUs per srun task{per} needs "
-                                              f"{tasks * resources.cpus_per_task} CPUs per node; cluster profile "
-                                              f"{profile.name!r} has {profile.cpus_per_node}")
+        error(
+            ("resources", "cpus_per_task"),
+            f"{resources.cpus_per_task} CPUs per srun task{per} needs "
+            f"{tasks * resources.cpus_per_task} CPUs per node; cluster profile "
+            f"{profile.name!r} has {profile.cpus_per_node}",
+        )
 
 
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -217,16 +316,24 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
     if model == "task_per_gpu":
         return
     late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
+
     def texts(value: object) -> list[str]:
         if isinstance(value, EnvEdit):
             return [text for text in (value.prepend, value.append) if text is not None]
         return [value] if isinstance(value, str) else []
 
     places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
-    for report, base, env in ((error, ("env",), recipe.env), (error, ("network", "env"), recipe.network.env),
-                              (profile_error, ("env",), profile.env), (profile_error, ("network_env",), profile.network_env)):
+    for report, base, env in (
+        (error, ("env",), recipe.env),
+        (error, ("network", "env"), recipe.network.env),
+        (profile_error, ("env",), profile.env),
+        (profile_error, ("network_env",), profile.network_env),
+    ):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
     for report, key, text in places:
         if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] in late):
-            report(key, f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
-                        f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script")
+            report(
+                key,
+                f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
+                f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script",
+            )

@@ -17,17 +17,17 @@ from typing import Any
 
 import msgspec
 
+from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load import checks
 from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
-from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
 from clusterkit.load.paths import CLUSTER_PREFIX, OVERRIDE_PREFIX, resolve_local_paths
 from clusterkit.load.snapshot import resolve_snapshot
+from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
+from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 from clusterkit.spec.profile import BUILTIN_CLUSTERS_DIR, ClusterProfile, available_profiles, expanded, find_profile
 from clusterkit.spec.recipe import Recipe
 from clusterkit.spec.resolved import ResolvedRecipe
-from clusterkit.load.user_config import fill_recipe_defaults, load_user_config
-from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file, parse_yaml_text
 
 _MAX_EXTENDS_DEPTH = 16
 BUILTIN_RECIPES_DIR = BUILTIN_CLUSTERS_DIR.parent  # clusterkit.recipes: the examples, their profiles in clusters/
@@ -125,8 +125,13 @@ def recipe_file(reference: str | Path) -> Path:
     if shipped.is_file():
         return shipped
     names = sorted(p.stem for p in BUILTIN_RECIPES_DIR.glob("*.yaml"))
-    raise RecipeError(Finding(Location(str(reference)), (),
-                              f"file not found, and no shipped recipe has this name (shipped: {', '.join(names)})"))
+    raise RecipeError(
+        Finding(
+            Location(str(reference)),
+            (),
+            f"file not found, and no shipped recipe has this name (shipped: {', '.join(names)})",
+        )
+    )
 
 
 def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
@@ -145,8 +150,11 @@ def base_recipes(files: typing.Sequence[Path]) -> set[Path]:
                 extended.add((path.parent / base).resolve())
             except (TypeError, ValueError, OSError, RuntimeError):  # no path (a NUL, a loop): said when it is loaded
                 continue
-    return {path for path, data in contents.items() if path.resolve() in extended
-            and not (isinstance(data, dict) and "name" in data and "task" in data)}
+    return {
+        path
+        for path, data in contents.items()
+        if path.resolve() in extended and not (isinstance(data, dict) and "name" in data and "task" in data)
+    }
 
 
 def _load_with_bases(path: Path, chain: tuple[Path, ...]) -> tuple[Any, SourceMap]:
@@ -222,8 +230,11 @@ def parse_key_path(key: str, display: str | None = None) -> KeyPath:
     """``"resources.nodes"`` → ("resources", "nodes"); a number is a list index (``ports.0``)."""
     parts = tuple(key.strip().split("."))
     if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*|\d+", p) for p in parts):
-        raise RecipeError(Finding(Location(display or f"{OVERRIDE_PREFIX}{key}"), (),
-                                  "expected key.path=value, e.g. resources.nodes=4"))
+        raise RecipeError(
+            Finding(
+                Location(display or f"{OVERRIDE_PREFIX}{key}"), (), "expected key.path=value, e.g. resources.nodes=4"
+            )
+        )
     return tuple(int(p) if p.isdigit() else p for p in parts)
 
 
@@ -250,8 +261,14 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
     given_as = override.given_as if isinstance(override, Override) else None
     location = Location(given_as or f"{OVERRIDE_PREFIX}{override}")
     if key_path[0] == "extends":  # the bases were merged as the file was read, before any override
-        raise RecipeError(Finding(location, ("extends",), "cannot be set from the command line (the bases are merged "
-                                                          "as the file is read); write extends: in a recipe file"))
+        raise RecipeError(
+            Finding(
+                location,
+                ("extends",),
+                "cannot be set from the command line (the bases are merged "
+                "as the file is read); write extends: in a recipe file",
+            )
+        )
     node: Any = data
     for depth, part in enumerate(key_path[:-1]):
         if isinstance(node, list) and isinstance(part, int) and part < len(node):
@@ -271,7 +288,9 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
     source.set(key_path, location)
 
 
-def load_profile(reference: str, base_dir: Path, where: Location | None = None) -> tuple[ClusterProfile, Path, SourceMap]:
+def load_profile(
+    reference: str, base_dir: Path, where: Location | None = None
+) -> tuple[ClusterProfile, Path, SourceMap]:
     """A cluster profile by name or path (``cluster:`` in a recipe, ``--cluster`` on the command
     line); ``where`` is what an unknown name is reported against."""
     user_dirs = load_user_config().profile_directories()
@@ -283,8 +302,11 @@ def load_profile(reference: str, base_dir: Path, where: Location | None = None) 
         close = get_close_matches(reference, known, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise RecipeError(
-            Finding(where or Location("--cluster"), ("cluster",),
-                    f"no cluster profile '{reference}'; {hint}known profiles: {', '.join(known)}")
+            Finding(
+                where or Location("--cluster"),
+                ("cluster",),
+                f"no cluster profile '{reference}'; {hint}known profiles: {', '.join(known)}",
+            )
         )
     data, profile_source = load_yaml_file(profile_path)
     if not isinstance(data, dict):

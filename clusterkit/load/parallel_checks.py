@@ -25,10 +25,15 @@ def check_fsdp(recipe: Recipe, profile: ClusterProfile, world: int, error: Repor
     if recipe.task.trainer is None:
         error(key, "parallelism.fsdp configures the built-in runner; a script sets up FSDP itself")
     if profile.accelerator == "cpu":
-        error(key, f"FSDP2 cannot run on CPU (cluster profile {profile.name!r}): accelerate's FSDP needs GPUs and "
-                   "on CPU falls back to plain DDP; for sharded data parallelism here use zero_stage: 3")
+        error(
+            key,
+            f"FSDP2 cannot run on CPU (cluster profile {profile.name!r}): accelerate's FSDP needs GPUs and "
+            "on CPU falls back to plain DDP; for sharded data parallelism here use zero_stage: 3",
+        )
     if recipe.parallelism.zero_stage or recipe.parallelism.tp > 1 or recipe.launcher == "deepspeed":
-        error(key, "FSDP2 replaces DeepSpeed here: leave zero_stage at 0, tp at 1 and the launcher torchrun or accelerate")
+        error(
+            key, "FSDP2 replaces DeepSpeed here: leave zero_stage at 0, tp at 1 and the launcher torchrun or accelerate"
+        )
     if fsdp.shard_size is not None and (fsdp.shard_size > world or world % fsdp.shard_size):
         error(key + ("shard_size",), f"{fsdp.shard_size} must divide the {world} ranks (the rest are HSDP replicas)")
 
@@ -42,19 +47,31 @@ def check_trainer_parallelism(recipe: Recipe, model_config: dict[str, Any] | Non
         if recipe.deepspeed.enabled is False:
             error(("deepspeed", "enabled"), f"tp={p.tp} trains through DeepSpeed AutoTP; remove enabled: false")
         if p.zero_stage not in AUTOTP_ZERO_STAGES:
-            error(("parallelism", "zero_stage"), f"DeepSpeed AutoTP trains with ZeRO stage 0, 1 or 2, not {p.zero_stage}: "
-                                                 "set zero_stage: 2, or tp: 1 for ZeRO-3")
+            error(
+                ("parallelism", "zero_stage"),
+                f"DeepSpeed AutoTP trains with ZeRO stage 0, 1 or 2, not {p.zero_stage}: "
+                "set zero_stage: 2, or tp: 1 for ZeRO-3",
+            )
         model_type = str((model_config or {}).get("model_type", "")).lower()
         if not model_type:
-            error(key, f"tp={p.tp}: the model's architecture must be known here (model.config with model_type, or a "
-                       "local pretrained model) to check that DeepSpeed AutoTP can shard it")
+            error(
+                key,
+                f"tp={p.tp}: the model's architecture must be known here (model.config with model_type, or a "
+                "local pretrained model) to check that DeepSpeed AutoTP can shard it",
+            )
         elif model_type in AUTOTP_UNSUPPORTED:
-            error(key, f"DeepSpeed AutoTP cannot shard {model_type} models; use tp: 1 (data parallel, ZeRO), or a "
-                       "model AutoTP supports (Llama, Qwen, Mistral, ...)")
+            error(
+                key,
+                f"DeepSpeed AutoTP cannot shard {model_type} models; use tp: 1 (data parallel, ZeRO), or a "
+                "model AutoTP supports (Llama, Qwen, Mistral, ...)",
+            )
         kv_heads = (model_config or {}).get("num_key_value_heads")
         if isinstance(kv_heads, int) and kv_heads % p.tp:
             error(key, f"the model's {kv_heads} key/value heads are not divisible by tp={p.tp}")
     for degree, what in (("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
         if getattr(p, degree) > 1:
-            error(("parallelism", degree), f"the built-in HF Trainer runner cannot do {what} parallelism (it applies dp, "
-                                           f"ZeRO and tp); use task.script with a framework that does, or set {degree}: 1")
+            error(
+                ("parallelism", degree),
+                f"the built-in HF Trainer runner cannot do {what} parallelism (it applies dp, "
+                f"ZeRO and tp); use task.script with a framework that does, or set {degree}: 1",
+            )

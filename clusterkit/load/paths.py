@@ -51,20 +51,28 @@ def resolve_local_paths(recipe: Recipe, source: SourceMap) -> tuple[Recipe, list
     findings: list[Finding] = []
     deepspeed = recipe.deepspeed
     if isinstance(deepspeed.config, str):
-        deepspeed = msgspec.structs.replace(deepspeed, config=absolute(deepspeed.config, source, ("deepspeed", "config")))
+        deepspeed = msgspec.structs.replace(
+            deepspeed, config=absolute(deepspeed.config, source, ("deepspeed", "config"))
+        )
     accelerate = recipe.accelerate
     if accelerate.config is not None:
-        accelerate = msgspec.structs.replace(accelerate, config=absolute(accelerate.config, source, ("accelerate", "config")))
+        accelerate = msgspec.structs.replace(
+            accelerate, config=absolute(accelerate.config, source, ("accelerate", "config"))
+        )
     task = recipe.task
     trainer = task.trainer
     if trainer is not None:
         model_key: KeyPath = ("task", "trainer", "model")
         model = trainer.model
-        config = absolute(model.config, source, model_key + ("config",)) if isinstance(model.config, str) else model.config
+        config = (
+            absolute(model.config, source, model_key + ("config",)) if isinstance(model.config, str) else model.config
+        )
         model = msgspec.structs.replace(
-            model, config=config,
+            model,
+            config=config,
             pretrained=_model_reference(model.pretrained, source, model_key + ("pretrained",)),
-            tokenizer=_model_reference(model.tokenizer, source, model_key + ("tokenizer",)))
+            tokenizer=_model_reference(model.tokenizer, source, model_key + ("tokenizer",)),
+        )
         dataset = trainer.dataset
         if dataset.type != "synthetic" and dataset.path is not None:
             key: KeyPath = ("task", "trainer", "dataset", "path")
@@ -79,10 +87,20 @@ def _dataset_findings(kind: str, written: str, path: Path, source: SourceMap, ke
     if not path.exists():
         if expanded(written).is_absolute():
             # An absolute path may live on the cluster's shared filesystem only (validating on a laptop).
-            return [Finding(location, key, f"{path} is not on this machine; every node of the job must see it", "warning")]
+            return [
+                Finding(location, key, f"{path} is not on this machine; every node of the job must see it", "warning")
+            ]
         return [Finding(location, key, f"not found: {path} (a relative path is read from the recipe's folder)")]
     if kind in ("text", "jsonl") and path.is_dir():
-        return [Finding(location, key, f"{path} is a folder; a {kind} dataset is one file (type: disk reads a saved folder)")]
+        return [
+            Finding(
+                location, key, f"{path} is a folder; a {kind} dataset is one file (type: disk reads a saved folder)"
+            )
+        ]
     if kind == "disk" and not path.is_dir():
-        return [Finding(location, key, f"{path} is not a folder; type: disk reads a folder written by datasets' save_to_disk")]
+        return [
+            Finding(
+                location, key, f"{path} is not a folder; type: disk reads a folder written by datasets' save_to_disk"
+            )
+        ]
     return []

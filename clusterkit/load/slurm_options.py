@@ -8,7 +8,8 @@ their own (pyxis: container-image, ...): an option in neither list is a warning,
 
 from __future__ import annotations
 
-SBATCH_OPTIONS = frozenset("""
+SBATCH_OPTIONS = frozenset(
+    """
 account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint container
 container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
 dependency distribution error exclude exclusive export export-file extra extra-node-info get-user-env gid
@@ -19,14 +20,17 @@ ntasks-per-node ntasks-per-socket oom-kill-step open-mode output overcommit over
 power prefer priority profile propagate qos quiet reboot requeue reservation segment signal sockets-per-node
 spread-job switches test-only thread-spec threads-per-core time time-min tmp tres-bind tres-per-task uid
 usage use-min-nodes verbose version wait wait-all-nodes wckey wrap
-""".split())
+""".split()
+)
 
 # srun's own options that sbatch does not take: in extra_sbatch they are refused, pointing to `srun:`.
-SRUN_ONLY_OPTIONS = frozenset("""
+SRUN_ONLY_OPTIONS = frozenset(
+    """
 bcast bcast-exclude compress cpu-bind disable-status epilog exact het-group immediate jobid kill-on-bad-exit
 label mpi multi-prog no-allocate overlap preserve-env prolog pty quit-on-interrupt relative resv-ports
 send-libs slurmd-debug task-epilog task-prolog threads unbuffered
-""".split())
+""".split()
+)
 
 # What the launch step's srun is given by clusterkit -> the field that sets it.
 STEP_OWNED = {

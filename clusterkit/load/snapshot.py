@@ -25,8 +25,12 @@ def git(folder: str | Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     index.lock). A missing git is a FileNotFoundError."""
     import subprocess  # here: most recipes take no snapshot, and validating them need not pay ~2 ms
 
-    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, check=False,
-                          env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    return subprocess.run(
+        ["git", "-C", str(folder), *args],
+        capture_output=True,
+        check=False,
+        env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+    )
 
 
 def git_root(folder: Path) -> Path | None:
@@ -58,15 +62,21 @@ def resolve_snapshot(recipe: Recipe, source: SourceMap) -> tuple[CodeSnapshot | 
         return None, [Finding(source.locate(KEY), KEY, message)] if explicit else []
 
     if task.trainer is not None:
-        return refused("the built-in trainer's code is clusterkit itself and its settings are in job.json: "
-                       "there is no code of yours to copy (remove snapshot:)")
+        return refused(
+            "the built-in trainer's code is clusterkit itself and its settings are in job.json: "
+            "there is no code of yours to copy (remove snapshot:)"
+        )
     if task.module:
-        return refused("a module task (task.module: true) is imported from the job's working directory, which a "
-                       "snapshot does not replace; run it as a script file, or set snapshot: false")
+        return refused(
+            "a module task (task.module: true) is imported from the job's working directory, which a "
+            "snapshot does not replace; run it as a script file, or set snapshot: false"
+        )
     script = Path(task.script or "")
     if not script.is_file():
-        return refused(f"task.script {task.script} is not a file on this machine, so there is nothing to copy "
-                       "(set snapshot: false)")
+        return refused(
+            f"task.script {task.script} is not a file on this machine, so there is nothing to copy "
+            "(set snapshot: false)"
+        )
     script = script.absolute()
     if setting.dir is not None:
         root, git = Path(absolute(setting.dir, source, KEY + ("dir",))), False
@@ -77,7 +87,13 @@ def resolve_snapshot(recipe: Recipe, source: SourceMap) -> tuple[CodeSnapshot | 
         root, git = (found, True) if found is not None else (script.parent, False)
     inside = os.path.relpath(script.resolve(), root.resolve())
     if inside.startswith(".." + os.sep) or inside == "..":
-        return None, [Finding(source.locate(KEY + ("dir",)), KEY + ("dir",),
-                              f"task.script {task.script} is not inside {root}, the folder the snapshot copies")]
-    return CodeSnapshot(root=str(root), script=inside, git=git, exclude=list(setting.exclude),
-                        max_mb=setting.max_mb), []
+        return None, [
+            Finding(
+                source.locate(KEY + ("dir",)),
+                KEY + ("dir",),
+                f"task.script {task.script} is not inside {root}, the folder the snapshot copies",
+            )
+        ]
+    return CodeSnapshot(
+        root=str(root), script=inside, git=git, exclude=list(setting.exclude), max_mb=setting.max_mb
+    ), []

@@ -9,7 +9,8 @@ import itertools
 import json
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -39,7 +40,9 @@ def parse_grid(texts: Sequence[str]) -> dict[str, list[Any]]:
         key, sep, raw = text.partition("=")
         key = key.strip()
         if not sep or not re.fullmatch(KEY_PATH_PATTERN, key) or not raw.strip():
-            raise UsageError(f"--grid {text!r}: expected key.path=value1,value2,..., e.g. task.trainer.args.learning_rate=1e-3,3e-4")
+            raise UsageError(
+                f"--grid {text!r}: expected key.path=value1,value2,..., e.g. task.trainer.args.learning_rate=1e-3,3e-4"
+            )
         values = [parse_override(f"{key}={part}")[1] for part in raw.split(",")]
         if not all(isinstance(value, (str, int, float, bool)) for value in values):
             raise UsageError(f"--grid {text!r}: each value must be a string, number or boolean")
@@ -55,7 +58,9 @@ def _point_findings(error: RecipeError, index: int, values: dict[str, Any]) -> l
     return [dataclasses.replace(f, message=f"{f.message} (sweep point {index}: {said})") for f in findings]
 
 
-def load_sweep(base: LoadedRecipe, grid_texts: Sequence[str] = (), max_parallel: int | None = None) -> SweepPoints | None:
+def load_sweep(
+    base: LoadedRecipe, grid_texts: Sequence[str] = (), max_parallel: int | None = None
+) -> SweepPoints | None:
     """The points of ``base`` (a recipe loaded with its overrides), or None when it sweeps nothing
     (no sweep: block and no --grid)."""
     sweep = base.recipe.sweep
@@ -72,8 +77,10 @@ def load_sweep(base: LoadedRecipe, grid_texts: Sequence[str] = (), max_parallel:
     points, findings = [], []
     for index, combo in enumerate(itertools.product(*grid.values())):
         values = dict(zip(grid, combo))
-        point_overrides = [Override(tuple(int(p) if p.isdigit() else p for p in key.split(".")), value)
-                           for key, value in values.items()]
+        point_overrides = [
+            Override(tuple(int(p) if p.isdigit() else p for p in key.split(".")), value)
+            for key, value in values.items()
+        ]
         try:
             loaded = load_recipe(base.path, [*base.overrides, Override(("sweep",), None), *point_overrides])
         except RecipeError as exc:

@@ -41,14 +41,18 @@ def _fields_in(source: str) -> dict[str, str | None]:
     with its kind (:func:`_kind`)."""
     for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef) and node.name == _CLASS:
-            return {statement.target.id: _kind(statement.annotation) for statement in node.body
-                    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                    and not _init_false(statement.value)}
+            return {
+                statement.target.id: _kind(statement.annotation)
+                for statement in node.body
+                if isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and not _init_false(statement.value)
+            }
     raise ValueError(f"no class {_CLASS}")
 
 
 def _kind(annotation: ast.expr) -> str | None:
-    """"float" for ``float``, "float?" for ``float | None`` or ``Optional[float]`` (the same for
+    """ "float" for ``float``, "float?" for ``float | None`` or ``Optional[float]`` (the same for
     bool and int); None for any other annotation (not checked)."""
     if isinstance(annotation, ast.Name) and annotation.id in _SCALARS:
         return annotation.id
@@ -56,7 +60,11 @@ def _kind(annotation: ast.expr) -> str | None:
         sides = [annotation.left, annotation.right]
         others = [side for side in sides if not (isinstance(side, ast.Constant) and side.value is None)]
         inner = _kind(others[0]) if len(others) == 1 else None
-    elif isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name) and annotation.value.id == "Optional":
+    elif (
+        isinstance(annotation, ast.Subscript)
+        and isinstance(annotation.value, ast.Name)
+        and annotation.value.id == "Optional"
+    ):
         inner = _kind(annotation.slice)
     else:
         return None
@@ -68,8 +76,11 @@ def misfit(value: object, kind: str | None) -> str | None:
     if kind is None or value is None and kind.endswith("?"):
         return None
     base = kind.rstrip("?")
-    fits = isinstance(value, bool) if base == "bool" else (
-        not isinstance(value, bool) and isinstance(value, int if base == "int" else (int, float)))
+    fits = (
+        isinstance(value, bool)
+        if base == "bool"
+        else (not isinstance(value, bool) and isinstance(value, int if base == "int" else (int, float)))
+    )
     if fits:
         return None
     expected = _KIND_WORDS[base] + (" or null" if kind.endswith("?") else "")
@@ -78,13 +89,16 @@ def misfit(value: object, kind: str | None) -> str | None:
         return f"expected {expected}, got the text {value!r}{hint}"
     if isinstance(value, float) and base == "int" and value.is_integer():
         return f"expected {expected}, got {value!r} (write {int(value)})"
-    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML writes it
+    shown = (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+    )  # as YAML writes it
     return f"expected {expected}, got {shown}"
 
 
 def _init_false(value: ast.expr | None) -> bool:
     return isinstance(value, ast.Call) and any(
-        k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords)
+        k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords
+    )
 
 
 def _reads_as(text: str, base: str) -> bool:
@@ -126,12 +140,15 @@ def _read_cache(key: str) -> dict[str, str | None] | None:
     if not isinstance(data, dict) or data.get("format") != _FORMAT or data.get("key") != key:
         return None
     fields = data.get("fields")
-    if not isinstance(fields, dict) or not all(kind is None or isinstance(kind, str) and kind.rstrip("?") in _SCALARS
-                                               for kind in fields.values()):
+    if not isinstance(fields, dict) or not all(
+        kind is None or isinstance(kind, str) and kind.rstrip("?") in _SCALARS for kind in fields.values()
+    ):
         return None  # damaged, or written by another clusterkit
     return fields
 
 
 def _write_cache(key: str, fields: dict[str, str | None]) -> None:
     """Best effort: a read-only home only costs the next run the parse (~40 ms)."""
-    write_entry("", _CACHE_ENTRY, json.dumps({"format": _FORMAT, "key": key, "fields": fields}, sort_keys=True).encode())
+    write_entry(
+        "", _CACHE_ENTRY, json.dumps({"format": _FORMAT, "key": key, "fields": fields}, sort_keys=True).encode()
+    )

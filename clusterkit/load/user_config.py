@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import msgspec
 
@@ -34,23 +34,23 @@ class SSHOptions(_Struct):
     profile, then to clusterkit."""
 
     # auto: OpenSSH when an ``ssh`` client is on PATH, else paramiko.
-    transport: Optional[Literal["auto", "openssh", "paramiko"]] = None
+    transport: Literal["auto", "openssh", "paramiko"] | None = None
     # How long an OpenSSH master connection outlives the last command (ssh's ControlPersist).
-    control_persist: Optional[ControlPersist] = None
+    control_persist: ControlPersist | None = None
 
 
 class UserConfig(_Struct):
     # The cluster profile of a recipe that names none (``cluster:``; clusterkit's default: dev).
-    cluster: Optional[NonEmptyLine] = None
+    cluster: NonEmptyLine | None = None
     # Directories of cluster profiles found by name, after $CLUSTERKIT_CLUSTERS and the recipe's
     # clusters/, before the shipped ones; relative to this file, ``~`` expanded.
     profile_dirs: list[NonEmptyLine] = msgspec.field(default_factory=list)
     # Where runs go (a recipe's runs_dir wins) and where status/logs/cancel/ls look (--runs-dir wins).
-    runs_dir: Optional[NonEmptyLine] = None
+    runs_dir: NonEmptyLine | None = None
     ssh: SSHOptions = msgspec.field(default_factory=SSHOptions)
     # NAME=value lines for a recipe's secrets: that the environment does not set; relative to this
     # file, ``~`` expanded; readable by you only (schedulers.secret_values).
-    secrets_file: Optional[NonEmptyLine] = None
+    secrets_file: NonEmptyLine | None = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,11 @@ class LoadedConfig:
 
     def ssh_settings(self) -> dict[str, Any]:
         """The ``ssh:`` values set here, by name: what replaces a profile's ``login:`` fields."""
-        return {name: value for name in SSHOptions.__struct_fields__
-                if (value := getattr(self.config.ssh, name)) is not None}
+        return {
+            name: value
+            for name in SSHOptions.__struct_fields__
+            if (value := getattr(self.config.ssh, name)) is not None
+        }
 
     def profile_directories(self) -> list[Path]:
         return [self.path.parent / Path(text).expanduser() for text in self.config.profile_dirs]

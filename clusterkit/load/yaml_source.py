@@ -35,8 +35,10 @@ SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
 # exponent, `3.0e-4`, and reads `3e-4` as a string, which TrainingArguments takes and the optimizer
 # then refuses in the job). A float needs a dot or an exponent: PyYAML tries floats before ints.
 _INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$")
-_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-                    r"|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+    r"|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _WITHOUT_BASE_60 = {"tag:yaml.org,2002:int": _INT, "tag:yaml.org,2002:float": _FLOAT}
 # Mappings whose values are environment variables: their plain scalars keep the text as written.
 _ENV_MAPPINGS = {("env",), ("network", "env"), ("network_env",)}
@@ -71,7 +73,7 @@ class SourceMap:
         for key in [k for k in self._locations if len(k) > n and k[:n] == path]:
             del self._locations[key]
 
-    def update(self, other: "SourceMap") -> None:
+    def update(self, other: SourceMap) -> None:
         self._locations.update(other._locations)
 
     def locate(self, path: KeyPath) -> Location:
@@ -111,8 +113,9 @@ def parse_yaml_text(text: str, display: str, root: KeyPath = (), line: int | Non
         data = _Builder(loader, source, display, line is not None).build(node, root) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise RecipeError(Finding(Location(display, mark.line + 1 if mark and line else None), (),
-                                  f"invalid YAML: {exc.problem}")) from None
+        raise RecipeError(
+            Finding(Location(display, mark.line + 1 if mark and line else None), (), f"invalid YAML: {exc.problem}")
+        ) from None
     except yaml.YAMLError as exc:
         raise RecipeError(Finding(Location(display), (), f"invalid YAML: {exc}")) from None
     finally:
@@ -134,8 +137,14 @@ class _Builder:
         location = self.location(node)
         self.values += 1
         if self.values > MAX_VALUES:
-            raise RecipeError(Finding(location, path, f"more than {MAX_VALUES} values once aliases are expanded "
-                                                      "(an alias bomb?); a recipe is far smaller"))
+            raise RecipeError(
+                Finding(
+                    location,
+                    path,
+                    f"more than {MAX_VALUES} values once aliases are expanded "
+                    "(an alias bomb?); a recipe is far smaller",
+                )
+            )
         if len(path) > MAX_DEPTH:
             raise RecipeError(Finding(location, path, f"nested deeper than {MAX_DEPTH} levels"))
         if isinstance(node, yaml.MappingNode):
@@ -175,8 +184,14 @@ class _Builder:
             if value is None and node.value in ("null", "Null", "NULL", "~") and path[:-1] in _ENV_MAPPINGS:
                 return None  # unset the variable (one a cluster profile sets, too)
             if value is None:
-                raise RecipeError(Finding(location, path, "an environment value cannot be empty; write '' for an "
-                                                          "empty value, or null to unset the variable"))
+                raise RecipeError(
+                    Finding(
+                        location,
+                        path,
+                        "an environment value cannot be empty; write '' for an "
+                        "empty value, or null to unset the variable",
+                    )
+                )
             # true/false stay booleans (exported as 1/0); yes/no/on/off are YAML 1.1 only: text.
             return value if not plain or isinstance(value, bool) and node.value.lower() in _BOOLEANS else node.value
         if plain and isinstance(value, str) and SEXAGESIMAL.match(value):
@@ -188,6 +203,8 @@ def _sexagesimal_note(text: str, path: KeyPath) -> str:
     if path and path[-1] in ("time", "max_time"):
         parts = text.split(":")
         meaning = f"{parts[0]} min {parts[1]} s" if len(parts) == 2 else f"{parts[0]} h {parts[1]} min {parts[2]} s"
-        return (f"{text} is read as the SLURM time '{text}' ({meaning}; YAML 1.1 would make it a base-60 number); "
-                f"quote it (\"{text}\") to say so")
+        return (
+            f"{text} is read as the SLURM time '{text}' ({meaning}; YAML 1.1 would make it a base-60 number); "
+            f'quote it ("{text}") to say so'
+        )
     return f"{text} is kept as the text '{text}' (YAML 1.1 would make it a base-60 number); quote it to say so"

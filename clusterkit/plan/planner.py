@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.errors import UserError
-from clusterkit.load.parallel_checks import AUTOTP_UNSUPPORTED
-from clusterkit.load.loader import LoadedRecipe
 from clusterkit.estimate.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
 from clusterkit.estimate.modelsize import ModelShape, UnknownArchitecture, model_shape
+from clusterkit.load.loader import LoadedRecipe
+from clusterkit.load.parallel_checks import AUTOTP_UNSUPPORTED
 
 ASSUMED_MFU = 0.40  # fraction of peak FLOP/s a well-tuned transformer step reaches
 SLOW_INTER_NODE_GBPS = 12.5  # per GPU; below ~100 Gb/s, keep DP/TP traffic inside nodes
@@ -35,7 +35,9 @@ class PlanError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Advice:
-    rule: str  # fits-one-gpu | needs-sharding | largest-layer | slow-network | zero-with-pp | multiple-of-8 | lr-scaling
+    rule: (
+        str  # fits-one-gpu | needs-sharding | largest-layer | slow-network | zero-with-pp | multiple-of-8 | lr-scaling
+    )
     text: str
 
 
@@ -60,17 +62,36 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         def mem(m: MemoryEstimate) -> dict[str, Any]:
-            return {"weights": m.weights, "gradients": m.gradients, "optimizer": m.optimizer,
-                    "activations": m.activations, "overhead": m.overhead, "total": m.total,
-                    "host_per_node": m.host_per_node}
+            return {
+                "weights": m.weights,
+                "gradients": m.gradients,
+                "optimizer": m.optimizer,
+                "activations": m.activations,
+                "overhead": m.overhead,
+                "total": m.total,
+                "host_per_node": m.host_per_node,
+            }
 
         return {
-            "model": vars(self.shape), "gpu_memory": self.gpu_memory,
-            "current": {"layout": vars(self.current), "memory": mem(self.current_memory),
-                        "fits": self.current_memory.total <= self.gpu_memory},
-            "advice": [vars(a) for a in self.advice], "notes": self.notes,
-            "ranked": [{"layout": vars(r.layout), "memory": mem(r.memory), "step_s": r.step_s,
-                        "tokens_per_s": r.tokens_per_s, "why": r.why} for r in self.ranked],
+            "model": vars(self.shape),
+            "gpu_memory": self.gpu_memory,
+            "current": {
+                "layout": vars(self.current),
+                "memory": mem(self.current_memory),
+                "fits": self.current_memory.total <= self.gpu_memory,
+            },
+            "advice": [vars(a) for a in self.advice],
+            "notes": self.notes,
+            "ranked": [
+                {
+                    "layout": vars(r.layout),
+                    "memory": mem(r.memory),
+                    "step_s": r.step_s,
+                    "tokens_per_s": r.tokens_per_s,
+                    "why": r.why,
+                }
+                for r in self.ranked
+            ],
         }
 
 
@@ -85,8 +106,10 @@ def shape_of(loaded: LoadedRecipe) -> ModelShape:
     if task.model_size:
         # A user script that only gives its size: model states are exact, activations unknown.
         return ModelShape(task.model_size, 1, 0, 1, 0, 0, 0, 0, SIZE_ONLY)
-    raise PlanError("plan needs the model's shape: task.trainer.model.config (dict or local config.json), "
-                    "task.model_config, or task.model_size")
+    raise PlanError(
+        "plan needs the model's shape: task.trainer.model.config (dict or local config.json), "
+        "task.model_config, or task.model_size"
+    )
 
 
 def _cost(shape: ModelShape, layout: Layout, global_batch: int, loaded: LoadedRecipe) -> tuple[float, str]:
@@ -111,7 +134,11 @@ def _cost(shape: ModelShape, layout: Layout, global_batch: int, loaded: LoadedRe
     else:
         dp_comm = 2 * ring * shard / dp_link  # DDP: one all-reduce per step (no_sync while accumulating)
     activation = shape.seq_len * layout.micro_batch_size * shape.hidden * bytes_per
-    tp_comm = (4 * 2 * (layout.tp - 1) / layout.tp * activation * shape.layers / layout.pp * m / intra) if layout.tp > 1 else 0.0
+    tp_comm = (
+        (4 * 2 * (layout.tp - 1) / layout.tp * activation * shape.layers / layout.pp * m / intra)
+        if layout.tp > 1
+        else 0.0
+    )
     pp_link = intra if layout.tp * layout.dp * layout.pp <= gpus_per_node else inter
     pp_comm = 2 * activation * m / pp_link if layout.pp > 1 else 0.0
     offload = 0.0
@@ -153,14 +180,30 @@ def candidate_layouts(shape: ModelShape, loaded: LoadedRecipe, global_batch: int
             dp = world // (tp * pp)
             if global_batch % dp or dp % recipe.parallelism.ep:
                 continue
-            for stage in ([0, 1] if pp > 1 else [0, 1, 2] if builtin_runner and tp > 1 else [0, 1, 2, 3]):
-                offloads = [("none", "none")] + ([("cpu", "none")] if stage >= 1 else []) + ([("cpu", "cpu")] if stage == 3 else [])
+            for stage in [0, 1] if pp > 1 else [0, 1, 2] if builtin_runner and tp > 1 else [0, 1, 2, 3]:
+                offloads = (
+                    [("none", "none")]
+                    + ([("cpu", "none")] if stage >= 1 else [])
+                    + ([("cpu", "cpu")] if stage == 3 else [])
+                )
                 for offload_optimizer, offload_params in offloads:
                     per_replica = global_batch // dp
                     for micro in (d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0):
                         for checkpointing in (False, True):
-                            layouts.append(Layout(dp, tp, pp, stage, offload_optimizer, offload_params, micro,
-                                                  global_batch // (dp * micro), checkpointing, recipe.parallelism.cp))
+                            layouts.append(
+                                Layout(
+                                    dp,
+                                    tp,
+                                    pp,
+                                    stage,
+                                    offload_optimizer,
+                                    offload_params,
+                                    micro,
+                                    global_batch // (dp * micro),
+                                    checkpointing,
+                                    recipe.parallelism.cp,
+                                )
+                            )
     return layouts
 
 
@@ -170,25 +213,54 @@ def advise(shape: ModelShape, loaded: LoadedRecipe, gpu_memory: int, estimate_fo
     advice = []
     single = estimate_for(Layout(dp=1))
     if single.total <= gpu_memory:
-        advice.append(Advice("fits-one-gpu", f"the model fits on one GPU ({single.total / GIB:.1f} of {gpu_memory / GIB:.0f} GiB): "
-                             "use plain DDP (zero_stage 0); ZeRO only if it frees memory for a larger micro batch"))
+        advice.append(
+            Advice(
+                "fits-one-gpu",
+                f"the model fits on one GPU ({single.total / GIB:.1f} of {gpu_memory / GIB:.0f} GiB): "
+                "use plain DDP (zero_stage 0); ZeRO only if it frees memory for a larger micro batch",
+            )
+        )
     else:
-        advice.append(Advice("needs-sharding", f"the model does not fit on one GPU ({single.total / GIB:.1f} GiB > {gpu_memory / GIB:.0f} GiB): "
-                             "shard it with ZeRO-3, or split it with TP (inside a node) / PP"))
+        advice.append(
+            Advice(
+                "needs-sharding",
+                f"the model does not fit on one GPU ({single.total / GIB:.1f} GiB > {gpu_memory / GIB:.0f} GiB): "
+                "shard it with ZeRO-3, or split it with TP (inside a node) / PP",
+            )
+        )
     mixed = recipe.precision != "fp32"
     largest = shape.largest_layer_params * ((2 if mixed else 4) * 2 + (16 if mixed else 12))
     if largest > gpu_memory:
-        advice.append(Advice("largest-layer", f"the largest layer alone needs {largest / GIB:.1f} GiB with its gradients and optimizer "
-                             "state: split it with TP, or use ZeRO-3 (with parameter offload)"))
+        advice.append(
+            Advice(
+                "largest-layer",
+                f"the largest layer alone needs {largest / GIB:.1f} GiB with its gradients and optimizer "
+                "state: split it with TP, or use ZeRO-3 (with parameter offload)",
+            )
+        )
     if recipe.resources.nodes > 1 and (profile.inter_node_gbps or 0) < SLOW_INTER_NODE_GBPS:
-        advice.append(Advice("slow-network", f"{profile.inter_node_gbps or 'unknown'} GB/s between nodes is slow: put PP across nodes, "
-                             "TP inside a node, and keep DP groups small"))
+        advice.append(
+            Advice(
+                "slow-network",
+                f"{profile.inter_node_gbps or 'unknown'} GB/s between nodes is slow: put PP across nodes, "
+                "TP inside a node, and keep DP groups small",
+            )
+        )
     if recipe.parallelism.pp > 1:
-        advice.append(Advice("zero-with-pp", "with pipeline parallelism only ZeRO stage 1 composes (stage 2/3 would repartition "
-                             "gradients every micro-batch)"))
+        advice.append(
+            Advice(
+                "zero-with-pp",
+                "with pipeline parallelism only ZeRO stage 1 composes (stage 2/3 would repartition "
+                "gradients every micro-batch)",
+            )
+        )
     micro = recipe.parallelism.micro_batch_size or 1
     if micro % 8 or (shape.hidden and shape.hidden % 8):
-        advice.append(Advice("multiple-of-8", f"tensor cores want multiples of 8: micro batch {micro}, hidden size {shape.hidden}"))
+        advice.append(
+            Advice(
+                "multiple-of-8", f"tensor cores want multiples of 8: micro batch {micro}, hidden size {shape.hidden}"
+            )
+        )
     return advice
 
 
@@ -214,10 +286,17 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
     wanted_global = global_batch or recipe_global
     if wanted_global != recipe_global:
         ratio = wanted_global / recipe_global
-        result.advice.append(Advice("lr-scaling", f"global batch {recipe_global} -> {wanted_global}: scale the learning rate "
-                                    f"linearly (x{ratio:.2f}) or by its square root (x{ratio ** 0.5:.2f})"))
+        result.advice.append(
+            Advice(
+                "lr-scaling",
+                f"global batch {recipe_global} -> {wanted_global}: scale the learning rate "
+                f"linearly (x{ratio:.2f}) or by its square root (x{ratio**0.5:.2f})",
+            )
+        )
     if recipe.task.trainer is not None:
-        result.notes.append("the built-in Trainer runner does data parallelism with ZeRO; TP/PP layouts need a user script")
+        result.notes.append(
+            "the built-in Trainer runner does data parallelism with ZeRO; TP/PP layouts need a user script"
+        )
     if shape.family == SIZE_ONLY:
         result.notes.append("only task.model_size is known: activations are not estimated")
     ranked = []
@@ -229,6 +308,7 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
         tokens = wanted_global * (shape.seq_len or 1) / step
         spare = (gpu_memory - memory.total) / GIB
         ranked.append(RankedLayout(layout, memory, step, tokens, f"{spare:.0f} GiB spare; {dominant}"))
+
     def complexity(layout: Layout) -> float:
         offloads = (layout.offload_optimizer != "none") + (layout.offload_params != "none")
         return 1 + COMPLEXITY_PENALTY * (layout.zero_stage + offloads)

@@ -18,27 +18,36 @@ import msgspec
 import yaml
 
 import clusterkit.render.templates
-
-from clusterkit.version import __version__
-from clusterkit.runs import layout as run_layout
-from clusterkit.spec.accelerate_config import accelerate_config
-from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.load.loader import LoadedRecipe
-from clusterkit.spec.network import EnvVar, network_env
-from clusterkit.spec.runtime_values import expanded_late
-from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.resolved import JobFile, ResolvedRecipe
+from clusterkit.render.shell import (
+    Shell,
+    comment,
+    extended_value,
+    join_words,
+    late_expansion,
+    one_line,
+    quote,
+    runtime_text,
+)
 from clusterkit.render.template_cache import template_cache
 from clusterkit.render.template_files import TemplateFiles, checked_directories, checked_script, render_template
 from clusterkit.render.tracking_env import tracking_env
-from clusterkit.render.shell import (Shell, comment, extended_value, join_words, late_expansion, one_line, quote,
-                                     runtime_text)
+from clusterkit.runs import layout as run_layout
+from clusterkit.spec.accelerate_config import accelerate_config
+from clusterkit.spec.deepspeed_config import deepspeed_config
+from clusterkit.spec.network import EnvVar, network_env
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.resolved import JobFile, ResolvedRecipe
+from clusterkit.spec.runtime_values import expanded_late
+from clusterkit.version import __version__
 
 # Located through the package, not importlib.resources (10 ms of start-up on the render path).
 BUILTIN_TEMPLATES = Path(clusterkit.render.templates.__file__).parent
 JOB_TEMPLATE = "job.sbatch.j2"
 ENV_TEMPLATE = "env.sh.j2"
 TASK_SHIM = BUILTIN_TEMPLATES / "task_shim.py"  # copied as it is
+
+
 @dataclass(frozen=True)
 class RenderedJob:
     """Everything a submission consists of, as text. ``files`` maps file name → content."""
@@ -75,8 +84,7 @@ _SYNTAX = {
 
 @functools.lru_cache(maxsize=8)
 def jinja_environment(search_path: tuple[str, ...]) -> jinja2.Environment:
-    env = jinja2.Environment(loader=TemplateFiles(list(search_path)),
-                             bytecode_cache=template_cache(_SYNTAX), **_SYNTAX)
+    env = jinja2.Environment(loader=TemplateFiles(list(search_path)), bytecode_cache=template_cache(_SYNTAX), **_SYNTAX)
     env.filters["comment"] = comment
     env.filters["one_line"] = one_line
     env.filters["join_words"] = join_words
@@ -107,8 +115,15 @@ def sbatch_options(loaded: LoadedRecipe) -> list[tuple[str, Any]]:
         options["gres"] = f"gpu:{r.gpus_per_node}"
     elif profile.accelerator == "gpu" and profile.gpu_request == "gpus-per-node":
         options["gpus-per-node"] = r.gpus_per_node
-    for flag, value in (("mem", r.mem), ("time", r.time), ("partition", r.partition), ("account", r.account),
-                        ("qos", r.qos), ("constraint", r.constraint), ("reservation", r.reservation)):
+    for flag, value in (
+        ("mem", r.mem),
+        ("time", r.time),
+        ("partition", r.partition),
+        ("account", r.account),
+        ("qos", r.qos),
+        ("constraint", r.constraint),
+        ("reservation", r.reservation),
+    ):
         if value is not None:
             options[flag] = value
     preemption = recipe.preemption
@@ -141,8 +156,10 @@ def srun_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[tuple[
     allocation, and a node's launcher, ranks and data loaders would share one core. The profile's GPU
     binding goes only to a step whose every task is one rank."""
     s = recipe.srun
-    options: list[tuple[str, Any]] = [("kill-on-bad-exit", 1 if s.kill_on_bad_exit else 0),
-                                      ("cpus-per-task", recipe.resources.cpus_per_task)]
+    options: list[tuple[str, Any]] = [
+        ("kill-on-bad-exit", 1 if s.kill_on_bad_exit else 0),
+        ("cpus-per-task", recipe.resources.cpus_per_task),
+    ]
     if profile.task_gpu_bind is not None and recipe.process_model != "launcher_per_node":
         options.append(("gpu-bind", profile.task_gpu_bind))
     for flag, value in (("wait", s.wait), ("mpi", s.mpi), ("distribution", s.distribution), ("cpu-bind", s.cpu_bind)):
@@ -150,13 +167,21 @@ def srun_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[tuple[
             options.append((flag, value))
     if s.label:
         options.append(("label", None))
-    options += [(flag, None if value is True else value) for flag, value in sorted(s.extra.items()) if value is not False]
+    options += [
+        (flag, None if value is True else value) for flag, value in sorted(s.extra.items()) if value is not False
+    ]
     return options
 
 
 # The Python package each launcher runs from (launcher python and command need none of their own).
-LAUNCHER_PACKAGES = {"torchrun": "torch", "deepspeed": "deepspeed", "accelerate": "accelerate", "mpirun": None,
-                     "python": None, "command": None}
+LAUNCHER_PACKAGES = {
+    "torchrun": "torch",
+    "deepspeed": "deepspeed",
+    "accelerate": "accelerate",
+    "mpirun": None,
+    "python": None,
+    "command": None,
+}
 
 
 def image_needs(recipe: ResolvedRecipe) -> list[str]:
@@ -188,8 +213,13 @@ def _launch_command(loaded: LoadedRecipe) -> dict[str, Any]:
 def _late_expansion(recipe: ResolvedRecipe, env: list[EnvVar]) -> Shell:
     """What the launch step replaces on each node or task: nothing unless an argument or an env
     value holds ``{node_rank}``, ``{rank}`` or ``{local_rank}`` (spec.runtime_values)."""
-    late_env = sorted({var.name for var in env if any(text is not None and expanded_late(text)
-                                                      for text in (var.value, var.prepend, var.append))})
+    late_env = sorted(
+        {
+            var.name
+            for var in env
+            if any(text is not None and expanded_late(text) for text in (var.value, var.prepend, var.append))
+        }
+    )
     if not late_env and not any(expanded_late(arg) for arg in recipe.task.args):
         return Shell("")
     return late_expansion(late_env, in_task=recipe.process_model == "task_per_gpu")
@@ -212,8 +242,11 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     job_json = json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
     env_vars = network_env(recipe, profile, tracking_env(recipe))
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.
-    setup = ([f"module load {quote(m)}" for m in profile.modules if m not in recipe.drop.modules]
-             + [line for line in profile.setup if line not in recipe.drop.setup] + list(recipe.setup))
+    setup = (
+        [f"module load {quote(m)}" for m in profile.modules if m not in recipe.drop.modules]
+        + [line for line in profile.setup if line not in recipe.drop.setup]
+        + list(recipe.setup)
+    )
     context = {
         "version": __version__,
         "name": recipe.name,
@@ -234,7 +267,11 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "accelerate_config_yaml": accelerate_text,
         "job_json": job_json,
         "launch": _launch_command(loaded),
-        "preflight_launch": {"entry": "clusterkit.runtime.preflight", "module": True, "args": [in_run_dir(run_layout.JOB_JSON)]},
+        "preflight_launch": {
+            "entry": "clusterkit.runtime.preflight",
+            "module": True,
+            "args": [in_run_dir(run_layout.JOB_JSON)],
+        },
         "layout": run_layout,  # the run directory's names, for the templates: {{ layout.JOB_JSON | in_run_dir }}
         "job_kind": recipe.job_kind,  # layout.JOB_ID_PATTERN[job_kind] & co.
         "image_needs": image_needs(recipe),
@@ -260,9 +297,15 @@ def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
         ("recipe", f"{recipe.name} ({loaded.path})"),
         ("cluster", f"{profile.name} ({profile.accelerator}, {recipe.network.profile} network)"),
         ("resources", f"{r.nodes} nodes x {r.gpus_per_node} {unit} = {recipe.world_size}"),
-        ("layout", f"dp={p.dp} tp={p.tp} pp={p.pp} zero={p.zero_stage}"
-                   + (f" offload(opt={p.offload_optimizer}, params={p.offload_params})" if p.zero_stage else "")),
-        ("batch", f"micro {p.micro_batch_size} x accum {p.gradient_accumulation_steps} x dp {p.dp} = global {p.global_batch_size}"),
+        (
+            "layout",
+            f"dp={p.dp} tp={p.tp} pp={p.pp} zero={p.zero_stage}"
+            + (f" offload(opt={p.offload_optimizer}, params={p.offload_params})" if p.zero_stage else ""),
+        ),
+        (
+            "batch",
+            f"micro {p.micro_batch_size} x accum {p.gradient_accumulation_steps} x dp {p.dp} = global {p.global_batch_size}",
+        ),
         ("launcher", f"{recipe.launcher}, {recipe.precision}"),
         ("task", task),
         ("time", str(r.time or profile.max_time or "partition default")),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from clusterkit.errors import UnsafeValue
 from clusterkit.spec.recipe import LINE_BREAKING
@@ -39,7 +40,9 @@ def one_line(value: Any) -> Any:
     The recipe's types already refuse these; this is the renderer's own guard, so a value that
     reached it some other way (a custom template, a new field) still cannot start a shell line."""
     if _LINE_BREAKING.search(str(value)):
-        raise UnsafeValue(f"refusing to render {str(value)!r} into a one-line context: it holds a line break or control character")
+        raise UnsafeValue(
+            f"refusing to render {str(value)!r} into a one-line context: it holds a line break or control character"
+        )
     return value
 
 
@@ -58,7 +61,7 @@ def runtime_text(text: str) -> Shell:
         if when != BATCH:
             continue
         if match.start() > last:
-            pieces.append(quote(text[last:match.start()]))
+            pieces.append(quote(text[last : match.start()]))
         pieces.append(f'"${variable}"')
         last = match.end()
     if last < len(text) or not pieces:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 
-from clusterkit.version import __version__
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.load.sweep import SweepPoints
 from clusterkit.render.job import RenderedJob, jinja_environment, render_job, sbatch_options, template_search_path
 from clusterkit.render.template_files import checked_script, render_template
 from clusterkit.runs import layout as run_layout
+from clusterkit.version import __version__
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
 
@@ -24,9 +24,16 @@ def _same_allocation(sweep: SweepPoints) -> list[tuple[str, object]]:
             differ = sorted(set(first) ^ set(header))
             flag = differ[0][0]
             keys = ", ".join(sweep.grid)
-            raise RecipeError(Finding(sweep.base.locate(("sweep",)), ("sweep", "grid"), (
-                f"point {point.recipe.array.point} asks for another allocation than point 0 (#SBATCH --{flag}); "  # type: ignore[union-attr]
-                f"one job array has one allocation shape: sweep {keys} in separate sweeps, one per allocation")))
+            raise RecipeError(
+                Finding(
+                    sweep.base.locate(("sweep",)),
+                    ("sweep", "grid"),
+                    (
+                        f"point {point.recipe.array.point} asks for another allocation than point 0 (#SBATCH --{flag}); "  # type: ignore[union-attr]
+                        f"one job array has one allocation shape: sweep {keys} in separate sweeps, one per allocation"
+                    ),
+                )
+            )
     return first
 
 
@@ -38,11 +45,21 @@ def render_sweep(sweep: SweepPoints, template_dirs: tuple[str, ...] = ()) -> Ren
     recipe = base.recipe
     points = [{"index": p.recipe.array.point, "values": p.recipe.array.values} for p in sweep.points]  # type: ignore[union-attr]
     files[run_layout.SWEEP_POINTS] = json.dumps({"grid": sweep.grid, "points": points}, indent=1) + "\n"
-    context = {"version": __version__, "name": recipe.name, "recipe_file": str(sweep.base.path), "sbatch": header,
-               "run_dir_base": f"{recipe.runs_dir}/{recipe.name}", "points": points, "layout": run_layout}
+    context = {
+        "version": __version__,
+        "name": recipe.name,
+        "recipe_file": str(sweep.base.path),
+        "sbatch": header,
+        "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
+        "points": points,
+        "layout": run_layout,
+    }
     env = jinja_environment(template_search_path(base, template_dirs))
     files[run_layout.SWEEP_SCRIPT] = checked_script(env, SWEEP_TEMPLATE, render_template(env, SWEEP_TEMPLATE, context))
-    summary = [("sweep", f"{len(points)} points of {', '.join(sweep.grid)} as one array (--array={sweep.spec})"),
-               *rendered[0].summary]
-    return RenderedJob(name=recipe.name, files=dict(sorted(files.items())), summary=summary,
-                       script_name=run_layout.SWEEP_SCRIPT)
+    summary = [
+        ("sweep", f"{len(points)} points of {', '.join(sweep.grid)} as one array (--array={sweep.spec})"),
+        *rendered[0].summary,
+    ]
+    return RenderedJob(
+        name=recipe.name, files=dict(sorted(files.items())), summary=summary, script_name=run_layout.SWEEP_SCRIPT
+    )

@@ -66,8 +66,10 @@ def checked_script(env: jinja2.Environment, name: str, script: str) -> str:
     if not script.strip():
         raise TemplateError(f"{env.get_template(name).filename}: template: renders an empty job script")
     if not script.startswith("#!"):
-        raise TemplateError(f"{env.get_template(name).filename}: template: the job script must start with #! "
-                            f"(sbatch takes no other), not '{lines[0][:60]}'")
+        raise TemplateError(
+            f"{env.get_template(name).filename}: template: the job script must start with #! "
+            f"(sbatch takes no other), not '{lines[0][:60]}'"
+        )
     return script
 
 

@@ -21,18 +21,25 @@ def tracking_env(recipe: ResolvedRecipe) -> tuple[EnvVar, ...]:
         return ()
     folder = tracking_dir(recipe)
     project = tracking.project or recipe.name
-    env = [EnvVar("CLUSTERKIT_TRACKING", tracking.tracker, WHY),
-           EnvVar("CLUSTERKIT_TRACKING_DIR", folder, WHY)]
+    env = [EnvVar("CLUSTERKIT_TRACKING", tracking.tracker, WHY), EnvVar("CLUSTERKIT_TRACKING_DIR", folder, WHY)]
     if tracking.run_id is not None:  # None only in a render that no submit prepared
         env.append(EnvVar("CLUSTERKIT_TRACKING_RUN_ID", tracking.run_id, WHY))
     if tracking.tracker == "wandb":
-        env += [EnvVar("WANDB_DIR", folder, f"{WHY}: wandb writes {layout.WANDB_OFFLINE_DIR}/ below it"),
-                EnvVar("WANDB_PROJECT", project, WHY),
-                EnvVar("WANDB_RESUME", "allow", f"{WHY}: a restart continues the run of this id")]
+        env += [
+            EnvVar("WANDB_DIR", folder, f"{WHY}: wandb writes {layout.WANDB_OFFLINE_DIR}/ below it"),
+            EnvVar("WANDB_PROJECT", project, WHY),
+            EnvVar("WANDB_RESUME", "allow", f"{WHY}: a restart continues the run of this id"),
+        ]
         if tracking.run_id is not None:
             env.append(EnvVar("WANDB_RUN_ID", tracking.run_id, WHY))
         if tracking.offline:
-            env.append(EnvVar("WANDB_MODE", "offline", "tracking.offline: compute nodes without internet; `clusterkit sync` uploads"))
+            env.append(
+                EnvVar(
+                    "WANDB_MODE",
+                    "offline",
+                    "tracking.offline: compute nodes without internet; `clusterkit sync` uploads",
+                )
+            )
     elif tracking.tracker == "mlflow":
         uri = f"file:{folder}/{layout.MLFLOW_STORE}" if tracking.offline else tracking.uri
         if uri is not None:

@@ -7,7 +7,8 @@ import csv
 import dataclasses
 import io
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from clusterkit.runs.layout import METRICS, SWEEP_POINTS
 from clusterkit.runs.logs import METRICS_LIMIT, Readable, read_run_file
@@ -20,8 +21,9 @@ from clusterkit.spec.bounded_read import InputFileError
 def task_record(array: RunRecord, index: int) -> RunRecord:
     """Task ``index`` of ``array`` as the array's record says it (a sweep point's own overrides are
     in the task's run.json, which :func:`clusterkit.runs.record.find_run` reads where it can)."""
-    return dataclasses.replace(array, job_id=task_job_id(array.job_id, index), run_dir=f"{array.run_dir}/{index}",
-                               tasks=())
+    return dataclasses.replace(
+        array, job_id=task_job_id(array.job_id, index), run_dir=f"{array.run_dir}/{index}", tasks=()
+    )
 
 
 def array_status(tasks: list[JobStatus]) -> JobStatus:
@@ -68,7 +70,9 @@ RunFile = Callable[[RunRecord, str], Readable]  # a run's file wherever it lives
 def sweep_points(array: RunRecord, run_file: RunFile) -> dict[int, dict[str, Any]]:
     """Each task's sweep point (index -> values); a plain array, or an unreadable file: none."""
     try:
-        return {p["index"]: p["values"] for p in json.loads(_read(run_file(array, SWEEP_POINTS)) or b"{}").get("points", [])}
+        return {
+            p["index"]: p["values"] for p in json.loads(_read(run_file(array, SWEEP_POINTS)) or b"{}").get("points", [])
+        }
     except (ValueError, TypeError, KeyError, AttributeError):
         return {}
 
@@ -86,22 +90,39 @@ def results(array: RunRecord, tasks: list[RunRecord], statuses: list[JobStatus],
         logs = [m for m in run_metrics(task, run_file) if m.get("event") == "log"]
         losses = [m["loss"] for m in logs if isinstance(m.get("loss"), (int, float))]
         speeds = [m["samples_per_s"] for m in logs if isinstance(m.get("samples_per_s"), (int, float))]
-        rows.append(TaskResult(index, points.get(index, {}), status.state, status.exit_code,
-                               losses[-1] if losses else None, speeds[-1] if speeds else None, task.run_dir))
+        rows.append(
+            TaskResult(
+                index,
+                points.get(index, {}),
+                status.state,
+                status.exit_code,
+                losses[-1] if losses else None,
+                speeds[-1] if speeds else None,
+                task.run_dir,
+            )
+        )
     return rows
 
 
 def _flat(row: TaskResult) -> dict[str, Any]:
-    return {"index": row.index, **row.point, "state": row.state,
-            "exit_code": row.exit_code, "final_loss": row.final_loss, "samples_per_s": row.samples_per_s,
-            "run_dir": row.run_dir}
+    return {
+        "index": row.index,
+        **row.point,
+        "state": row.state,
+        "exit_code": row.exit_code,
+        "final_loss": row.final_loss,
+        "samples_per_s": row.samples_per_s,
+        "run_dir": row.run_dir,
+    }
 
 
 def results_csv(rows: list[TaskResult]) -> str:
     """One line per task: index, the point's keys, state, exit code, final loss, samples/s, run dir."""
     out = io.StringIO()
     flat = [_flat(row) for row in rows]
-    writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(key for row in flat for key in row)), lineterminator="\n")
+    writer = csv.DictWriter(
+        out, fieldnames=list(dict.fromkeys(key for row in flat for key in row)), lineterminator="\n"
+    )
     writer.writeheader()
     writer.writerows(flat)
     return out.getvalue()

@@ -84,8 +84,12 @@ def terminal_chart(curves: list[Curves], width: int, colour: bool = False) -> st
         plt.subplot(row, 1)
         for number, run in enumerate(curves):
             if quantity in run.series:
-                plt.plot(run.series[quantity].steps, run.series[quantity].values, label=run.label,
-                         marker=TERMINAL_MARKERS[number % len(TERMINAL_MARKERS)])
+                plt.plot(
+                    run.series[quantity].steps,
+                    run.series[quantity].values,
+                    label=run.label,
+                    marker=TERMINAL_MARKERS[number % len(TERMINAL_MARKERS)],
+                )
         plt.title(QUANTITIES[quantity])
         plt.xlabel("step")
         plt.xticks(ticks)

@@ -15,7 +15,12 @@ import zipfile
 from pathlib import Path
 
 from clusterkit.runs.layout import (
-    CHECKPOINT_PREFIX, CHECKPOINTS_DIR, COMPLETE, DAMAGED_INFIX, REMOVING_PREFIX, TRAINER_STATE,
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS_DIR,
+    COMPLETE,
+    DAMAGED_INFIX,
+    REMOVING_PREFIX,
+    TRAINER_STATE,
 )
 
 _CHECKPOINT = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
@@ -61,7 +66,7 @@ def rotate(directory: Path, keep: int, protected: Path | None = None) -> list[Pa
     best checkpoint); remove older complete ones. Incomplete folders (the one being written) are
     never touched here."""
     complete = complete_checkpoints(directory)
-    kept = set(complete[-max(1, keep):])
+    kept = set(complete[-max(1, keep) :])
     removed = []
     for path in complete:
         if path not in kept and (protected is None or path.resolve() != protected.resolve()):
@@ -109,8 +114,13 @@ def _json_damage(path: Path) -> str | None:
     return None
 
 
-_CHECKS = {".safetensors": _safetensors_damage, ".json": _json_damage,
-           ".pt": _torch_file_damage, ".pth": _torch_file_damage, ".bin": _torch_file_damage}
+_CHECKS = {
+    ".safetensors": _safetensors_damage,
+    ".json": _json_damage,
+    ".pt": _torch_file_damage,
+    ".pth": _torch_file_damage,
+    ".bin": _torch_file_damage,
+}
 
 
 def damage(checkpoint: Path) -> str | None:

@@ -11,8 +11,9 @@ steps after its checkpoint: each step keeps its newest value, so a curve never r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 # The metrics.jsonl keys plotted, in panel order, with their axis labels.
 QUANTITIES = {"loss": "loss", "learning_rate": "learning rate", "samples_per_s": "samples/s"}
@@ -73,13 +74,21 @@ def point_label(point: Mapping[str, Any]) -> str:
     return " ".join(f"{name}={value}" for name, value in zip(names, point.values()))
 
 
-def curves_of(job_id: str, run_dir: str, records: list[dict[str, Any]], point: Mapping[str, Any] | None = None) -> Curves:
+def curves_of(
+    job_id: str, run_dir: str, records: list[dict[str, Any]], point: Mapping[str, Any] | None = None
+) -> Curves:
     """A run's curves from its metrics records; the label starts with the job id (a sweep task's is
     the TASK column of ``clusterkit status <array id>``), then the point's values."""
     label = " ".join(filter(None, (job_id, point_label(point or {}))))
     found = {quantity: series_of(records, quantity) for quantity in QUANTITIES}
-    return Curves(job_id, label, run_dir, dict(point or {}), {q: s for q, (s, _) in found.items() if s is not None},
-                  {q: count for q, (_, count) in found.items() if count})
+    return Curves(
+        job_id,
+        label,
+        run_dir,
+        dict(point or {}),
+        {q: s for q, (s, _) in found.items() if s is not None},
+        {q: count for q, (_, count) in found.items() if count},
+    )
 
 
 def too_large_note(curves: Curves) -> str | None:
@@ -92,7 +101,16 @@ def too_large_note(curves: Curves) -> str | None:
 
 def curves_json(curves: list[Curves], outputs: list[str]) -> dict[str, Any]:
     """``clusterkit plot --json`` (docs/json.md): every plotted value, and the files written."""
-    return {"runs": [{"job_id": c.job_id, "label": c.label, "run_dir": c.run_dir, "point": c.point,
-                      "series": {q: {"steps": s.steps, "values": s.values} for q, s in c.series.items()}}
-                     for c in curves],
-            "outputs": outputs}
+    return {
+        "runs": [
+            {
+                "job_id": c.job_id,
+                "label": c.label,
+                "run_dir": c.run_dir,
+                "point": c.point,
+                "series": {q: {"steps": s.steps, "values": s.values} for q, s in c.series.items()},
+            }
+            for c in curves
+        ],
+        "outputs": outputs,
+    }

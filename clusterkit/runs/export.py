@@ -32,8 +32,10 @@ def newest_checkpoint(run_dir: Path) -> Path:
 def usable(checkpoint: Path) -> Path:
     """A checkpoint named by the user, if complete and intact."""
     if not (checkpoint / COMPLETE).is_file():
-        raise ExportError(f"{checkpoint} is not a complete checkpoint (no {COMPLETE} marker: its write was cut off, "
-                          "or it is no checkpoint folder)")
+        raise ExportError(
+            f"{checkpoint} is not a complete checkpoint (no {COMPLETE} marker: its write was cut off, "
+            "or it is no checkpoint folder)"
+        )
     problem = damage(checkpoint)
     if problem:
         raise ExportError(f"{checkpoint} is damaged: {problem}")
@@ -57,11 +59,15 @@ def export_model(run_dir: Path, out_dir: Path, checkpoint: Path | None = None) -
         missing, unexpected = model.load_state_dict(state, strict=False)
         tied = {name for name in missing if _is_tied(model, name)}
         if set(missing) - tied or unexpected:
-            raise ExportError(f"checkpoint does not match the model: missing {sorted(set(missing) - tied)}, unexpected {unexpected}")
+            raise ExportError(
+                f"checkpoint does not match the model: missing {sorted(set(missing) - tied)}, unexpected {unexpected}"
+            )
         model.tie_weights()
     else:  # plain weights, or the full weights the runner wrote beside DeepSpeed's shards (AutoTP)
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
-    write_output(out_dir, "export", f"clusterkit export of {checkpoint}", lambda folder: model.save_pretrained(str(folder)))
+    write_output(
+        out_dir, "export", f"clusterkit export of {checkpoint}", lambda folder: model.save_pretrained(str(folder))
+    )
     return checkpoint
 
 

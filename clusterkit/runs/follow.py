@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,8 +11,8 @@ from rich.text import Text
 
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.poll import FIRST_S, Backoff, poll
-from clusterkit.runs.status import COMPLETED, JobStatus
 from clusterkit.runs.record import RunRecord, metric_records
+from clusterkit.runs.status import COMPLETED, JobStatus
 
 
 class MetricsTail:
@@ -49,8 +50,13 @@ def _describe(record: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metrics: Readable,
-           console: Console | None = None, poll_s: float = FIRST_S) -> JobStatus:
+def follow(
+    record: RunRecord,
+    status_of: Callable[[RunRecord], JobStatus],
+    metrics: Readable,
+    console: Console | None = None,
+    poll_s: float = FIRST_S,
+) -> JobStatus:
     """Follow until the job ends; returns its final status. ``status_of`` is the run's scheduler's,
     ``metrics`` the run's metrics.jsonl wherever it lives. Asked every ``poll_s`` while the job logs
     steps or changes state, less often while it does neither (:mod:`clusterkit.runs.poll`)."""
@@ -58,12 +64,18 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
     tail = MetricsTail(metrics)
     # Everything shown comes from the job or the scheduler: printed as Text, never read as rich
     # markup (a "[rank1]:" would vanish, a "[/]" would raise).
-    columns = (TextColumn("{task.fields[state]}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.fields[state]}", style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}", markup=False),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(record.name, total=None, state="PENDING", info="")
-        for status, metrics_read in poll(lambda: (status_of(record), tail.new_records()),
-                                         lambda answer: answer[0].done, Backoff(first_s=poll_s)):
+        for status, metrics_read in poll(
+            lambda: (status_of(record), tail.new_records()), lambda answer: answer[0].done, Backoff(first_s=poll_s)
+        ):
             for metric in metrics_read:
                 max_steps = metric.get("max_steps")
                 if isinstance(max_steps, int) and max_steps > 0:
@@ -78,8 +90,12 @@ def follow(record: RunRecord, status_of: Callable[[RunRecord], JobStatus], metri
         if metric.get("event") == "log":
             console.print(Text(f"  {_describe(metric)}"))
     style = "green" if status.state == COMPLETED else "red"
-    console.print(Text.assemble((f"job {record.job_id} {status.state}", style),
-                                f" (exit code {status.exit_code})" if status.exit_code is not None else ""))
+    console.print(
+        Text.assemble(
+            (f"job {record.job_id} {status.state}", style),
+            f" (exit code {status.exit_code})" if status.exit_code is not None else "",
+        )
+    )
     if status.failure:
         console.print(Text(f"first failure: {status.failure}", style="red"))
     return status

@@ -20,9 +20,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 import msgspec
 
@@ -76,8 +77,10 @@ def add_run(record: RunRecord, record_dir: Path, warn: Callable[[str], None] = _
                 _compact(path)
     except (OSError, InputFileError) as exc:
         why = exc.problem if isinstance(exc, InputFileError) else exc.strerror
-        warn(f"{path}: cannot add job {record.job_id} to the run index ({why}); "
-             f"clusterkit status finds it only with --runs-dir")
+        warn(
+            f"{path}: cannot add job {record.job_id} to the run index ({why}); "
+            f"clusterkit status finds it only with --runs-dir"
+        )
 
 
 @contextlib.contextmanager

@@ -95,7 +95,11 @@ JOB_ID_PATTERN = {"job": "%j", "array": "%A_%a", "chain": "%A_%a"}
 RUN_DIR_PATTERN = {"job": "%j", "array": "%A/%a", "chain": "%A"}
 # The same in the batch shell.
 _TASK_ID = "${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID"
-RUN_DIR_SHELL = {"job": "${CLUSTERKIT_RETRY_OF:-$SLURM_JOB_ID}", "array": "$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID", "chain": "$SLURM_ARRAY_JOB_ID"}
+RUN_DIR_SHELL = {
+    "job": "${CLUSTERKIT_RETRY_OF:-$SLURM_JOB_ID}",
+    "array": "$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID",
+    "chain": "$SLURM_ARRAY_JOB_ID",
+}
 JOB_ID_SHELL = {"job": "$SLURM_JOB_ID", "array": _TASK_ID, "chain": _TASK_ID}
 
 

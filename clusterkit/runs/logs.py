@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, BinaryIO, Callable, Protocol, Sequence
+from typing import IO, BinaryIO, Protocol
 
-from clusterkit.runs.layout import (STREAMS, deepspeed_rank_log, mpirun_output, mpirun_rank_logs, node_dir, node_log,
-                                    torchrun_rank_logs)
+from clusterkit.runs.layout import (
+    STREAMS,
+    deepspeed_rank_log,
+    mpirun_output,
+    mpirun_rank_logs,
+    node_dir,
+    node_log,
+    torchrun_rank_logs,
+)
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import MiB, read_bounded
 
@@ -46,14 +54,21 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     return torchrun or deepspeed
 
 
-def stream_run(record: RunRecord, rank: int | None, follow: bool, done: Callable[[], bool],
-               out: BinaryIO | None = None) -> int:
+def stream_run(
+    record: RunRecord, rank: int | None, follow: bool, done: Callable[[], bool], out: BinaryIO | None = None
+) -> int:
     """A run directory on this machine: its logs, until ``done()`` with ``follow``."""
     return stream(lambda: log_files(record, rank), done, follow, base=record.run_dir, out=out)
 
 
-def stream(files: Callable[[], Sequence[Readable]], done: Callable[[], bool], follow: bool, base: str,
-           poll_s: float = 1.0, out: BinaryIO | None = None) -> int:
+def stream(
+    files: Callable[[], Sequence[Readable]],
+    done: Callable[[], bool],
+    follow: bool,
+    base: str,
+    poll_s: float = 1.0,
+    out: BinaryIO | None = None,
+) -> int:
     """Write what the files hold beyond what was written, each under a header naming it (relative
     to ``base``), to ``out`` (default stdout); with ``follow``, until ``done()``."""
     out = out or sys.stdout.buffer

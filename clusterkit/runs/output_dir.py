@@ -60,12 +60,13 @@ def _target(out_dir: Path) -> Path:
 
 
 def _state(out_dir: Path, kind: OutputKind) -> str:
-    """"new", "empty" or "earlier" (an earlier output of this kind, which may be replaced)."""
+    """ "new", "empty" or "earlier" (an earlier output of this kind, which may be replaced)."""
     if not out_dir.exists() and not out_dir.is_symlink():
         return "new"
     if not out_dir.is_dir():
-        raise OutputDirError(f"{out_dir} exists and is not a directory: give a new or empty directory to write the "
-                             f"{kind} into")
+        raise OutputDirError(
+            f"{out_dir} exists and is not a directory: give a new or empty directory to write the {kind} into"
+        )
     if not any(out_dir.iterdir()):
         return "empty"
     _check_earlier(out_dir, kind)
@@ -75,8 +76,10 @@ def _state(out_dir: Path, kind: OutputKind) -> str:
 def _check_earlier(out_dir: Path, kind: OutputKind) -> None:
     """Only a directory that holds exactly what an earlier output of this kind wrote may be replaced."""
     marker = OUTPUT_MARKERS[kind]
-    refuse = (f"{out_dir} is not empty and is not an earlier clusterkit {kind} (no {marker} marker); "
-              f"clusterkit never deletes what it did not write: give a new or empty directory")
+    refuse = (
+        f"{out_dir} is not empty and is not an earlier clusterkit {kind} (no {marker} marker); "
+        f"clusterkit never deletes what it did not write: give a new or empty directory"
+    )
     try:
         written = set(json.loads(read_bounded(out_dir / marker, RECORD_LIMIT, f"a {kind} marker"))["files"])
     except (OSError, ValueError, KeyError, TypeError, InputFileError):
@@ -84,8 +87,10 @@ def _check_earlier(out_dir: Path, kind: OutputKind) -> None:
     written |= {name.split("/")[0] for name in written}  # a sweep point's folder
     foreign = sorted(entry.name for entry in out_dir.iterdir() if entry.name not in written | {marker})
     if foreign:
-        raise OutputDirError(f"{out_dir} is an earlier {kind} but also holds {', '.join(foreign[:5])}, which "
-                             f"clusterkit did not write: move them away or give another directory")
+        raise OutputDirError(
+            f"{out_dir} is an earlier {kind} but also holds {', '.join(foreign[:5])}, which "
+            f"clusterkit did not write: move them away or give another directory"
+        )
 
 
 def _filled(folder: Path, kind: OutputKind, description: str, fill: Callable[[Path], None]) -> None:

@@ -6,8 +6,9 @@ an hour costs a few calls a minute, not one a second, however many jobs are foll
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -32,8 +33,12 @@ class Backoff:
         return self._wait_s
 
 
-def poll(ask: Callable[[], T], done: Callable[[T], bool], backoff: Backoff | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> Iterator[T]:
+def poll(
+    ask: Callable[[], T],
+    done: Callable[[T], bool],
+    backoff: Backoff | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[T]:
     """Each answer of ``ask()`` until one is ``done``; between asks, the backoff's wait (back to the
     first interval whenever an answer differs from the one before)."""
     backoff = backoff or Backoff()

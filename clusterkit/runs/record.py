@@ -10,9 +10,10 @@ import glob
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -149,8 +150,10 @@ def find_run(reference: str, runs_dir: Path) -> RunRecord:
         array_id, _, index = reference.rpartition("_")
         if array_id and index.isdigit():
             words = glob.escape(array_id), glob.escape(index)
-            candidates += [*runs_dir.glob(f"*/{words[0]}/{words[1]}/{RUN_RECORD}"),
-                           *runs_dir.glob(f"*/{words[0]}@*/{words[1]}/{RUN_RECORD}")]
+            candidates += [
+                *runs_dir.glob(f"*/{words[0]}/{words[1]}/{RUN_RECORD}"),
+                *runs_dir.glob(f"*/{words[0]}@*/{words[1]}/{RUN_RECORD}"),
+            ]
     matches = [r for r in (read_record(path.parent) for path in candidates) if r.job_id == reference]
     if not matches:
         raise RunNotFound(f"no run with job id {reference} under {runs_dir} (give the run directory, or --runs-dir)")

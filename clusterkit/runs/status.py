@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from clusterkit.runs.layout import (
-    EXIT_CODE, HOSTFILE, PREEMPTED_RECORD, PREFLIGHT_RESULT, RANK_LOGS, TORCHRUN_ERROR_FILES,
-    mpirun_output, mpirun_rank_logs, node_dir, node_exit, node_log, node_number,
+    EXIT_CODE,
+    HOSTFILE,
+    PREEMPTED_RECORD,
+    PREFLIGHT_RESULT,
+    RANK_LOGS,
+    TORCHRUN_ERROR_FILES,
+    mpirun_output,
+    mpirun_rank_logs,
+    node_dir,
+    node_exit,
+    node_log,
+    node_number,
 )
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -22,13 +32,30 @@ TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAI
 
 # Every SLURM job state mapped onto ours; anything else is UNKNOWN.
 _SLURM_STATES = {
-    "PENDING": PENDING, "CONFIGURING": PENDING, "REQUEUED": PENDING, "REQUEUE_HOLD": PENDING,
-    "REQUEUE_FED": PENDING, "RESV_DEL_HOLD": PENDING,
-    "RUNNING": RUNNING, "COMPLETING": RUNNING, "RESIZING": RUNNING, "SIGNALING": RUNNING,
-    "STAGE_OUT": RUNNING, "SUSPENDED": RUNNING, "STOPPED": RUNNING,
-    "COMPLETED": COMPLETED, "FAILED": FAILED, "BOOT_FAIL": FAILED, "SPECIAL_EXIT": FAILED,
-    "CANCELLED": CANCELLED, "REVOKED": CANCELLED, "DEADLINE": TIMEOUT, "TIMEOUT": TIMEOUT,
-    "PREEMPTED": PREEMPTED, "NODE_FAIL": NODE_FAIL, "OUT_OF_MEMORY": OUT_OF_MEMORY,
+    "PENDING": PENDING,
+    "CONFIGURING": PENDING,
+    "REQUEUED": PENDING,
+    "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING,
+    "RESV_DEL_HOLD": PENDING,
+    "RUNNING": RUNNING,
+    "COMPLETING": RUNNING,
+    "RESIZING": RUNNING,
+    "SIGNALING": RUNNING,
+    "STAGE_OUT": RUNNING,
+    "SUSPENDED": RUNNING,
+    "STOPPED": RUNNING,
+    "COMPLETED": COMPLETED,
+    "FAILED": FAILED,
+    "BOOT_FAIL": FAILED,
+    "SPECIAL_EXIT": FAILED,
+    "CANCELLED": CANCELLED,
+    "REVOKED": CANCELLED,
+    "DEADLINE": TIMEOUT,
+    "TIMEOUT": TIMEOUT,
+    "PREEMPTED": PREEMPTED,
+    "NODE_FAIL": NODE_FAIL,
+    "OUT_OF_MEMORY": OUT_OF_MEMORY,
 }
 
 
@@ -78,9 +105,12 @@ def explained(record: RunRecord, status: JobStatus) -> JobStatus:
     (the job ended on purpose, to be resumed) and, for a failure, the first failing rank."""
     stopped = _preempted_record(record.path)
     if stopped and status.state in (FAILED, COMPLETED):
-        return JobStatus(PREEMPTED, status.exit_code,
-                         f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
-                         f"continue with: clusterkit submit --resume {record.run_dir}")
+        return JobStatus(
+            PREEMPTED,
+            status.exit_code,
+            f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
+            f"continue with: clusterkit submit --resume {record.run_dir}",
+        )
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
         return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
     return status
@@ -164,7 +194,10 @@ def first_failure(record: RunRecord) -> str | None:
     if reports:
         _, rank, text = min(reports)
         return f"rank {rank} (node {rank // record.ranks_per_node}{_hostname(record, rank // record.ranks_per_node)}): {text}"
-    rank_logs = [*run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}"), *run_dir.glob(f"{mpirun_output('*')}/{mpirun_rank_logs('*')}")]
+    rank_logs = [
+        *run_dir.glob(f"{node_dir('*')}/{RANK_LOGS}"),
+        *run_dir.glob(f"{mpirun_output('*')}/{mpirun_rank_logs('*')}"),
+    ]
     logs = sorted(
         (p for p in rank_logs if "Traceback" in _tail(p)),
         key=lambda p: p.stat().st_mtime,
@@ -183,8 +216,10 @@ def _slow_preflight(run_dir: Path) -> str | None:
             return None
         slow = [n for n in result["per_node"] if n["node"] in result["slow_nodes"]]
         listed = ", ".join(f"node {n['node']} ({n['host']}, {n['busbw_gbps']:.3g} GB/s)" for n in slow)
-        return (f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
-                f"bandwidth; not trained (preflight.on_slow: fail)")
+        return (
+            f"preflight: {listed} below {result['slow_fraction']:.0%} of the median node's all-reduce bus "
+            f"bandwidth; not trained (preflight.on_slow: fail)"
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # no preflight, or a damaged result
 

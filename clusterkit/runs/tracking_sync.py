@@ -37,19 +37,27 @@ def sync_argv(record: RunRecord, dry_run: bool = False) -> list[str]:
         raise UsageError(f"{where}: the run's tracking files are on the login node; run clusterkit sync there")
     store = Path(tracking.dir)
     if tracking.tracker == "tensorboard":
-        raise UsageError(f"{where}: tensorboard writes local event files only, nothing to upload: "
-                         f"tensorboard --logdir {store / layout.TENSORBOARD_DIR}")
+        raise UsageError(
+            f"{where}: tensorboard writes local event files only, nothing to upload: "
+            f"tensorboard --logdir {store / layout.TENSORBOARD_DIR}"
+        )
     if not tracking.offline:
-        raise UsageError(f"{where}: tracked online (tracking.offline is false): it reported to {tracking.tracker} "
-                         "as it ran; nothing to sync")
+        raise UsageError(
+            f"{where}: tracked online (tracking.offline is false): it reported to {tracking.tracker} "
+            "as it ran; nothing to sync"
+        )
     if tracking.tracker == "mlflow":
-        raise UsageError(f"{where}: mlflow has no command that uploads a file-store run to a tracking server; "
-                         f"the run is in the file store file:{store / layout.MLFLOW_STORE} "
-                         f"(mlflow ui --backend-store-uri file:{store / layout.MLFLOW_STORE})")
+        raise UsageError(
+            f"{where}: mlflow has no command that uploads a file-store run to a tracking server; "
+            f"the run is in the file store file:{store / layout.MLFLOW_STORE} "
+            f"(mlflow ui --backend-store-uri file:{store / layout.MLFLOW_STORE})"
+        )
     runs = wandb_offline_runs(store, tracking.run_id)
     if not runs:
-        raise UsageError(f"{where}: no offline wandb run {tracking.run_id} in {store / layout.WANDB_OFFLINE_DIR} "
-                         "(has the job started?)")
+        raise UsageError(
+            f"{where}: no offline wandb run {tracking.run_id} in {store / layout.WANDB_OFFLINE_DIR} "
+            "(has the job started?)"
+        )
     return ["wandb", "sync", *(["--dry-run"] if dry_run else []), *map(str, runs)]
 
 

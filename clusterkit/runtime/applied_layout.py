@@ -47,9 +47,14 @@ def measure(model: torch.nn.Module, world_size: int) -> dict[str, Any]:
     params = list({id(p): p for p in model.parameters()}.values())
     # A DTensor's own bytes are its local shard's.
     local = [getattr(p, "_local_tensor", p) for p in params]
-    return {"tp_size": tp, "dp_size": world_size // tp, "attention_weight": shard[0] if shard else None,
-            "attention_shard_shape": shard[1] if shard else None, "fsdp_sharded": _fsdp_sharded(params),
-            "parameter_bytes": int(sum(t.numel() * t.element_size() for t in local))}
+    return {
+        "tp_size": tp,
+        "dp_size": world_size // tp,
+        "attention_weight": shard[0] if shard else None,
+        "attention_shard_shape": shard[1] if shard else None,
+        "fsdp_sharded": _fsdp_sharded(params),
+        "parameter_bytes": int(sum(t.numel() * t.element_size() for t in local)),
+    }
 
 
 def mismatch(recipe: ResolvedRecipe, facts: dict[str, Any], config: Any, world_size: int | None = None) -> str | None:
@@ -67,8 +72,10 @@ def mismatch(recipe: ResolvedRecipe, facts: dict[str, Any], config: Any, world_s
     if facts["attention_shard_shape"] and heads:
         full = heads * (head_dim or config.hidden_size // heads)
         if facts["attention_shard_shape"][0] * p.tp != full:
-            return (f"{facts['attention_weight']} holds {facts['attention_shard_shape'][0]} of {full} output features "
-                    f"on this rank; with tp={p.tp} it should hold {full // p.tp}")
+            return (
+                f"{facts['attention_weight']} holds {facts['attention_shard_shape'][0]} of {full} output features "
+                f"on this rank; with tp={p.tp} it should hold {full // p.tp}"
+            )
     return None
 
 

@@ -8,14 +8,14 @@ intact, and removes incomplete ones, so a half-written checkpoint is never used.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from clusterkit.runs.layout import COMPLETE, LATEST, checkpoint_name
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable, remove_incomplete, rotate, set_aside
+from clusterkit.runs.layout import COMPLETE, LATEST, checkpoint_name
 
 
 def _barrier() -> None:
@@ -29,7 +29,9 @@ def prepare_own_dir(own_dir: Path) -> None:
         print(f"clusterkit: removed incomplete checkpoint {removed}", flush=True)
     _, damaged = newest_usable(own_dir)
     for checkpoint, problem in damaged:
-        print(f"clusterkit: checkpoint {checkpoint} is damaged ({problem}); moved to {set_aside(checkpoint)}", flush=True)
+        print(
+            f"clusterkit: checkpoint {checkpoint} is damaged ({problem}); moved to {set_aside(checkpoint)}", flush=True
+        )
 
 
 def resume_point(own_dir: Path, resume_from: str | None, report: bool) -> Path | None:

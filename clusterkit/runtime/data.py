@@ -21,7 +21,9 @@ class SyntheticTokens(Dataset):
     def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int):
         generator = torch.Generator().manual_seed(seed)
         starts = torch.randint(0, vocab_size, (num_samples, 1), generator=generator)
-        steps = torch.tensor(_SYNTHETIC_STEPS)[torch.randint(0, len(_SYNTHETIC_STEPS), (num_samples, 1), generator=generator)]
+        steps = torch.tensor(_SYNTHETIC_STEPS)[
+            torch.randint(0, len(_SYNTHETIC_STEPS), (num_samples, 1), generator=generator)
+        ]
         self.tokens = (starts + steps * torch.arange(seq_len)) % vocab_size
 
     def __len__(self) -> int:
@@ -78,7 +80,9 @@ def build_dataset(spec: DatasetSpec, tokenizer: Any, vocab_size: int, seed: int,
     try:
         import datasets
     except ImportError:
-        raise RuntimeError("dataset type 'disk' needs the `datasets` package (pip install 'clusterkit[datasets]')") from None
+        raise RuntimeError(
+            "dataset type 'disk' needs the `datasets` package (pip install 'clusterkit[datasets]')"
+        ) from None
     loaded = datasets.load_from_disk(str(path))
     if "input_ids" not in loaded.column_names:
         raise ValueError(f"{path}: a saved dataset needs an input_ids column (tokenized), found {loaded.column_names}")

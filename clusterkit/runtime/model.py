@@ -25,8 +25,9 @@ def build_model(spec: ModelSpec, base_dir: Path, attn_implementation: str | None
 
     if spec.pretrained:
         local = _local(spec.pretrained, base_dir)
-        return AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else spec.pretrained,
-                                                    attn_implementation=attn_implementation)
+        return AutoModelForCausalLM.from_pretrained(
+            str(local) if local.exists() else spec.pretrained, attn_implementation=attn_implementation
+        )
     config = spec.config
     if isinstance(config, dict):
         settings = dict(config)

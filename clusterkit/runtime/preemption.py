@@ -39,8 +39,9 @@ class PreemptionHandler(TrainerCallback):
         # Ranks get the signal at slightly different times: agree, so that all stop at the same step.
         if not (dist.is_available() and dist.is_initialized()):
             return self.requested
-        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32,
-                            device="cuda" if dist.get_backend() == "nccl" else "cpu")
+        flag = torch.tensor(
+            [1 if self.requested else 0], dtype=torch.int32, device="cuda" if dist.get_backend() == "nccl" else "cpu"
+        )
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
@@ -60,21 +61,44 @@ class PreemptionHandler(TrainerCallback):
         exit code every rank should end with."""
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         job_id = os.environ.get("SLURM_JOB_ID")
-        requeue = job_id is not None and restarts < self.max_requeues and os.environ.get("CLUSTERKIT_EXECUTOR") != "local"
+        requeue = (
+            job_id is not None and restarts < self.max_requeues and os.environ.get("CLUSTERKIT_EXECUTOR") != "local"
+        )
         if is_rank_zero:
             if requeue:
-                print(f"clusterkit: preempted at step {self.stopped_at}; requeueing job {job_id} "
-                      f"(restart {restarts + 1} of at most {self.max_requeues})", flush=True)
+                print(
+                    f"clusterkit: preempted at step {self.stopped_at}; requeueing job {job_id} "
+                    f"(restart {restarts + 1} of at most {self.max_requeues})",
+                    flush=True,
+                )
                 # Before the requeue: the batch script may reach its end before SLURM stops it, and
                 # must then keep what the next start reads (the secrets file).
-                write_durably(self.run_dir / REQUEUED, json.dumps({"step": self.stopped_at, "restart": restarts + 1}) + "\n")
+                write_durably(
+                    self.run_dir / REQUEUED, json.dumps({"step": self.stopped_at, "restart": restarts + 1}) + "\n"
+                )
                 if subprocess.run(["scontrol", "requeue", job_id], check=False).returncode != 0:
                     (self.run_dir / REQUEUED).unlink(missing_ok=True)  # not started again: this was the end
             else:
-                reason = (f"max_requeues ({self.max_requeues}) reached" if job_id and restarts >= self.max_requeues
-                          else "no SLURM job to requeue")
-                write_durably(self.run_dir / PREEMPTED_RECORD, json.dumps(
-                    {"step": self.stopped_at, "restarts": restarts, "max_requeues": self.max_requeues, "reason": reason}) + "\n")
-                print(f"clusterkit: preempted at step {self.stopped_at}; {reason}: not requeued. "
-                      f"Continue with: clusterkit submit --resume {self.run_dir}", flush=True)
+                reason = (
+                    f"max_requeues ({self.max_requeues}) reached"
+                    if job_id and restarts >= self.max_requeues
+                    else "no SLURM job to requeue"
+                )
+                write_durably(
+                    self.run_dir / PREEMPTED_RECORD,
+                    json.dumps(
+                        {
+                            "step": self.stopped_at,
+                            "restarts": restarts,
+                            "max_requeues": self.max_requeues,
+                            "reason": reason,
+                        }
+                    )
+                    + "\n",
+                )
+                print(
+                    f"clusterkit: preempted at step {self.stopped_at}; {reason}: not requeued. "
+                    f"Continue with: clusterkit submit --resume {self.run_dir}",
+                    flush=True,
+                )
         return 0 if requeue else EXIT_PREEMPTED

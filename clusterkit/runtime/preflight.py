@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusterkit.spec.resolved import decode_job_file
-from clusterkit.runs.preflight_report import format_report
 from clusterkit.runs.layout import JOB_JSON, PREFLIGHT_RESULT
+from clusterkit.runs.preflight_report import format_report
+from clusterkit.spec.resolved import decode_job_file
 
 GPU_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30)
 CPU_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -44,8 +44,11 @@ def slow_nodes(per_node: list[dict[str, Any]], fraction: float) -> list[int]:
     if len(measured) < 2:
         return []
     median = statistics.median(measured)
-    return [node["node"] for node in per_node
-            if node.get("busbw_gbps") is not None and node["busbw_gbps"] < fraction * median]
+    return [
+        node["node"]
+        for node in per_node
+        if node.get("busbw_gbps") is not None and node["busbw_gbps"] < fraction * median
+    ]
 
 
 def run(job_file: Path) -> int:
@@ -103,9 +106,17 @@ def run(job_file: Path) -> int:
     dist.all_gather_object(gathered, mine)
     per_node_results = gathered[::per_node]  # each node's ranks report the same numbers
     slow = slow_nodes(per_node_results, settings.slow_fraction)
-    result = {"world_size": world, "nodes": nodes, "ranks_per_node": per_node, "backend": dist.get_backend(),
-              "sizes": sizes, "per_node": per_node_results, "slow_nodes": slow,
-              "slow_fraction": settings.slow_fraction, "on_slow": settings.on_slow}
+    result = {
+        "world_size": world,
+        "nodes": nodes,
+        "ranks_per_node": per_node,
+        "backend": dist.get_backend(),
+        "sizes": sizes,
+        "per_node": per_node_results,
+        "slow_nodes": slow,
+        "slow_fraction": settings.slow_fraction,
+        "on_slow": settings.on_slow,
+    }
     if rank == 0:
         target = job_file.parent / PREFLIGHT_RESULT
         staging = target.with_suffix(".tmp")

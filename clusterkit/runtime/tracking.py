@@ -22,8 +22,9 @@ def mlflow_run_id() -> str:
     ours = os.environ["CLUSTERKIT_TRACKING_RUN_ID"]  # [a-z0-9_-] only (spec.tracking): safe in the filter
     client = MlflowClient()
     experiment = client.get_experiment_by_name(os.environ["MLFLOW_EXPERIMENT_NAME"])
-    experiment_id = (experiment.experiment_id if experiment
-                     else client.create_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"]))
+    experiment_id = (
+        experiment.experiment_id if experiment else client.create_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
+    )
     found = client.search_runs([experiment_id], filter_string=f"tags.`{MLFLOW_TAG}` = '{ours}'", max_results=1)
     if found:
         return found[0].info.run_id

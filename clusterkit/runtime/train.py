@@ -20,10 +20,6 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator, set_seed
 
 from clusterkit.runs import layout as run_layout
-from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
-from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import TrainerTask
-from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
 from clusterkit.runtime.applied_layout import AppliedLayout
 from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runtime.data import build_dataset
@@ -31,6 +27,10 @@ from clusterkit.runtime.model import attention_implementation, build_model, buil
 from clusterkit.runtime.preemption import PreemptionHandler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
 from clusterkit.runtime.tracking import start_tracking
+from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
+from clusterkit.spec.profile import ClusterProfile
+from clusterkit.spec.recipe import TrainerTask
+from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -107,8 +107,16 @@ class MetricsWriter(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self._last = (time.time(), state.global_step)
-            self.record({"event": "start", "time": time.time(), "step": state.global_step, "max_steps": state.max_steps,
-                         "world_size": self.world_size, "global_batch_size": self.global_batch})
+            self.record(
+                {
+                    "event": "start",
+                    "time": time.time(),
+                    "step": state.global_step,
+                    "max_steps": state.max_steps,
+                    "world_size": self.world_size,
+                    "global_batch_size": self.global_batch,
+                }
+            )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "loss" not in logs:
@@ -118,12 +126,20 @@ class MetricsWriter(TrainerCallback):
         steps = state.global_step - last_step
         samples_per_s = steps * self.global_batch / (now - last_time) if steps and now > last_time else None
         self._last = (now, state.global_step)
-        self.record({
-            "event": "log", "time": now, "step": state.global_step, "max_steps": state.max_steps,
-            "loss": logs["loss"], "learning_rate": logs.get("learning_rate"), "epoch": logs.get("epoch"),
-            "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * self.seq_len if samples_per_s else None,
-            "world_size": self.world_size,
-        })
+        self.record(
+            {
+                "event": "log",
+                "time": now,
+                "step": state.global_step,
+                "max_steps": state.max_steps,
+                "loss": logs["loss"],
+                "learning_rate": logs.get("learning_rate"),
+                "epoch": logs.get("epoch"),
+                "samples_per_s": samples_per_s,
+                "tokens_per_s": samples_per_s * self.seq_len if samples_per_s else None,
+                "world_size": self.world_size,
+            }
+        )
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -150,8 +166,12 @@ def _hub_facts(model: Any) -> dict[str, Any]:
     HF_HOME and HF_HUB_OFFLINE, as they arrived through env.sh)."""
     from huggingface_hub import constants
 
-    return {"model": model.config.name_or_path, "offline": constants.HF_HUB_OFFLINE, "cache_dir": constants.HF_HUB_CACHE,
-            "hf_home": os.environ.get("HF_HOME")}
+    return {
+        "model": model.config.name_or_path,
+        "offline": constants.HF_HUB_OFFLINE,
+        "cache_dir": constants.HF_HUB_CACHE,
+        "hf_home": os.environ.get("HF_HOME"),
+    }
 
 
 def _parameter_checksum(model: torch.nn.Module, zero_stage: int) -> float:
@@ -171,6 +191,7 @@ def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
     engine = getattr(trainer, "model_wrapped", None)
     if engine is None or not hasattr(engine, "zero_optimization_stage"):
         return {"zero_stage": 0, "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer else None}
+
     def device(offload: Any) -> str:
         return str(getattr(offload, "device", None) or "none").split(".")[-1].lower()
 
@@ -185,7 +206,9 @@ def _deepspeed_engine_facts(trainer: Trainer) -> dict[str, Any]:
 def _check_world(args: TrainingArguments, expected: int) -> None:
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched != expected:
-        raise LayoutError(f"the launcher started {launched} ranks but the recipe lays out {expected} (nodes x gpus_per_node)")
+        raise LayoutError(
+            f"the launcher started {launched} ranks but the recipe lays out {expected} (nodes x gpus_per_node)"
+        )
     if args.world_size != launched:
         raise LayoutError(
             f"the Trainer sees world size {args.world_size} but {launched} ranks were launched: every rank "
@@ -246,7 +269,8 @@ def _train(job_file: Path) -> int:
     set_seed(args.seed)
     on_gpu = profile.accelerator == "gpu"
     attention = trainer_spec.model.attention or attention_implementation(
-        on_gpu, importlib.util.find_spec("flash_attn") is not None)
+        on_gpu, importlib.util.find_spec("flash_attn") is not None
+    )
     model = build_model(trainer_spec.model, base_dir, attention)
     tokenizer = build_tokenizer(trainer_spec.model, base_dir)
     dataset = build_dataset(trainer_spec.dataset, tokenizer, model.config.vocab_size, args.seed, base_dir)
@@ -255,14 +279,20 @@ def _train(job_file: Path) -> int:
 
     # Samples per optimizer step from the ranks that really run (DeepSpeed include/exclude may drop
     # some); tensor-parallel peers share their batches, so it is the data-parallel ranks that count.
-    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * (args.world_size // recipe.parallelism.tp)
-    metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch,
-                            trainer_spec.dataset.seq_len, args.world_size)
+    global_batch = (
+        args.per_device_train_batch_size * args.gradient_accumulation_steps * (args.world_size // recipe.parallelism.tp)
+    )
+    metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch, trainer_spec.dataset.seq_len, args.world_size)
     preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal, recipe.preemption.max_requeues)
     layout = AppliedLayout(recipe, args.world_size)
     publisher = CheckpointPublisher(keep_checkpoints)
-    trainer = FingerprintingTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
-                                    callbacks=[layout, metrics, publisher, preempt])
+    trainer = FingerprintingTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=default_data_collator,
+        callbacks=[layout, metrics, publisher, preempt],
+    )
     if recipe.parallelism.tp > 1:  # each checkpoint also gets the full weights: zero_to_fp32 cannot join TP shards
         publisher.consolidate = lambda checkpoint: save_model(trainer, checkpoint, args.process_index == 0)
     own_checkpoints = Path(args.output_dir)

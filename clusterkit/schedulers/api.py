@@ -13,11 +13,12 @@ import dataclasses
 import importlib
 import secrets
 import shutil
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
 from clusterkit.runs.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
@@ -76,17 +77,46 @@ class SubmitRequest:
     def records(self, job_id: str, run_dir: str, submitted_at: float, pid: int | None = None) -> list[RunRecord]:
         """The run records of this request once submitted as ``job_id``: the job's, then, for a job
         array, each task's (in ``<run_dir>/<index>``, job id ``<job_id>_<index>``)."""
-        job = RunRecord(job_id=job_id, name=self.name, scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
-                        run_dir=run_dir, recipe=self.recipe, submitted_at=submitted_at, nodes=self.nodes,
-                        ranks_per_node=self.ranks_per_node, launcher=self.launcher, pid=pid, overrides=self.overrides,
-                        tasks=self.tasks, links=self.links, cluster=self.cluster,
-                        tracking=self.tracking and dataclasses.replace(
-                            self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"),
-                        **({"code_from": self.snapshot.root, "code_commit": self.snapshot.commit,
-                            "code_dirty": self.snapshot.dirty} if self.snapshot else {}))
-        return [job, *(dataclasses.replace(job, job_id=task_job_id(job_id, index), run_dir=f"{run_dir}/{index}", tasks=(),
-                                           overrides=self.task_overrides[k] if self.task_overrides else self.overrides)
-                       for k, index in enumerate(self.tasks))]
+        job = RunRecord(
+            job_id=job_id,
+            name=self.name,
+            scheduler="slurm" if self.scheduler == "ssh" else self.scheduler,
+            run_dir=run_dir,
+            recipe=self.recipe,
+            submitted_at=submitted_at,
+            nodes=self.nodes,
+            ranks_per_node=self.ranks_per_node,
+            launcher=self.launcher,
+            pid=pid,
+            overrides=self.overrides,
+            tasks=self.tasks,
+            links=self.links,
+            cluster=self.cluster,
+            tracking=self.tracking
+            and dataclasses.replace(self.tracking, dir=self.tracking.dir or f"{run_dir}/{TRACKING_DIR}"),
+            **(
+                {
+                    "code_from": self.snapshot.root,
+                    "code_commit": self.snapshot.commit,
+                    "code_dirty": self.snapshot.dirty,
+                }
+                if self.snapshot
+                else {}
+            ),
+        )
+        return [
+            job,
+            *(
+                dataclasses.replace(
+                    job,
+                    job_id=task_job_id(job_id, index),
+                    run_dir=f"{run_dir}/{index}",
+                    tasks=(),
+                    overrides=self.task_overrides[k] if self.task_overrides else self.overrides,
+                )
+                for k, index in enumerate(self.tasks)
+            ),
+        ]
 
 
 class Scheduler(Protocol):
@@ -118,8 +148,9 @@ REGISTRY = {
 }
 
 
-def open_scheduler(name: str, login: Login | None = None,
-                   accept_new_host_key: bool = False) -> AbstractContextManager[Scheduler]:
+def open_scheduler(
+    name: str, login: Login | None = None, accept_new_host_key: bool = False
+) -> AbstractContextManager[Scheduler]:
     """The adapter registered as ``name``, for as long as the ``with`` block (an SSH connection is
     opened once and closed at its end)."""
     return importlib.import_module(REGISTRY[name]).open_scheduler(login, accept_new_host_key)
@@ -158,8 +189,9 @@ class SchedulerUnavailable(UserError, LookupError):
     """The chosen executor cannot reach this cluster (reported like an unknown name: exit 2)."""
 
 
-def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None,
-            dependency: str | None = None) -> SubmitRequest:
+def dry_run(
+    loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None, dependency: str | None = None
+) -> SubmitRequest:
     """The exact request: files, where they go, and the argv that submits them (``dependency``:
     sbatch's --dependency, from submit --after/--singleton)."""
     recipe, profile = loaded.recipe, loaded.profile
@@ -168,30 +200,46 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     uploads: tuple[str, ...] = ()
     if scheduler == "ssh":
         if profile.login is None:
-            raise SchedulerUnavailable(f"{loaded.profile_path}: cluster profile {profile.name!r} names no login "
-                                       f"node (login: {{host: ...}}), so it cannot be reached over SSH")
+            raise SchedulerUnavailable(
+                f"{loaded.profile_path}: cluster profile {profile.name!r} names no login "
+                f"node (login: {{host: ...}}), so it cannot be reached over SSH"
+            )
         runs_root = str(PurePosixPath(runs_dir) / recipe.name)  # the login node expands it, in remote_workdir
         script = recipe.task.script
-        if (script and not recipe.task.module and not recipe.snapshot and not PurePosixPath(script).is_absolute()
-                and Path(script).is_file()):
+        if (
+            script
+            and not recipe.task.module
+            and not recipe.snapshot
+            and not PurePosixPath(script).is_absolute()
+            and Path(script).is_file()
+        ):
             uploads = (script,)
     else:
         runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
     if scheduler == "local" and recipe.process_model == "batch_launcher":
-        raise SchedulerUnavailable(f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
-                                   f"{recipe.launcher} calls srun itself); the local executor cannot run it")
+        raise SchedulerUnavailable(
+            f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
+            f"{recipe.launcher} calls srun itself); the local executor cannot run it"
+        )
     if scheduler == "local" and dependency:
-        raise SchedulerUnavailable(f"{loaded.path}: --after/--singleton need SLURM's queue; the local executor runs "
-                                   f"a job at once")
+        raise SchedulerUnavailable(
+            f"{loaded.path}: --after/--singleton need SLURM's queue; the local executor runs a job at once"
+        )
     if scheduler == "local" and recipe.service:
-        raise SchedulerUnavailable(f"{loaded.path}: service: the service role needs SLURM (its steps are placed on "
-                                   f"named nodes of the allocation); the local executor cannot run it")
+        raise SchedulerUnavailable(
+            f"{loaded.path}: service: the service role needs SLURM (its steps are placed on "
+            f"named nodes of the allocation); the local executor cannot run it"
+        )
     if scheduler == "local" and recipe.container and recipe.container.runtime == "pyxis":
-        raise SchedulerUnavailable(f"{loaded.path}: a pyxis container needs SLURM's srun (its --container-* options); "
-                                   f"the local executor cannot run it")
+        raise SchedulerUnavailable(
+            f"{loaded.path}: a pyxis container needs SLURM's srun (its --container-* options); "
+            f"the local executor cannot run it"
+        )
     if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
-        raise SchedulerUnavailable(f"{loaded.path}: resources.nodes: the local executor runs at most "
-                                   f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}")
+        raise SchedulerUnavailable(
+            f"{loaded.path}: resources.nodes: the local executor runs at most "
+            f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}"
+        )
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
     # Listed now, so what the dry run reports is what the submit copies; the local runs_dir (an ssh
     # run's records too) is never part of it.
@@ -201,24 +249,43 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
     from clusterkit.load.user_config import load_user_config
 
     secrets_file = load_user_config().secrets_path() if recipe.snapshot else None
-    snapshot = take_inventory(recipe.snapshot, (*runs, *([secrets_file] if secrets_file else []))) if recipe.snapshot else None
+    snapshot = (
+        take_inventory(recipe.snapshot, (*runs, *([secrets_file] if secrets_file else []))) if recipe.snapshot else None
+    )
     if scheduler == "local":
         argv: tuple[str, ...] = ("bash", f"{runs_root}/{JOB_ID_FIELD}/{job.script_name}")
     else:
         # Held until the run directory is in place: SLURM creates no folders for --output. The secrets
         # are not in sbatch's environment (SLURM would store it with the job): the job reads them from its file.
         unset = tuple(word for name in recipe.secrets for word in ("-u", name))
-        argv = (*(("env", *unset) if unset else ()), "sbatch", "--parsable", "--hold",
-                *([f"--dependency={dependency}"] if dependency else []),
-                f"{staging}/{job.script_name}")
+        argv = (
+            *(("env", *unset) if unset else ()),
+            "sbatch",
+            "--parsable",
+            "--hold",
+            *([f"--dependency={dependency}"] if dependency else []),
+            f"{staging}/{job.script_name}",
+        )
     return SubmitRequest(
-        scheduler=scheduler, name=recipe.name, recipe=str(loaded.path.absolute()), runs_root=runs_root,
-        staging=staging, argv=argv, files=MappingProxyType(dict(job.files)), nodes=recipe.resources.nodes,
-        ranks_per_node=recipe.ranks_per_node, launcher=recipe.launcher, overrides=loaded.overrides,
-        runs_dir=runs_dir, login=profile.login if scheduler == "ssh" else None, uploads=uploads,
-        script_name=job.script_name, tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
+        scheduler=scheduler,
+        name=recipe.name,
+        recipe=str(loaded.path.absolute()),
+        runs_root=runs_root,
+        staging=staging,
+        argv=argv,
+        files=MappingProxyType(dict(job.files)),
+        nodes=recipe.resources.nodes,
+        ranks_per_node=recipe.ranks_per_node,
+        launcher=recipe.launcher,
+        overrides=loaded.overrides,
+        runs_dir=runs_dir,
+        login=profile.login if scheduler == "ssh" else None,
+        uploads=uploads,
+        script_name=job.script_name,
+        tasks=tuple(array_indices(recipe.array.spec)) if recipe.job_kind == "array" else (),
         array_throttle=int(recipe.array.spec.partition("%")[2]) if recipe.array and "%" in recipe.array.spec else None,
-        links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0, cluster=profile.name,
+        links=len(array_indices(recipe.array.spec)) if recipe.job_kind == "chain" else 0,
+        cluster=profile.name,
         tracking=tracked_run(recipe.tracking),
         secrets=tuple(recipe.secrets),
         snapshot=snapshot,
@@ -228,8 +295,9 @@ def dry_run(loaded: LoadedRecipe, job: RenderedJob, scheduler: str | None = None
 def tracked_run(tracking: Tracking) -> TrackedRun | None:
     if tracking.tracker == "none" or tracking.run_id is None:
         return None
-    return TrackedRun(tracker=tracking.tracker, run_id=tracking.run_id, dir=tracking.dir or "",
-                      offline=tracking.offline)
+    return TrackedRun(
+        tracker=tracking.tracker, run_id=tracking.run_id, dir=tracking.dir or "", offline=tracking.offline
+    )
 
 
 def schedule(request: SubmitRequest, accept_new_host_key: bool = False) -> RunRecord:
@@ -237,8 +305,9 @@ def schedule(request: SubmitRequest, accept_new_host_key: bool = False) -> RunRe
         return scheduler.submit(request)
 
 
-def statuses(records: list[RunRecord], accept_new_host_key: bool = False,
-             unreachable_ok: bool = False) -> list[JobStatus]:
+def statuses(
+    records: list[RunRecord], accept_new_host_key: bool = False, unreachable_ok: bool = False
+) -> list[JobStatus]:
     """Each record's status, asking each adapter (and each login node) once. With
     ``unreachable_ok`` (listings), runs on a login node that cannot be reached are UNKNOWN, with
     the reason, instead of failing the whole listing."""

@@ -20,15 +20,16 @@ import io
 import os
 import stat
 import tarfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
 
 from clusterkit.errors import BadRunRecord, SubmitError, UsageError, printable
 from clusterkit.load.snapshot import git
 from clusterkit.runs.layout import OUTPUT_MARKERS, RUN_RECORD, SECRETS_FILE, STAGING_PREFIX
 from clusterkit.runs.record import read_record
 from clusterkit.spec.snapshot import DEFAULT_EXCLUDE, CodeSnapshot
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -43,8 +44,14 @@ class Inventory:
     def describe(self) -> str:
         """One line for the dry run and the submit; a file name's escape sequences and line breaks
         are shown escaped, never sent to the terminal."""
-        where = (f"git tree {self.root} at {self.commit[:12] if self.commit else 'no commit yet'}"
-                 f"{' + uncommitted changes' if self.dirty else ''}") if self.git else f"folder {self.root}"
+        where = (
+            (
+                f"git tree {self.root} at {self.commit[:12] if self.commit else 'no commit yet'}"
+                f"{' + uncommitted changes' if self.dirty else ''}"
+            )
+            if self.git
+            else f"folder {self.root}"
+        )
         more = f" and {len(self.left_out) - 5} more" if len(self.left_out) > 5 else ""
         left = f"; left out: {', '.join(self.left_out[:5])}{more}" if self.left_out else ""
         return printable(f"{len(self.files)} files ({_mb(self.size)}) of {where}{left}")
@@ -56,8 +63,9 @@ def _mb(size: int) -> str:
 
 def _excluded(relative: str, patterns: tuple[str, ...]) -> bool:
     parts = PurePosixPath(relative).parts
-    return any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in patterns) \
-        or any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
+    return any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in patterns) or any(
+        fnmatch.fnmatchcase(relative, pattern) for pattern in patterns
+    )
 
 
 def _written_by_clusterkit(folder: str) -> str | None:
@@ -83,7 +91,9 @@ def _candidates(snapshot: CodeSnapshot, skipped: Callable[[str], bool]) -> Itera
     if snapshot.git:
         listed = git(snapshot.root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         if listed.returncode != 0:
-            raise SubmitError(f"git ls-files in {snapshot.root} failed: {listed.stderr.decode(errors='replace').strip()}")
+            raise SubmitError(
+                f"git ls-files in {snapshot.root} failed: {listed.stderr.decode(errors='replace').strip()}"
+            )
         yield from sorted({os.fsdecode(name) for name in listed.stdout.split(b"\0") if name})
         return
     for folder, dirs, files in os.walk(snapshot.root):  # symlinked folders are listed, never entered
@@ -133,8 +143,11 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
         return False
 
     def skipped(relative: str) -> bool:
-        return _excluded(relative, patterns) or any(relative == folder or relative.startswith(folder + os.sep)
-                                                     for folder in runs_inside) or written_by_clusterkit(relative)
+        return (
+            _excluded(relative, patterns)
+            or any(relative == folder or relative.startswith(folder + os.sep) for folder in runs_inside)
+            or written_by_clusterkit(relative)
+        )
 
     files, left_out, size, untracked = [], [], 0, False
     tracked = set()
@@ -155,8 +168,10 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
         size += size_of
         untracked = untracked or (snapshot.git and relative not in tracked)
         if size > snapshot.max_mb * 1_000_000:
-            raise UsageError(f"snapshot: {snapshot.root} holds more than {snapshot.max_mb} MB (over snapshot.max_mb "
-                             f"{snapshot.max_mb}): exclude paths (snapshot.exclude), raise max_mb, or submit --no-snapshot")
+            raise UsageError(
+                f"snapshot: {snapshot.root} holds more than {snapshot.max_mb} MB (over snapshot.max_mb "
+                f"{snapshot.max_mb}): exclude paths (snapshot.exclude), raise max_mb, or submit --no-snapshot"
+            )
     # Each outermost folder clusterkit wrote, said once (the folders below it were never looked at).
     left_out += [f"{folder}/ ({what})" for folder, what in sorted(clusterkits.items()) if what]
     commit = dirty = None
@@ -165,7 +180,15 @@ def take_inventory(snapshot: CodeSnapshot, runs: tuple[Path, ...]) -> Inventory:
         commit = head.stdout.decode().strip() if head.returncode == 0 else None
         changed = git(root, "diff", "--quiet", "HEAD", "--") if commit else None
         dirty = untracked or commit is None or (changed is not None and changed.returncode != 0)
-    return Inventory(root=root, git=snapshot.git, files=tuple(sorted(files)), commit=commit, dirty=dirty, size=size, left_out=tuple(left_out))
+    return Inventory(
+        root=root,
+        git=snapshot.git,
+        files=tuple(sorted(files)),
+        commit=commit,
+        dirty=dirty,
+        size=size,
+        left_out=tuple(left_out),
+    )
 
 
 def tar_bytes(inventory: Inventory) -> bytes:

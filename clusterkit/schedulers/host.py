@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, Sequence
+from typing import IO, Protocol
 
 from clusterkit.errors import SchedulerError
-from clusterkit.schedulers.secret_values import write_private
 from clusterkit.schedulers.code_snapshot import unpack
+from clusterkit.schedulers.secret_values import write_private
 
 
 @dataclass(frozen=True)
@@ -114,5 +115,7 @@ def checked(host: Host, argv: Sequence[str], timeout: float = 30.0) -> str:
     if done.returncode != 0:
         detail = (done.stderr.strip() or done.stdout.strip()).splitlines()
         where = "" if isinstance(host, LocalHost) else f"on {host.name}: "
-        raise SchedulerError(f"{where}{' '.join(argv)} failed ({done.returncode}): {detail[-1] if detail else 'no output'}")
+        raise SchedulerError(
+            f"{where}{' '.join(argv)} failed ({done.returncode}): {detail[-1] if detail else 'no output'}"
+        )
     return done.stdout

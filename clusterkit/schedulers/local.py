@@ -10,20 +10,36 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
+from clusterkit.runs.arrays import array_status, task_record
+from clusterkit.runs.index import add_run
 from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
-from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.runs.arrays import array_status, task_record
-from clusterkit.runs.status import (CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, JobStatus, exit_code_from_run_dir,
-                                    explained)
+from clusterkit.runs.status import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    JobStatus,
+    exit_code_from_run_dir,
+    explained,
+)
 from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
 from clusterkit.schedulers.code_snapshot import tar_bytes, unpack
-from clusterkit.schedulers.local_slurm import (ARRAY_MARKER, JOB_MARKER, KILL_WAIT_S, carries, job_markers,
-                                               processes_with, terminate)
+from clusterkit.schedulers.local_slurm import (
+    ARRAY_MARKER,
+    JOB_MARKER,
+    KILL_WAIT_S,
+    carries,
+    job_markers,
+    processes_with,
+    terminate,
+)
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
 from clusterkit.spec.profile import Login
 
@@ -53,7 +69,9 @@ def _write_shims(shim_dir: Path) -> None:
         path = shim_dir / shim
         # A Python script, not /bin/sh: dash would drop the exported clusterkit_node function
         # (BASH_FUNC_clusterkit_node%%) from the environment the nodes' commands need.
-        path.write_text(f"#!{sys.executable}\nimport sys\nfrom clusterkit.schedulers.local_slurm import main\nsys.exit(main({shim!r}, sys.argv[1:]))\n")
+        path.write_text(
+            f"#!{sys.executable}\nimport sys\nfrom clusterkit.schedulers.local_slurm import main\nsys.exit(main({shim!r}, sys.argv[1:]))\n"
+        )
         path.chmod(0o755)
 
 
@@ -106,15 +124,26 @@ def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Pop
     if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
         env[ARRAY_MARKER] = str(run_dir)
         indices = request.tasks or tuple(range(request.links))
-        argv = [sys.executable, "-m", "clusterkit.schedulers.local_array", str(run_dir),
-                str(request.array_throttle or len(indices)), request.script_name, "array" if request.tasks else "chain",
-                *map(str, indices)]
+        argv = [
+            sys.executable,
+            "-m",
+            "clusterkit.schedulers.local_array",
+            str(run_dir),
+            str(request.array_throttle or len(indices)),
+            request.script_name,
+            "array" if request.tasks else "chain",
+            *map(str, indices),
+        ]
     else:
         argv = [word.replace(JOB_ID_FIELD, job_id) for word in request.argv]
     with open(run_dir / batch_log(job_id, "out"), "ab") as out, open(run_dir / batch_log(job_id, "err"), "ab") as err:
         return subprocess.Popen(
-            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
+            argv,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # not in the terminal's process group: Ctrl-C there is not for it
         )
 
 
@@ -159,8 +188,10 @@ class LocalScheduler:
         (record.path / SECRETS_FILE).unlink(missing_ok=True)  # no later attempt needs them
         for index in record.tasks:
             (record.path / str(index) / CANCELLED_MARKER).touch()
-        terminate((f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),
-                  grace_s)
+        terminate(
+            (f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),
+            grace_s,
+        )
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)

@@ -24,12 +24,19 @@ from clusterkit.spec.arrays import task_job_id
 def _start(run_dir: Path, script: str, kind: str, index: int) -> subprocess.Popen[bytes]:
     array_id, task_dir = run_dir.name, run_dir / str(index) if kind == "array" else run_dir
     job_id = allocate_job_id(run_dir.parent.parent / LOCAL_JOB_IDS, time.time_ns() // 1_000_000 % 1_000_000_000)
-    env = dict(os.environ, SLURM_JOB_ID=job_id, SLURM_ARRAY_JOB_ID=array_id, SLURM_ARRAY_TASK_ID=str(index),
-               PATH=f"{run_dir / SHIM_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
-               **{JOB_MARKER: str(task_dir), ARRAY_MARKER: str(run_dir)})
+    env = dict(
+        os.environ,
+        SLURM_JOB_ID=job_id,
+        SLURM_ARRAY_JOB_ID=array_id,
+        SLURM_ARRAY_TASK_ID=str(index),
+        PATH=f"{run_dir / SHIM_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+        **{JOB_MARKER: str(task_dir), ARRAY_MARKER: str(run_dir)},
+    )
     name = task_job_id(array_id, index)
     with open(task_dir / batch_log(name, "out"), "ab") as out, open(task_dir / batch_log(name, "err"), "ab") as err:
-        return subprocess.Popen(["bash", str(run_dir / script)], stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        return subprocess.Popen(
+            ["bash", str(run_dir / script)], stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -40,8 +40,14 @@ def scontrol(argv: list[str]) -> int:
 
 def _expand(pattern: str, job_id: str, task: int, host: str) -> str:
     array_id, index = os.environ.get("SLURM_ARRAY_JOB_ID", ""), os.environ.get("SLURM_ARRAY_TASK_ID", "")
-    return (pattern.replace("%j", job_id).replace("%A", array_id).replace("%a", index).replace("%t", str(task))
-            .replace("%n", str(task)).replace("%N", host))
+    return (
+        pattern.replace("%j", job_id)
+        .replace("%A", array_id)
+        .replace("%a", index)
+        .replace("%t", str(task))
+        .replace("%n", str(task))
+        .replace("%N", host)
+    )
 
 
 def srun(argv: list[str]) -> int:
@@ -72,11 +78,21 @@ def srun(argv: list[str]) -> int:
     children: list[subprocess.Popen[bytes]] = []
     copies: list[threading.Thread] = []
     per_node = args.ntasks_per_node
-    tasks = [(node * per_node + local, node, local, host) for node, host in enumerate(hosts) for local in range(per_node)]
+    tasks = [
+        (node * per_node + local, node, local, host) for node, host in enumerate(hosts) for local in range(per_node)
+    ]
     for task, node, local, host in tasks[: args.ntasks or len(tasks)]:
-        env = dict(os.environ, SLURM_NODEID=str(node), SLURM_PROCID=str(task), SLURM_LOCALID=str(local),
-                   SLURMD_NODENAME=host, SLURM_STEP_NUM_TASKS=str(len(tasks)), SLURM_NTASKS=str(len(tasks)),
-                   SLURM_NTASKS_PER_NODE=str(per_node), **{STEP_MARKER: step})
+        env = dict(
+            os.environ,
+            SLURM_NODEID=str(node),
+            SLURM_PROCID=str(task),
+            SLURM_LOCALID=str(local),
+            SLURMD_NODENAME=host,
+            SLURM_STEP_NUM_TASKS=str(len(tasks)),
+            SLURM_NTASKS=str(len(tasks)),
+            SLURM_NTASKS_PER_NODE=str(per_node),
+            **{STEP_MARKER: step},
+        )
         if args.cpus_per_task:
             env["SLURM_CPUS_PER_TASK"] = str(args.cpus_per_task)
         out = open(_expand(args.output, job_id, task, host), mode) if args.output else None

@@ -50,10 +50,13 @@ SOCKET_NAME_LENGTH = 1 + 40 + 17
 ASKPASS = f'#!/bin/sh\nexec printf "%s\\n" "${PASSPHRASE_ENV}"\n'
 # ssh's exit status for its own failures (a remote command may exit 255 too: the message tells them apart).
 SSH_FAILED = 255
-SSH_FAILURES = re.compile(r"^(ssh: |ssh_exchange_identification|kex_exchange_identification|Connection (closed|reset)|"
-                          r"mux_client|Control socket|ControlSocket|Host key verification failed|.*Permission denied \(|"
-                          r"Received disconnect|Bad (owner|permissions)|.*: No such file or directory$|"
-                          r"Load key|.*line \d+: )", re.MULTILINE)
+SSH_FAILURES = re.compile(
+    r"^(ssh: |ssh_exchange_identification|kex_exchange_identification|Connection (closed|reset)|"
+    r"mux_client|Control socket|ControlSocket|Host key verification failed|.*Permission denied \(|"
+    r"Received disconnect|Bad (owner|permissions)|.*: No such file or directory$|"
+    r"Load key|.*line \d+: )",
+    re.MULTILINE,
+)
 
 
 def control_dir() -> Path:
@@ -100,7 +103,11 @@ def ssh_argv(login: Login, accept_new: bool, interactive: bool, directory: Path)
         options |= {"ControlMaster": "auto", "ControlPath": f"{directory}/%C", "ControlPersist": persist}
     if not interactive:
         if PASSPHRASE_ENV in os.environ:
-            options |= {"PasswordAuthentication": "no", "KbdInteractiveAuthentication": "no", "NumberOfPasswordPrompts": "1"}
+            options |= {
+                "PasswordAuthentication": "no",
+                "KbdInteractiveAuthentication": "no",
+                "NumberOfPasswordPrompts": "1",
+            }
         else:
             options["BatchMode"] = "yes"
     argv = [ssh_program() or "ssh", "-T"]
@@ -133,8 +140,10 @@ class OpenSSHSession(Session):
     def __init__(self, login: Login, accept_new: bool):
         self.login, self.accept_new = login, accept_new
         if ssh_program() is None:
-            raise SSHError("login.transport openssh needs OpenSSH's ssh client on PATH "
-                           "(or login.transport: paramiko, with pip install 'clusterkit[ssh]')")
+            raise SSHError(
+                "login.transport openssh needs OpenSSH's ssh client on PATH "
+                "(or login.transport: paramiko, with pip install 'clusterkit[ssh]')"
+            )
         settings = ssh_settings(login.host, login.port, login.user, login.identity_file, login.proxy_jump)
         self.endpoint, _ = endpoint(login.host, settings, login.identity_file is not None)
         directory = control_dir()
@@ -144,14 +153,23 @@ class OpenSSHSession(Session):
         if not interactive and PASSPHRASE_ENV in os.environ:
             self.env |= {"SSH_ASKPASS": str(_askpass(directory)), "SSH_ASKPASS_REQUIRE": "force"}
 
-    def run(self, command: str, timeout: float = 120.0, stdin: bytes | None = None,
-            stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> Completed:
+    def run(
+        self,
+        command: str,
+        timeout: float = 120.0,
+        stdin: bytes | None = None,
+        stdout: BinaryIO | None = None,
+        stderr: BinaryIO | None = None,
+    ) -> Completed:
         out_fd, err_fd = _fileno(stdout), _fileno(stderr)
         try:
-            with subprocess.Popen([*self.argv, "--", self.login.host, command], env=self.env,
-                                  stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                  stdout=subprocess.PIPE if out_fd is None else out_fd,
-                                  stderr=subprocess.PIPE if err_fd is None else err_fd) as process:
+            with subprocess.Popen(
+                [*self.argv, "--", self.login.host, command],
+                env=self.env,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE if out_fd is None else out_fd,
+                stderr=subprocess.PIPE if err_fd is None else err_fd,
+            ) as process:
                 try:
                     out, err = process.communicate(stdin, timeout=timeout)
                 except subprocess.TimeoutExpired:
@@ -177,16 +195,19 @@ class OpenSSHSession(Session):
         if changed or "REMOTE HOST IDENTIFICATION HAS CHANGED" in message:
             offending = re.search(r"Offending \S+ key in (\S+):\d+", message)
             key = re.search(r"fingerprint for the (\S+) key sent by the remote host is\s+(SHA256:\S+)", message)
-            return changed_host_key(changed.group(1) if changed else self.endpoint.known_hosts_name,
-                                    offending.group(1) if offending else known_hosts,
-                                    f"{key.group(1)} {key.group(2)}" if key else None)
+            return changed_host_key(
+                changed.group(1) if changed else self.endpoint.known_hosts_name,
+                offending.group(1) if offending else known_hosts,
+                f"{key.group(1)} {key.group(2)}" if key else None,
+            )
         unknown = re.search(r"host key is known for (\S+) and you have requested strict checking", message)
         if unknown:
             return unknown_host_key(unknown.group(1), known_hosts, self._offered_key())
         if "Permission denied" in message:
             return AuthenticationFailed(
                 f"{self.endpoint}: authentication failed ({lines[-1]}). Check login.user and login.identity_file "
-                f"(or ~/.ssh/config); an encrypted key needs ssh-agent (ssh-add), a terminal or {PASSPHRASE_ENV}")
+                f"(or ~/.ssh/config); an encrypted key needs ssh-agent (ssh-add), a terminal or {PASSPHRASE_ENV}"
+            )
         if "Connection refused" in message:
             return Unreachable(f"{self.endpoint}: connection refused (is sshd running there, and is the port right?)")
         if "Could not resolve hostname" in message:
@@ -199,11 +220,27 @@ class OpenSSHSession(Session):
         """The fingerprint of the key the host offers, as ssh logs it (a second, throwaway connection
         that stops at the host key check)."""
         argv = list(self.argv)  # ssh takes an option's first value: these win over the session's
-        argv[1:1] = ["-o", "LogLevel=DEBUG1", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                     "-o", "ControlMaster=no", "-o", "ControlPath=none"]
+        argv[1:1] = [
+            "-o",
+            "LogLevel=DEBUG1",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ControlMaster=no",
+            "-o",
+            "ControlPath=none",
+        ]
         try:
-            done = subprocess.run([*argv, "--", self.login.host, "true"], capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=2 * CONNECT_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                [*argv, "--", self.login.host, "true"],
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=2 * CONNECT_TIMEOUT_S,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return None
         found = re.findall(r"Server host key: (\S+ SHA256:\S+)", done.stderr)
@@ -219,6 +256,8 @@ def connect(login: Login, accept_new_host_key: bool = False) -> OpenSSHSession:
         if line.startswith("Warning: Permanently added"):  # --accept-new-host-key wrote known_hosts
             print(f"clusterkit: {line.removeprefix('Warning: ').strip()}", file=sys.stderr)
     if done.returncode != 0:
-        raise SSHError(f"on {session.endpoint.host}: `true` failed ({done.returncode}): the login shell "
-                       f"prints errors or exits: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise SSHError(
+            f"on {session.endpoint.host}: `true` failed ({done.returncode}): the login shell "
+            f"prints errors or exits: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+        )
     return session

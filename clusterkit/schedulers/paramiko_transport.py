@@ -19,8 +19,9 @@ import shlex
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from clusterkit.errors import SSHError
 from clusterkit.schedulers.host import Completed
@@ -48,8 +49,10 @@ UNRESOLVABLE = re.compile(r"^\s*(include|match)\b", re.IGNORECASE)
 
 def _require_paramiko() -> None:
     if paramiko is None:
-        raise SSHError("login.transport paramiko needs paramiko: pip install 'clusterkit[ssh]' "
-                       "(or install OpenSSH's ssh client and use login.transport: openssh)")
+        raise SSHError(
+            "login.transport paramiko needs paramiko: pip install 'clusterkit[ssh]' "
+            "(or install OpenSSH's ssh client and use login.transport: openssh)"
+        )
 
 
 def paramiko_config() -> Any:
@@ -60,8 +63,10 @@ def paramiko_config() -> Any:
         return paramiko.SSHConfig()
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if UNRESOLVABLE.match(line):
-            raise SSHError(f"{path}:{number}: {line.split()[0]} is not supported without OpenSSH's ssh (paramiko would "
-                           f"ignore it and reach another host): install the ssh client, or remove it")
+            raise SSHError(
+                f"{path}:{number}: {line.split()[0]} is not supported without OpenSSH's ssh (paramiko would "
+                f"ignore it and reach another host): install the ssh client, or remove it"
+            )
     return paramiko.SSHConfig.from_path(str(path))
 
 
@@ -131,7 +136,8 @@ def _decrypt(path: Path) -> Any:
         secret = getpass.getpass(f"passphrase for {path}: ")
     if secret is None:
         raise AuthenticationFailed(
-            f"identity file {path} is encrypted: add it to ssh-agent (ssh-add {path}), or set {PASSPHRASE_ENV}")
+            f"identity file {path} is encrypted: add it to ssh-agent (ssh-add {path}), or set {PASSPHRASE_ENV}"
+        )
     try:
         return paramiko.PKey.from_path(path, password=secret.encode())
     except (paramiko.SSHException, ValueError, TypeError):
@@ -144,9 +150,12 @@ def _authenticate(transport: Any, endpoint: Endpoint) -> None:
     try:
         agent_keys = [] if endpoint.identities_only else agent.get_keys()
         candidates: list[tuple[str, Callable[[], Any]]] = [
-            (f"ssh-agent key {fingerprint(key)}", lambda key=key: key) for key in agent_keys]
-        candidates += [(path, lambda path=path: _load_identity(path, endpoint.identity_named, endpoint.certificate_files))
-                       for path in endpoint.identity_files]
+            (f"ssh-agent key {fingerprint(key)}", lambda key=key: key) for key in agent_keys
+        ]
+        candidates += [
+            (path, lambda path=path: _load_identity(path, endpoint.identity_named, endpoint.certificate_files))
+            for path in endpoint.identity_files
+        ]
         for label, load in candidates:
             key = load()
             if key is None:
@@ -157,7 +166,8 @@ def _authenticate(transport: Any, endpoint: Endpoint) -> None:
             except paramiko.BadAuthenticationType as exc:
                 raise AuthenticationFailed(
                     f"{endpoint}: the server accepts only {', '.join(exc.allowed_types)}; clusterkit "
-                    f"signs in with keys (ssh-agent or login.identity_file)") from None
+                    f"signs in with keys (ssh-agent or login.identity_file)"
+                ) from None
             except paramiko.AuthenticationException:
                 continue
             if remaining and sys.stdin.isatty():  # a second factor (e.g. a one-time code)
@@ -169,7 +179,8 @@ def _authenticate(transport: Any, endpoint: Endpoint) -> None:
     tried = "; ".join(offered) or "no key (no ssh-agent keys, no identity file found)"
     raise AuthenticationFailed(
         f"{endpoint}: authentication failed, the server refused {tried}. Check login.user and "
-        f"login.identity_file in the cluster profile (or ~/.ssh/config), or add the key to ssh-agent")
+        f"login.identity_file in the cluster profile (or ~/.ssh/config), or add the key to ssh-agent"
+    )
 
 
 def _open_socket(endpoint: Endpoint) -> Any:
@@ -222,8 +233,14 @@ class ParamikoSession(Session):
         self.endpoint = endpoint
         self._transports = transports
 
-    def run(self, command: str, timeout: float = 120.0, stdin: bytes | None = None,
-            stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> Completed:
+    def run(
+        self,
+        command: str,
+        timeout: float = 120.0,
+        stdin: bytes | None = None,
+        stdout: BinaryIO | None = None,
+        stderr: BinaryIO | None = None,
+    ) -> Completed:
         try:
             channel = self._transports[-1].open_session(timeout=CONNECT_TIMEOUT_S)
         except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -237,8 +254,10 @@ class ParamikoSession(Session):
             channel.shutdown_write()  # end of input: a reading command (cat) finishes
             while True:
                 idle = True
-                for ready, receive, sink, buffer in ((channel.recv_ready, channel.recv, stdout, out),
-                                                     (channel.recv_stderr_ready, channel.recv_stderr, stderr, err)):
+                for ready, receive, sink, buffer in (
+                    (channel.recv_ready, channel.recv, stdout, out),
+                    (channel.recv_stderr_ready, channel.recv_stderr, stderr, err),
+                ):
                     if ready():
                         idle = False
                         chunk = receive(65536)
@@ -247,7 +266,12 @@ class ParamikoSession(Session):
                             sink.flush()
                         else:
                             buffer += chunk
-                if idle and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                if (
+                    idle
+                    and channel.exit_status_ready()
+                    and not channel.recv_ready()
+                    and not channel.recv_stderr_ready()
+                ):
                     break
                 if time.monotonic() > deadline:
                     raise SSHError(f"{self.endpoint}: `{command}` gave no result within {timeout:.0f} s")
@@ -276,8 +300,9 @@ def connect(login: Login, accept_new_host_key: bool = False) -> ParamikoSession:
             if index + 1 < len(endpoints):
                 following = endpoints[index + 1]
                 try:
-                    sock = transports[-1].open_channel("direct-tcpip", (following.host, following.port),
-                                                       ("127.0.0.1", 0), timeout=CONNECT_TIMEOUT_S)
+                    sock = transports[-1].open_channel(
+                        "direct-tcpip", (following.host, following.port), ("127.0.0.1", 0), timeout=CONNECT_TIMEOUT_S
+                    )
                 except (paramiko.SSHException, EOFError, OSError) as exc:
                     raise Unreachable(f"jump host {endpoint} could not reach {following}: {exc}") from None
     except BaseException:

@@ -34,10 +34,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Sequence
+from collections.abc import Sequence
 
 from clusterkit.errors import UserError
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
+
 # Linux refuses to start a program with one environment string longer than this (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 128 * 1024
 _LINE = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
@@ -62,13 +63,16 @@ def secrets_payload(names: Sequence[str]) -> bytes:
         if value is None and name.encode() in from_file:
             value, where = from_file[name.encode()]
         if value is None:
-            raise SecretError(f"secret {name} is not set: export it in the environment you submit from, "
-                              f"or add it to the secrets_file your user config names")
+            raise SecretError(
+                f"secret {name} is not set: export it in the environment you submit from, "
+                f"or add it to the secrets_file your user config names"
+            )
         if not value:
             raise SecretError(f"secret {name} is empty {where}")
         if len(name) + len(value) + 2 > MAX_ENV_STRING:
-            raise SecretError(f"secret {name} {where} is longer than the {MAX_ENV_STRING} bytes Linux allows "
-                              f"one environment variable")
+            raise SecretError(
+                f"secret {name} {where} is longer than the {MAX_ENV_STRING} bytes Linux allows one environment variable"
+            )
         payload.append(name.encode() + b"=" + value + b"\0")
     return b"".join(payload)
 
@@ -82,16 +86,21 @@ def _read_secrets_file(names: Sequence[str]) -> dict[bytes, tuple[bytes, str]]:
     path = config.secrets_path()
     if path is None:
         return {}
+
     def private(info: os.stat_result) -> None:
         if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise SecretError(f"{path}: secrets_file must be yours and readable by you only "
-                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
+            raise SecretError(
+                f"{path}: secrets_file must be yours and readable by you only "
+                f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}"
+            )
 
     try:
         data = read_bounded(path, CONFIG_LIMIT, "the secrets_file", check=private)
     except OSError as exc:
-        raise SecretError(f"{path}: cannot read the secrets_file ({config.location(('secrets_file',))} names it): "
-                          f"{exc.strerror or exc}") from None
+        raise SecretError(
+            f"{path}: cannot read the secrets_file ({config.location(('secrets_file',))} names it): "
+            f"{exc.strerror or exc}"
+        ) from None
     values: dict[bytes, tuple[bytes, str]] = {}
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.strip() or line.lstrip().startswith(b"#"):

@@ -19,22 +19,23 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Mapping
+from typing import BinaryIO
 
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
-from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.runs.arrays import array_status, chain_status, task_record
-from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.index import add_run
+from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
+from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
-from clusterkit.spec.arrays import task_job_id
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
 from clusterkit.schedulers.code_snapshot import tar_bytes
 from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
+from clusterkit.spec.arrays import task_job_id
 from clusterkit.spec.profile import Login
 
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
@@ -122,13 +123,20 @@ class SlurmScheduler:
         """The SLURM jobs the run's state is made of, and how it is made from what SLURM says of them."""
         if record.tasks:
             tasks = [self._asking(task_record(record, index)) for index in record.tasks]
-            return _Asking({job_id: code for task in tasks for job_id, code in task.exit_codes.items()},
-                           lambda said: array_status([task.status(said) for task in tasks]))
+            return _Asking(
+                {job_id: code for task in tasks for job_id, code in task.exit_codes.items()},
+                lambda said: array_status([task.status(said) for task in tasks]),
+            )
         exit_code = self._exit_code(record)
         if record.links:
             links = [task_job_id(record.job_id, link) for link in range(record.links)]
-            return _Asking(dict.fromkeys(links, exit_code), lambda said: chain_status(
-                [slurm_status(said.get(link), exit_code) for link in links], explained(record, slurm_status(None, exit_code))))
+            return _Asking(
+                dict.fromkeys(links, exit_code),
+                lambda said: chain_status(
+                    [slurm_status(said.get(link), exit_code) for link in links],
+                    explained(record, slurm_status(None, exit_code)),
+                ),
+            )
         retry = self._latest_retry(record)
         job_id = retry["job_id"] if retry else record.job_id  # a retried run goes on as its newest retry's job
 
@@ -136,7 +144,9 @@ class SlurmScheduler:
             status = explained(record, slurm_status(said.get(job_id), exit_code))
             if retry is None:
                 return status
-            retried = f"retry {retry['retry']} as job {job_id}" + (f", excluding {retry['excluded']}" if retry.get("excluded") else "")
+            retried = f"retry {retry['retry']} as job {job_id}" + (
+                f", excluding {retry['excluded']}" if retry.get("excluded") else ""
+            )
             return dataclasses.replace(status, reason=f"{retried}; {status.reason}" if status.reason else retried)
 
         return _Asking({job_id: exit_code}, status)
@@ -148,7 +158,9 @@ class SlurmScheduler:
                 lines = [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]
         except (OSError, ValueError):
             return None
-        valid = [line for line in lines if isinstance(line, dict) and re.fullmatch(r"[0-9]+", str(line.get("job_id", "")))]
+        valid = [
+            line for line in lines if isinstance(line, dict) and re.fullmatch(r"[0-9]+", str(line.get("job_id", "")))
+        ]
         return valid[-1] if valid else None
 
     def _exit_code(self, record: RunRecord) -> int | None:

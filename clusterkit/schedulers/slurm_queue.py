@@ -10,7 +10,7 @@ The answer per job has scontrol's field names (JobState, Reason, ExitCode), so o
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from clusterkit.schedulers.host import Host
 
@@ -24,8 +24,20 @@ SQUEUE_FORMAT = ",".join(f"{name}:0|" for name in _SQUEUE_FIELDS)
 
 # squeue takes filters and formats from the environment too: a user's SQUEUE_PARTITION=gpu or
 # SQUEUE_FORMAT would hide jobs or change the lines; none of them applies here.
-_SQUEUE_ENV = ("SQUEUE_ACCOUNT", "SQUEUE_FEDERATION", "SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_LICENSES", "SQUEUE_LOCAL",
-               "SQUEUE_NAMES", "SQUEUE_PARTITION", "SQUEUE_PRIORITY", "SQUEUE_QOS", "SQUEUE_SIBLING", "SQUEUE_USERS")
+_SQUEUE_ENV = (
+    "SQUEUE_ACCOUNT",
+    "SQUEUE_FEDERATION",
+    "SQUEUE_FORMAT",
+    "SQUEUE_FORMAT2",
+    "SQUEUE_LICENSES",
+    "SQUEUE_LOCAL",
+    "SQUEUE_NAMES",
+    "SQUEUE_PARTITION",
+    "SQUEUE_PRIORITY",
+    "SQUEUE_QOS",
+    "SQUEUE_SIBLING",
+    "SQUEUE_USERS",
+)
 # Past this many ids, every job the controller holds is listed instead (one argument has a size limit).
 MAX_JOB_IDS = 1000
 
@@ -33,8 +45,16 @@ MAX_JOB_IDS = 1000
 def squeue_argv(job_ids: list[str]) -> list[str]:
     which = f"--jobs={','.join(job_ids)}" if len(job_ids) <= MAX_JOB_IDS else "--all"
     # --array: an array's pending tasks one per line, not folded into "123_[4-9]".
-    return ["env", *(word for name in _SQUEUE_ENV for word in ("-u", name)), "squeue", "--noheader", "--array",
-            "--states=all", which, f"--Format={SQUEUE_FORMAT}"]
+    return [
+        "env",
+        *(word for name in _SQUEUE_ENV for word in ("-u", name)),
+        "squeue",
+        "--noheader",
+        "--array",
+        "--states=all",
+        which,
+        f"--Format={SQUEUE_FORMAT}",
+    ]
 
 
 def _squeue_name(job_id: str, array_job_id: str, task_id: str) -> str:

@@ -22,17 +22,18 @@ import posixpath
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, BinaryIO, Callable, Iterator, Sequence, TypeVar
+from typing import IO, BinaryIO, TypeVar
 
 import msgspec
 
 from clusterkit.errors import SSHError
 from clusterkit.load.user_config import load_user_config
+from clusterkit.runs.index import add_run
 from clusterkit.runs.layout import STREAMS, node_log
 from clusterkit.runs.logs import stream
-from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import UNKNOWN, JobStatus
 from clusterkit.schedulers.api import SubmitRequest
@@ -49,7 +50,7 @@ MISSING = 66
 class RemoteFile:
     """A file on the login node with the one method readers here use: ``open("rb")``."""
 
-    def __init__(self, host: "SSHHost", path: str):
+    def __init__(self, host: SSHHost, path: str):
         self.host, self.path = host, path
 
     def open(self, mode: str = "rb") -> IO[bytes]:
@@ -73,8 +74,9 @@ class SSHHost:
         """remote_workdir, created if missing, as an absolute path (``~`` is the session's start)."""
         workdir = self.login.remote_workdir
         workdir = "." if workdir == "~" else workdir.removeprefix("~/")
-        return self.session.check(command_line(["mkdir", "-p", "--", workdir]) + " && "
-                                  + command_line(["pwd", "-P"], cwd=workdir)).strip()
+        return self.session.check(
+            command_line(["mkdir", "-p", "--", workdir]) + " && " + command_line(["pwd", "-P"], cwd=workdir)
+        ).strip()
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
         return self.session.run(command_line(argv, cwd=self.workdir), timeout=timeout)
@@ -88,8 +90,9 @@ class SSHHost:
     def _write(self, target: str, data: bytes, mode: int) -> None:
         # A staging name then a rename: a reader (or a dropped connection) never sees half a file.
         staging = shlex.quote(f"{target}.tmp")
-        self.session.check(f"cat > {staging} && chmod {mode:o} {staging} && mv -fT {staging} {shlex.quote(target)}",
-                           stdin=data)
+        self.session.check(
+            f"cat > {staging} && chmod {mode:o} {staging} && mv -fT {staging} {shlex.quote(target)}", stdin=data
+        )
 
     def write_file(self, path: str, text: str, mode: int = 0o644) -> None:
         self._write(self.absolute(path), text.encode("utf-8"), mode)
@@ -118,8 +121,13 @@ class SSHHost:
         # The tar through the session to the login node's tar: one command, however many files; as
         # long as a snapshot of up to max_mb may take to cross a slow link.
         target = self.absolute(path)
-        self.session.check(command_line(["mkdir", "-p", "--", target]) + " && "
-                           + command_line(["tar", "-x", "-p", "-f", "-", "-C", target]), timeout=900, stdin=tar)
+        self.session.check(
+            command_line(["mkdir", "-p", "--", target])
+            + " && "
+            + command_line(["tar", "-x", "-p", "-f", "-", "-C", target]),
+            timeout=900,
+            stdin=tar,
+        )
 
     def _bytes(self, path: str, test: str, command: str) -> bytes:
         """``command``'s raw output, for a ``path`` that passes ``test -<test>`` (else FileNotFoundError)."""
@@ -139,8 +147,9 @@ class SSHHost:
 
     def listdir(self, path: str) -> list[str]:
         target = self.absolute(path)
-        listing = self._bytes(target, "d", f"cd -- {shlex.quote(target)} && "
-                                           "find . -mindepth 1 -maxdepth 1 -exec printf '%s\\0' {} +")
+        listing = self._bytes(
+            target, "d", f"cd -- {shlex.quote(target)} && find . -mindepth 1 -maxdepth 1 -exec printf '%s\\0' {{}} +"
+        )
         return [os.fsdecode(name).removeprefix("./") for name in listing.split(b"\0") if name]
 
     @functools.cached_property
@@ -199,6 +208,7 @@ class SSHScheduler(SlurmScheduler):
         """One squeue on the login node for all the runs; a run that ended (or that SLURM has
         forgotten) is then asked of the login node's clusterkit where it has one: it reads the run
         directory there (the first failing rank, a preemption)."""
+
         def ask(host: SSHHost) -> list[JobStatus]:
             found = SlurmScheduler.statuses(self, records)
             return [self._explained(host, record, status) for record, status in zip(records, found)]
@@ -221,22 +231,36 @@ class SSHScheduler(SlurmScheduler):
         """The run's logs printed here, as they grow with ``follow`` (not retried then: output would repeat)."""
         host = self._connected()
         if host.has_clusterkit:
-            args = ["logs", record.run_dir, *(["--rank", str(rank)] if rank is not None else []), *(["-f"] if follow else [])]
+            args = [
+                "logs",
+                record.run_dir,
+                *(["--rank", str(rank)] if rank is not None else []),
+                *(["-f"] if follow else []),
+            ]
 
             def run(on: SSHHost) -> int:
-                return on.session.run(command_line(on.clusterkit(*args), cwd=on.workdir), timeout=7 * 24 * 3600,
-                                      stdout=out or sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
+                return on.session.run(
+                    command_line(on.clusterkit(*args), cwd=on.workdir),
+                    timeout=7 * 24 * 3600,
+                    stdout=out or sys.stdout.buffer,
+                    stderr=sys.stderr.buffer,
+                ).returncode
 
             return run(host) if follow else self._read(run)
         if rank is not None:
-            raise SSHError(f"logs --rank needs clusterkit on {host.name} (login.python in the "
-                           f"cluster profile names the interpreter it is installed in)")
+            raise SSHError(
+                f"logs --rank needs clusterkit on {host.name} (login.python in the "
+                f"cluster profile names the interpreter it is installed in)"
+            )
 
         def node_logs() -> list[RemoteFile]:
             names = host.listdir(record.run_dir)
-            return [RemoteFile(host, f"{record.run_dir}/{name}")
-                    for stream_name in STREAMS for name in sorted(names)
-                    if fnmatch.fnmatchcase(name, node_log(record.job_id, "*", stream_name))]
+            return [
+                RemoteFile(host, f"{record.run_dir}/{name}")
+                for stream_name in STREAMS
+                for name in sorted(names)
+                if fnmatch.fnmatchcase(name, node_log(record.job_id, "*", stream_name))
+            ]
 
         return stream(node_logs, lambda: self.status(record).done, follow, base=record.run_dir, out=out)
 
@@ -245,14 +269,17 @@ class SSHScheduler(SlurmScheduler):
 
     def list_runs(self, runs_dir: str, limit: int, as_json: bool = False) -> int:
         """``ls --cluster``: the runs on the cluster itself, as its own clusterkit lists them."""
+
         def remote_ls(host: SSHHost) -> int:
             if not host.has_clusterkit:
-                raise SSHError(f"ls --cluster needs clusterkit on {host.name} (login.python names its interpreter); "
-                               f"`clusterkit ls` lists the runs submitted from this machine")
+                raise SSHError(
+                    f"ls --cluster needs clusterkit on {host.name} (login.python names its interpreter); "
+                    f"`clusterkit ls` lists the runs submitted from this machine"
+                )
             ls = host.clusterkit("ls", "--runs-dir", runs_dir, "--limit", str(limit), *(["--json"] if as_json else []))
-            return host.session.run(command_line(ls,
-                                                 cwd=host.workdir),
-                                    stdout=sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
+            return host.session.run(
+                command_line(ls, cwd=host.workdir), stdout=sys.stdout.buffer, stderr=sys.stderr.buffer
+            ).returncode
 
         return self._read(remote_ls)
 

@@ -20,9 +20,10 @@ import pwd
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from clusterkit.errors import SSHError
 from clusterkit.spec.profile import Login, expanded
@@ -34,8 +35,12 @@ SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts",)
 # ssh -G's lower-case names of settings paramiko has no way to honour, each with the values that ask
 # for nothing (where it prints one even when unset).
 UNSUPPORTED = {
-    "pkcs11provider": ("none",), "bindaddress": (), "bindinterface": (), "addressfamily": ("any",),
-    "proxyusefdpass": ("no",), "identityagent": ("SSH_AUTH_SOCK", "none"),
+    "pkcs11provider": ("none",),
+    "bindaddress": (),
+    "bindinterface": (),
+    "addressfamily": ("any",),
+    "proxyusefdpass": ("no",),
+    "identityagent": ("SSH_AUTH_SOCK", "none"),
     "securitykeyprovider": ("internal", "$SSH_SK_PROVIDER"),
 }
 # The ProxyCommand tokens filled in here (%n: the name as given, %r: the user); others are refused.
@@ -81,16 +86,28 @@ def home_path(text: str) -> Path:
     return expanded(text)
 
 
-def ssh_settings(name: str, port: int | None = None, user: str | None = None, identity: str | None = None,
-                 jump: str | None = None) -> dict[str, list[str]]:
+def ssh_settings(
+    name: str, port: int | None = None, user: str | None = None, identity: str | None = None, jump: str | None = None
+) -> dict[str, list[str]]:
     """``ssh -G``: every setting ssh would use for ``name`` (lower-case name → its values)."""
-    argv = [ssh_program() or "ssh", "-G", *(["-p", str(port)] if port else []), *(["-l", user] if user else []),
-            *(["-i", identity] if identity else []), *(["-J", jump] if jump else []), "--", name]
+    argv = [
+        ssh_program() or "ssh",
+        "-G",
+        *(["-p", str(port)] if port else []),
+        *(["-l", user] if user else []),
+        *(["-i", identity] if identity else []),
+        *(["-J", jump] if jump else []),
+        "--",
+        name,
+    ]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
+        )
     except subprocess.TimeoutExpired:
-        raise SSHError(f"ssh -G {name} gave no answer within {RESOLVE_TIMEOUT_S:.0f} s (a Match exec in the ssh config?)") from None
+        raise SSHError(
+            f"ssh -G {name} gave no answer within {RESOLVE_TIMEOUT_S:.0f} s (a Match exec in the ssh config?)"
+        ) from None
     if done.returncode != 0:
         detail = [line for line in done.stderr.splitlines() if line.strip()]
         raise SSHError(f"ssh -G {name}: {detail[-1] if detail else 'failed'} (check ~/.ssh/config)")
@@ -105,8 +122,10 @@ def unsupported(name: str, settings: dict[str, list[str]]) -> None:
     for key, harmless in UNSUPPORTED.items():
         for value in settings.get(key, []):
             if value not in harmless:
-                raise SSHError(f"{name}: the ssh setting `{key} {value}` is not supported by the paramiko "
-                               f"transport; use login.transport: openssh, or remove it from the ssh config")
+                raise SSHError(
+                    f"{name}: the ssh setting `{key} {value}` is not supported by the paramiko "
+                    f"transport; use login.transport: openssh, or remove it from the ssh config"
+                )
 
 
 def _proxy_command(name: str, found: Endpoint) -> str:
@@ -115,8 +134,10 @@ def _proxy_command(name: str, found: Endpoint) -> str:
 
     def token(match: re.Match[str]) -> str:
         if match.group(1) not in values:
-            raise SSHError(f"{name}: ProxyCommand token %{match.group(1)} is not supported by the paramiko "
-                           f"transport; use login.transport: openssh")
+            raise SSHError(
+                f"{name}: ProxyCommand token %{match.group(1)} is not supported by the paramiko "
+                f"transport; use login.transport: openssh"
+            )
         return values[match.group(1)]
 
     return PROXY_TOKENS.sub(token, found.proxy_command or "")
@@ -130,7 +151,9 @@ def endpoint(name: str, settings: dict[str, list[str]], identity_named: bool) ->
 
     proxy_command = one("proxycommand")
     found = Endpoint(
-        host=one("hostname") or name, port=int(one("port") or 22), user=one("user") or getpass.getuser(),
+        host=one("hostname") or name,
+        port=int(one("port") or 22),
+        user=one("user") or getpass.getuser(),
         identity_files=tuple(settings.get("identityfile", [])) or DEFAULT_IDENTITIES,
         identity_named=identity_named,
         known_hosts=tuple(" ".join(settings.get("userknownhostsfile", [])).split()) or USER_KNOWN_HOSTS,
@@ -155,15 +178,18 @@ def _from_ssh(name: str, port: int | None, user: str | None, identity: str | Non
     return found, jumps
 
 
-def _from_paramiko(config: Any, name: str, port: int | None, user: str | None,
-                   identity: str | None) -> tuple[Endpoint, str | None]:
+def _from_paramiko(
+    config: Any, name: str, port: int | None, user: str | None, identity: str | None
+) -> tuple[Endpoint, str | None]:
     entry = config.lookup(name)  # paramiko has filled in ProxyCommand's tokens
     unsupported(name, {key: value if isinstance(value, list) else [value] for key, value in entry.items()})
     named = [identity] if identity else list(entry.get("identityfile", []))
     endpoint = Endpoint(
-        host=entry.get("hostname", name), port=port or int(entry.get("port", 22)),
+        host=entry.get("hostname", name),
+        port=port or int(entry.get("port", 22)),
         user=user or entry.get("user") or getpass.getuser(),
-        identity_files=tuple(named) or DEFAULT_IDENTITIES, identity_named=bool(named),
+        identity_files=tuple(named) or DEFAULT_IDENTITIES,
+        identity_named=bool(named),
         known_hosts=tuple((entry.get("userknownhostsfile") or USER_KNOWN_HOSTS[0]).split()),
         host_key_alias=entry.get("hostkeyalias"),
         proxy_command=None if entry.get("proxycommand") in (None, "none") else entry["proxycommand"],
@@ -196,12 +222,14 @@ def resolve(login: Login, config_without_ssh: Callable[[], Any]) -> list[Endpoin
     target, jumps = lookup(login.host, login.port, login.user, login.identity_file)
     jumps = login.proxy_jump or jumps
     hops = []
-    for spec in (jumps.split(",") if jumps else []):
+    for spec in jumps.split(",") if jumps else []:
         user, host, port = _parse_jump(spec.strip())
         hop, hop_jumps = lookup(host, port, user, None)
         if hop_jumps:
-            raise SSHError(f"jump host {host} has a ProxyJump of its own ({hop_jumps}): the paramiko transport "
-                           f"takes one chain; name every hop in login.proxy_jump, or use login.transport: openssh")
+            raise SSHError(
+                f"jump host {host} has a ProxyJump of its own ({hop_jumps}): the paramiko transport "
+                f"takes one chain; name every hop in login.proxy_jump, or use login.transport: openssh"
+            )
         hops.append(hop)
     if hops and target.proxy_command:
         raise SSHError(f"{login.host}: both ProxyJump and ProxyCommand are set; keep one")

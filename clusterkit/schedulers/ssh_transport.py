@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import shlex
-from typing import BinaryIO, Sequence
+from collections.abc import Sequence
+from typing import BinaryIO
 
 from clusterkit.errors import SSHError
 from clusterkit.schedulers.host import Completed
@@ -30,8 +31,10 @@ KEEPALIVE_S = 15
 # For CI and other non-interactive use; on a terminal ssh or clusterkit asks, and ssh-agent needs neither.
 PASSPHRASE_ENV = "CLUSTERKIT_SSH_PASSPHRASE"
 READ_ONLY_ATTEMPTS = 3
-TRANSPORTS = {"openssh": "clusterkit.schedulers.openssh_transport",
-              "paramiko": "clusterkit.schedulers.paramiko_transport"}
+TRANSPORTS = {
+    "openssh": "clusterkit.schedulers.openssh_transport",
+    "paramiko": "clusterkit.schedulers.paramiko_transport",
+}
 
 
 class Unreachable(SSHError):
@@ -50,7 +53,8 @@ def unknown_host_key(name: str, known_hosts: str, fingerprint: str | None) -> Ho
     offers = f" (it offers {fingerprint})" if fingerprint else ""
     return HostKeyRefused(
         f"{name} is not in {known_hosts}{offers}. Check its fingerprint with your cluster admins (on the "
-        f"host: ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then run again with --accept-new-host-key to trust it")
+        f"host: ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then run again with --accept-new-host-key to trust it"
+    )
 
 
 def changed_host_key(name: str, known_hosts: str, fingerprint: str | None) -> HostKeyRefused:
@@ -58,7 +62,8 @@ def changed_host_key(name: str, known_hosts: str, fingerprint: str | None) -> Ho
     return HostKeyRefused(
         f"the host key of {name} has CHANGED{offers} and does not match {known_hosts}: someone may be "
         f"intercepting the connection, or the host was reinstalled. Ask your cluster admins; if they confirm "
-        f"the new key, remove the old one with `ssh-keygen -R '{name}' -f {known_hosts}` and connect again")
+        f"the new key, remove the old one with `ssh-keygen -R '{name}' -f {known_hosts}` and connect again"
+    )
 
 
 class Session:
@@ -66,8 +71,14 @@ class Session:
 
     endpoint: Endpoint
 
-    def run(self, command: str, timeout: float = 120.0, stdin: bytes | None = None,
-            stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> Completed:
+    def run(
+        self,
+        command: str,
+        timeout: float = 120.0,
+        stdin: bytes | None = None,
+        stdout: BinaryIO | None = None,
+        stderr: BinaryIO | None = None,
+    ) -> Completed:
         """Run one shell command line there, ``stdin`` as its standard input (none: empty). With
         ``stdout``/``stderr`` given, output is passed through as it arrives instead of being collected."""
         raise NotImplementedError
@@ -76,14 +87,16 @@ class Session:
         done = self.run(command, timeout, stdin)
         if done.returncode != 0:
             detail = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise SSHError(f"on {self.endpoint.host}: `{command}` failed ({done.returncode}): "
-                           f"{detail[-1] if detail else 'no output'}")
+            raise SSHError(
+                f"on {self.endpoint.host}: `{command}` failed ({done.returncode}): "
+                f"{detail[-1] if detail else 'no output'}"
+            )
         return done.stdout
 
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

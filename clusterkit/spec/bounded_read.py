@@ -36,9 +36,14 @@ def _refused(path: str | os.PathLike[str], problem: str, what: str) -> InputFile
     return InputFileError(f"{os.fspath(path)}: {problem} ({what})", problem)
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int, what: str,
-                 check: Callable[[os.stat_result], None] | None = None, tail: bool = False,
-                 pipe_ok: bool = False) -> bytes:
+def read_bounded(
+    path: str | os.PathLike[str],
+    limit: int,
+    what: str,
+    check: Callable[[os.stat_result], None] | None = None,
+    tail: bool = False,
+    pipe_ok: bool = False,
+) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them; ``what`` names the file in
     the error (``"the run index"``). ``check`` is given the open file's status before anything is
     read, and may refuse it (raise). ``tail``: a larger file is no error, its last ``limit`` bytes

@@ -33,7 +33,9 @@ def overridden_keys(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[str
     return merge_overrides(base_config(recipe, profile), recipe.deepspeed.config or {})[1]
 
 
-def merge_overrides(base: dict[str, Any], overrides: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+def merge_overrides(
+    base: dict[str, Any], overrides: dict[str, Any], prefix: str = ""
+) -> tuple[dict[str, Any], list[str]]:
     merged = dict(base)
     changed: list[str] = []
     for key, value in overrides.items():
@@ -80,8 +82,14 @@ def _fp16(enabled: bool) -> dict[str, Any]:
     if not enabled:
         return {"enabled": False}
     # Dynamic loss scaling (loss_scale 0) starting at 2^16, as DeepSpeed recommends for fp16.
-    return {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
-            "hysteresis": 2, "min_loss_scale": 1}
+    return {
+        "enabled": True,
+        "loss_scale": 0,
+        "initial_scale_power": 16,
+        "loss_scale_window": 1000,
+        "hysteresis": 2,
+        "min_loss_scale": 1,
+    }
 
 
 def _offload(device: str, profile: ClusterProfile) -> dict[str, Any]:

@@ -30,8 +30,10 @@ def hub_repos(recipe: ResolvedRecipe) -> list[HubRepo]:
         return []
     model = trainer.model
     found = []
-    for field, name, marker in (("pretrained", model.pretrained, "config.json"),
-                                ("tokenizer", model.tokenizer, "tokenizer_config.json")):
+    for field, name, marker in (
+        ("pretrained", model.pretrained, "config.json"),
+        ("tokenizer", model.tokenizer, "tokenizer_config.json"),
+    ):
         if name and not posixpath.isabs(name) and name not in (repo.repo_id for repo in found):
             found.append(HubRepo(name, MODEL_KEY + (field,), marker))
     return found

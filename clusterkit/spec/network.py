@@ -45,14 +45,22 @@ LEGACY_ENV = {
 }
 
 _COMMON = (
-    EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "abort the process group on a collective error or hang instead of waiting for the time limit"),
+    EnvVar(
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "1",
+        "abort the process group on a collective error or hang instead of waiting for the time limit",
+    ),
     EnvVar("NCCL_DEBUG", "WARN", "warnings only; INFO floods logs and belongs to debugging (network.debug: true)"),
 )
 _NOT_DOCKER = "^docker,lo,veth"
 PROFILES: dict[str, tuple[EnvVar, ...]] = {
     "infiniband": (
         EnvVar("NCCL_SOCKET_IFNAME", _NOT_DOCKER, "bootstrap over a real host interface, never docker/loopback/veth"),
-        EnvVar("NCCL_IB_TIMEOUT", "22", "longer IB verbs timeout (NCCL default 18) rides out fabric congestion on large jobs"),
+        EnvVar(
+            "NCCL_IB_TIMEOUT",
+            "22",
+            "longer IB verbs timeout (NCCL default 18) rides out fabric congestion on large jobs",
+        ),
         EnvVar("NCCL_NET_GDR_LEVEL", "PHB", "GPUDirect RDMA when NIC and GPU share a PCIe host bridge"),
     ),
     "roce": (
@@ -86,7 +94,9 @@ PROFILES: dict[str, tuple[EnvVar, ...]] = {
 }
 _DEBUG = (
     EnvVar("NCCL_DEBUG", "INFO", "network.debug: true — NCCL logs transport and topology choices"),
-    EnvVar("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,ENV", "network.debug: true — the subsystems that explain a slow or hung start"),
+    EnvVar(
+        "NCCL_DEBUG_SUBSYS", "INIT,GRAPH,ENV", "network.debug: true — the subsystems that explain a slow or hung start"
+    ),
     EnvVar("TORCH_DISTRIBUTED_DEBUG", "DETAIL", "network.debug: true — checks collectives match across ranks"),
 )
 
@@ -111,12 +121,18 @@ def hub_env(profile: ClusterProfile) -> tuple[EnvVar, ...]:
     where = f"cluster profile '{profile.name}'"
     found: tuple[EnvVar, ...] = ()
     if profile.hf_home is not None:
-        found += (EnvVar("HF_HOME", profile.hf_home, f"{where} hf_home: the shared model cache `clusterkit prefetch` fills"),
-                  *(EnvVar(name, None, f"{where} hf_home decides the cache; an inherited {name} would point elsewhere")
-                    for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE")))
+        found += (
+            EnvVar("HF_HOME", profile.hf_home, f"{where} hf_home: the shared model cache `clusterkit prefetch` fills"),
+            *(
+                EnvVar(name, None, f"{where} hf_home decides the cache; an inherited {name} would point elsewhere")
+                for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE")
+            ),
+        )
     if profile.offline:
-        found += (EnvVar("HF_HUB_OFFLINE", "1", f"{where} is offline: the hub library reads its cache, never the network"),
-                  EnvVar("HF_DATASETS_OFFLINE", "1", f"{where} is offline: datasets reads its cache, never the network"))
+        found += (
+            EnvVar("HF_HUB_OFFLINE", "1", f"{where} is offline: the hub library reads its cache, never the network"),
+            EnvVar("HF_DATASETS_OFFLINE", "1", f"{where} is offline: datasets reads its cache, never the network"),
+        )
     return found
 
 
@@ -132,12 +148,23 @@ def network_env(recipe: ResolvedRecipe, profile: ClusterProfile, clusterkits: tu
     threads = max(1, recipe.resources.cpus_per_task // ranks_per_task)
     if profile.accelerator == "cpu":
         layers.append((EnvVar("DS_ACCELERATOR", "cpu", "CPU-only nodes: DeepSpeed skips accelerator auto-detection"),))
-    layers.append((EnvVar("OMP_NUM_THREADS", str(threads), f"cpus_per_task / ranks per {'task' if recipe.tasks_per_node > 1 else 'node'} = {recipe.resources.cpus_per_task}/{ranks_per_task}: no oversubscribed cores"),))
+    layers.append(
+        (
+            EnvVar(
+                "OMP_NUM_THREADS",
+                str(threads),
+                f"cpus_per_task / ranks per {'task' if recipe.tasks_per_node > 1 else 'node'} = {recipe.resources.cpus_per_task}/{ranks_per_task}: no oversubscribed cores",
+            ),
+        )
+    )
     layers.append(hub_env(profile))
     layers.append(clusterkits)
-    for source, env in ((f"cluster profile '{profile.name}' network_env", profile.network_env),
-                        (f"cluster profile '{profile.name}' env", profile.env),
-                        ("recipe network.env", recipe.network.env), ("recipe env", recipe.env)):
+    for source, env in (
+        (f"cluster profile '{profile.name}' network_env", profile.network_env),
+        (f"cluster profile '{profile.name}' env", profile.env),
+        ("recipe network.env", recipe.network.env),
+        ("recipe env", recipe.env),
+    ):
         layers.append(tuple(env_var(k, v, source) for k, v in sorted(env.items())))
     # A value or an unset replaces what earlier layers said of the name; an edit extends it, so a
     # profile's LD_LIBRARY_PATH prepend and a recipe's both apply, on top of the inherited value.

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Union
 
 from msgspec import Meta, field
 
 import clusterkit.recipes.clusters
-
 from clusterkit.spec.recipe import (
+    END,
+    LINE_BREAKING,
+    PATTERN_HINTS,
+    WORD_PATTERN,
     EnvMap,
     Line,
     Memory,
@@ -19,10 +23,6 @@ from clusterkit.spec.recipe import (
     PositiveInt,
     PythonCommand,
     SlurmTime,
-    END,
-    LINE_BREAKING,
-    PATTERN_HINTS,
-    WORD_PATTERN,
     _Struct,
     file_json_schema,
 )
@@ -39,7 +39,7 @@ class GPU(_Struct):
     model: NonEmptyLine
     memory_gb: Annotated[float, Meta(gt=0)]
     # Dense bf16 peak per GPU; used by the planner's cost model.
-    peak_tflops: Optional[Annotated[float, Meta(gt=0)]] = None
+    peak_tflops: Annotated[float, Meta(gt=0)] | None = None
 
 
 class Container(_Struct):
@@ -51,7 +51,7 @@ class Container(_Struct):
     runtime: Literal["pyxis", "apptainer"] = "pyxis"
     # host[:container[:options]], as both runtimes write them
     mounts: list[NonEmptyLine] = field(default_factory=list)
-    workdir: Optional[NonEmptyLine] = None
+    workdir: NonEmptyLine | None = None
 
 
 # A host name, address or ~/.ssh/config alias, and a login name, as ssh takes them: never an ssh
@@ -62,10 +62,14 @@ SSH_HOP = f"(?:{SSH_USER}@)?{SSH_HOST}"
 SSHHost = Annotated[str, Meta(pattern=f"^{SSH_HOST}{END}")]
 SSHUser = Annotated[str, Meta(pattern=f"^{SSH_USER}{END}")]
 SSHJump = Annotated[str, Meta(pattern=f"^{SSH_HOP}(?:,{SSH_HOP})*{END}")]
-PATTERN_HINTS[f"^{SSH_HOST}{END}"] = ("a host name, address or ~/.ssh/config alias: letters, digits, '.', '_', ':', "
-                                      "'[', ']' and '-' (not first), no spaces or shell characters")
+PATTERN_HINTS[f"^{SSH_HOST}{END}"] = (
+    "a host name, address or ~/.ssh/config alias: letters, digits, '.', '_', ':', "
+    "'[', ']' and '-' (not first), no spaces or shell characters"
+)
 PATTERN_HINTS[f"^{SSH_USER}{END}"] = "a login name: letters, digits, '.', '_' and '-' (not first)"
-PATTERN_HINTS[f"^{SSH_HOP}(?:,{SSH_HOP})*{END}"] = "[user@]host[:port], comma-separated for a chain of jump hosts (as ssh -J)"
+PATTERN_HINTS[f"^{SSH_HOP}(?:,{SSH_HOP})*{END}"] = (
+    "[user@]host[:port], comma-separated for a chain of jump hosts (as ssh -J)"
+)
 # OpenSSH's ControlPersist: no (no master: every remote command signs in anew), yes (until the master is stopped) or a time
 # such as 10m or 1h30m (a bare number: seconds) after the last command. YAML reads an unquoted yes/no as true/false.
 CONTROL_PERSIST_PATTERN = rf"^(?:no|yes|(?:\d+[smhdwSMHDW]?)+){END}"
@@ -91,11 +95,11 @@ class Login(_Struct):
     honour; ``auto`` is ``openssh`` where ``ssh`` is on PATH, ``paramiko`` otherwise."""
 
     host: SSHHost
-    port: Optional[Annotated[int, Meta(ge=1, le=65535)]] = None
-    user: Optional[SSHUser] = None
-    identity_file: Optional[NonEmptyLine] = None
+    port: Annotated[int, Meta(ge=1, le=65535)] | None = None
+    user: SSHUser | None = None
+    identity_file: NonEmptyLine | None = None
     # [user@]host[:port], comma-separated for a chain of bastions, as ssh's -J.
-    proxy_jump: Optional[SSHJump] = None
+    proxy_jump: SSHJump | None = None
     transport: Literal["auto", "openssh", "paramiko"] = "auto"
     control_persist: ControlPersist = "10m"
     # Where uploaded runs live on the cluster: runs_dir and task scripts are relative to it.
@@ -106,41 +110,41 @@ class Login(_Struct):
 
 class ClusterProfile(_Struct, kw_only=True):
     name: NonEmptyLine
-    description: Optional[str] = None
+    description: str | None = None
     # cpu: processes stand in for GPUs, the gloo backend is used and no GPU is requested.
     accelerator: Literal["gpu", "cpu"] = "gpu"
-    gpu: Optional[GPU] = None
+    gpu: GPU | None = None
     gpus_per_node: PositiveInt
     # How this site's SLURM wants GPUs asked for.
     gpu_request: Literal["gres", "gpus-per-node", "none"] = "gres"
     cpus_per_node: PositiveInt
-    mem_per_node: Optional[Memory] = None
-    partition: Optional[NonEmptyLine] = None
-    account: Optional[NonEmptyLine] = None
-    qos: Optional[NonEmptyLine] = None
-    max_time: Optional[SlurmTime] = None
+    mem_per_node: Memory | None = None
+    partition: NonEmptyLine | None = None
+    account: NonEmptyLine | None = None
+    qos: NonEmptyLine | None = None
+    max_time: SlurmTime | None = None
     interconnect: NetworkProfileName
     # Bandwidth in GB/s per GPU, for the planner's cost model.
-    intra_node_gbps: Optional[Annotated[float, Meta(gt=0)]] = None
-    inter_node_gbps: Optional[Annotated[float, Meta(gt=0)]] = None
+    intra_node_gbps: Annotated[float, Meta(gt=0)] | None = None
+    inter_node_gbps: Annotated[float, Meta(gt=0)] | None = None
     network_env: EnvMap = field(default_factory=dict)
     modules: list[NonEmptyLine] = field(default_factory=list)
     setup: list[Line] = field(default_factory=list)
     env: EnvMap = field(default_factory=dict)
-    container: Optional[Container] = None
+    container: Container | None = None
     # SLURM's --gpu-bind for launch steps that run one srun task per rank (launcher python, DeepSpeed's
     # batch-shell srun), e.g. single:1 (each task sees only its GPU), closest, map_gpu:0,1,2,3. Not
     # given to a step whose task starts a whole node's ranks (torchrun, DeepSpeed per node, mpirun).
-    task_gpu_bind: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None
-    runs_dir: Optional[NonEmptyLine] = None
+    task_gpu_bind: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None
+    runs_dir: NonEmptyLine | None = None
     python: PythonCommand = "python3"
-    nvme_path: Optional[NonEmptyLine] = None
-    login: Optional[Login] = None
+    nvme_path: NonEmptyLine | None = None
+    login: Login | None = None
     # Compute nodes that cannot reach the model hub: jobs run with the hub's offline switches set
     # (spec.network's hub layer) and read models from hf_home, filled by `clusterkit prefetch` on the login node.
     offline: bool = False
     # HF_HOME for every job: an absolute path on the shared filesystem (the hub cache is its hub/ folder).
-    hf_home: Optional[Annotated[str, Meta(pattern=HF_HOME_PATTERN)]] = None
+    hf_home: Annotated[str, Meta(pattern=HF_HOME_PATTERN)] | None = None
 
 
 def profile_json_schema() -> dict[str, Any]:

@@ -8,7 +8,7 @@ or derived when the loader builds a :class:`clusterkit.spec.resolved.ResolvedRec
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 from msgspec import Meta, field
@@ -33,7 +33,7 @@ PATTERN_HINTS = {
     NAME_PATTERN: "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 64",
     IDENTIFIER_PATTERN: "letters, digits and '_' only, not starting with a digit",
     MEMORY_PATTERN: "a SLURM memory size: a whole number of megabytes, or one with a K, M, G or T suffix "
-                    "(e.g. 4000M, 4G, 480G); 0 for all of a node's memory",
+    "(e.g. 4000M, 4G, 480G); 0 for all of a node's memory",
     SBATCH_FLAG_PATTERN: "a long sbatch option name without dashes, e.g. mail-type",
     WORD_PATTERN: "one word without spaces (give a list for a command with arguments, e.g. [python3, -u])",
     NO_NUL_PATTERN: "text without NUL characters",
@@ -60,8 +60,8 @@ class EnvEdit(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Extend a path-like variable instead of replacing it: ``{prepend: /opt/x/lib}`` gives
     ``/opt/x/lib:$VAR`` (``/opt/x/lib`` alone when VAR is unset or empty); ``append`` likewise at the end."""
 
-    prepend: Optional[EnvText] = None
-    append: Optional[EnvText] = None
+    prepend: EnvText | None = None
+    append: EnvText | None = None
 
 
 # A value sets the variable; an edit extends it; null unsets it (also one a cluster profile set).
@@ -70,8 +70,9 @@ EnvMap = dict[EnvName, EnvValue]
 PositiveInt = Annotated[int, Meta(ge=1, le=1_000_000)]
 # SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
 SLURM_TIME_PATTERN = rf"^(\d+-\d{{1,2}}(:\d{{1,2}}){{0,2}}|\d+(:\d{{1,2}}){{0,2}}){END}"
-PATTERN_HINTS[SLURM_TIME_PATTERN] = ("a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
-                                     "(e.g. 90, 1:30:00, 2-00:00:00)")
+PATTERN_HINTS[SLURM_TIME_PATTERN] = (
+    "a SLURM time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00)"
+)
 SlurmTime = Union[
     Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)],
     Annotated[int, Meta(ge=1)],
@@ -95,8 +96,14 @@ Rendezvous = Literal["static", "c10d"]
 # its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
 # The process model each launcher runs under.
-PROCESS_MODEL = {"torchrun": "launcher_per_node", "deepspeed": "launcher_per_node", "accelerate": "launcher_per_node",
-                 "python": "task_per_gpu", "command": "launcher_per_node", "mpirun": "batch_launcher"}
+PROCESS_MODEL = {
+    "torchrun": "launcher_per_node",
+    "deepspeed": "launcher_per_node",
+    "accelerate": "launcher_per_node",
+    "python": "task_per_gpu",
+    "command": "launcher_per_node",
+    "mpirun": "batch_launcher",
+}
 # Process models a launcher can also run under (besides its own above).
 OTHER_PROCESS_MODELS = {"deepspeed": ("batch_launcher",)}
 SbatchValue = Union[Line, int, bool]
@@ -109,24 +116,24 @@ class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_def
 
 class Resources(_Struct):
     nodes: PositiveInt = 1
-    gpus_per_node: Optional[Annotated[int, Meta(ge=1, le=64)]] = None
-    cpus_per_task: Optional[PositiveInt] = None
-    mem: Optional[Memory] = None
-    time: Optional[SlurmTime] = None
-    partition: Optional[NonEmptyLine] = None
-    account: Optional[NonEmptyLine] = None
-    qos: Optional[NonEmptyLine] = None
-    constraint: Optional[NonEmptyLine] = None
-    reservation: Optional[NonEmptyLine] = None
+    gpus_per_node: Annotated[int, Meta(ge=1, le=64)] | None = None
+    cpus_per_task: PositiveInt | None = None
+    mem: Memory | None = None
+    time: SlurmTime | None = None
+    partition: NonEmptyLine | None = None
+    account: NonEmptyLine | None = None
+    qos: NonEmptyLine | None = None
+    constraint: NonEmptyLine | None = None
+    reservation: NonEmptyLine | None = None
     exclusive: bool = False
     # --time-min: the job may start with less than `time` (down to this) where that fits a backfill
     # window sooner; the run resumes from its checkpoints like any requeued job.
-    time_min: Optional[SlurmTime] = None
+    time_min: SlurmTime | None = None
     # --wait-all-nodes=1: the batch script starts only once every node has booted (cloud/power-saving sites).
     wait_all_nodes: bool = False
     # A SLURM job array (script tasks): one task per index, each in its own run directory
     # <runs_dir>/<name>/<array id>/<index>/, $SLURM_ARRAY_TASK_ID set; e.g. 0-9%2 (2 at a time).
-    array: Optional[Annotated[str, Meta(pattern=ARRAY_PATTERN)]] = None
+    array: Annotated[str, Meta(pattern=ARRAY_PATTERN)] | None = None
     extra_sbatch: dict[SbatchFlag, SbatchValue] = field(default_factory=dict)
 
 
@@ -135,10 +142,10 @@ class Srun(_Struct):
 
     kill_on_bad_exit: bool = True  # end every node's launcher when one fails
     # --wait=S: end the step S seconds after the first task exits (0, SLURM's default: wait for all).
-    wait: Optional[Annotated[int, Meta(ge=0, le=86_400)]] = None
-    mpi: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. pmix, pmi2, none
-    distribution: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. block:cyclic
-    cpu_bind: Optional[Annotated[str, Meta(pattern=WORD_PATTERN)]] = None  # e.g. none, cores, verbose,none
+    wait: Annotated[int, Meta(ge=0, le=86400)] | None = None
+    mpi: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None  # e.g. pmix, pmi2, none
+    distribution: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None  # e.g. block:cyclic
+    cpu_bind: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None  # e.g. none, cores, verbose,none
     label: bool = False  # prefix each output line with its task number
     # Any other srun option, e.g. a site plugin's (container-image, auto-resume): flag -> value, or
     # true for a bare flag. Options the step owns are refused with the field that sets them.
@@ -167,10 +174,10 @@ class Fsdp(_Struct):
     sharded over ``shard_size`` ranks; with fewer than all ranks, HSDP replicates those shards
     (world / shard_size replicas)."""
 
-    shard_size: Optional[PositiveInt] = None  # default: every rank (full shard)
+    shard_size: PositiveInt | None = None  # default: every rank (full shard)
     # The transformer block class to wrap (e.g. LlamaDecoderLayer); default: the model's own
     # _no_split_modules, as transformers picks them.
-    auto_wrap: Optional[Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)]] = None
+    auto_wrap: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] | None = None
     reshard_after_forward: bool = True
     cpu_offload: bool = False
     activation_checkpointing: bool = False
@@ -178,7 +185,7 @@ class Fsdp(_Struct):
 
 
 class Parallelism(_Struct):
-    dp: Union[Annotated[int, Meta(ge=1)], Literal["auto"]] = "auto"
+    dp: Annotated[int, Meta(ge=1)] | Literal["auto"] = "auto"
     tp: Annotated[int, Meta(ge=1, le=64)] = 1
     pp: Annotated[int, Meta(ge=1, le=1024)] = 1
     # Context parallelism (the sequence split over cp ranks) and expert parallelism (a MoE's experts
@@ -189,26 +196,26 @@ class Parallelism(_Struct):
     zero_stage: Annotated[int, Meta(ge=0, le=3)] = 0
     offload_optimizer: Offload = "none"
     offload_params: Offload = "none"
-    micro_batch_size: Optional[PositiveInt] = None
-    global_batch_size: Optional[Annotated[int, Meta(ge=1, le=100_000_000)]] = None
-    gradient_accumulation_steps: Optional[PositiveInt] = None
-    fsdp: Optional[Fsdp] = None  # the built-in runner's FSDP2 instead of DDP/ZeRO
+    micro_batch_size: PositiveInt | None = None
+    global_batch_size: Annotated[int, Meta(ge=1, le=100000000)] | None = None
+    gradient_accumulation_steps: PositiveInt | None = None
+    fsdp: Fsdp | None = None  # the built-in runner's FSDP2 instead of DDP/ZeRO
 
 
 class ModelSpec(_Struct):
     """Exactly one of ``config`` (a dict, or a path to a local config.json) and ``pretrained``."""
 
-    config: Union[dict[str, Any], NonEmptyLine, None] = None
-    pretrained: Optional[NonEmptyLine] = None
-    tokenizer: Optional[NonEmptyLine] = None
+    config: dict[str, Any] | NonEmptyLine | None = None
+    pretrained: NonEmptyLine | None = None
+    tokenizer: NonEmptyLine | None = None
     # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is
     # installed, else sdpa.
-    attention: Optional[Literal["sdpa", "flash_attention_2", "eager"]] = None
+    attention: Literal["sdpa", "flash_attention_2", "eager"] | None = None
 
 
 class DatasetSpec(_Struct):
     type: Literal["synthetic", "text", "jsonl", "disk"] = "synthetic"
-    path: Optional[NonEmptyLine] = None
+    path: NonEmptyLine | None = None
     field: NonEmptyLine = "text"
     seq_len: Annotated[int, Meta(ge=2, le=1_048_576)] = 128
     num_samples: Annotated[int, Meta(ge=1, le=100_000_000)] = 1024
@@ -224,41 +231,41 @@ class TrainerTask(_Struct):
 class Task(_Struct):
     """Exactly one of ``trainer`` (the built-in HF Trainer runner) and ``script``."""
 
-    trainer: Optional[TrainerTask] = None
-    script: Optional[NonEmptyLine] = None
+    trainer: TrainerTask | None = None
+    script: NonEmptyLine | None = None
     module: bool = False
     args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
     # For a script task: its parameter count, and/or its model's config (layers, heads, ...) so the
     # layout checks and `clusterkit plan` can use them.
-    model_size: Optional[Annotated[int, Meta(ge=1)]] = None
-    model_config: Optional[dict[str, Any]] = None
+    model_size: Annotated[int, Meta(ge=1)] | None = None
+    model_config: dict[str, Any] | None = None
 
 
 class DeepSpeedSettings(_Struct):
     # Whether the job uses DeepSpeed (ds_config.json rendered, the runner hands it to the Trainer).
     # Default: with the deepspeed launcher or ZeRO >= 1; true also for a script that drives DeepSpeed
     # itself at ZeRO-0 (e.g. bf16 under torchrun); false is refused where DeepSpeed is needed.
-    enabled: Optional[bool] = None
+    enabled: bool | None = None
     # A whole or partial DeepSpeed config (a dict, or a JSON file path relative to the recipe),
     # deep-merged over the one clusterkit renders; the keys it changes are reported.
-    config: Union[dict[str, Any], NonEmptyLine, None] = None
+    config: dict[str, Any] | NonEmptyLine | None = None
     # DeepSpeed's -i/-e syntax, e.g. "node1:0,1@node2"; the batch sizes then follow the ranks that remain.
-    include: Optional[NonEmptyLine] = None
-    exclude: Optional[NonEmptyLine] = None
+    include: NonEmptyLine | None = None
+    exclude: NonEmptyLine | None = None
 
 
 class AccelerateSettings(_Struct):
     # launcher: accelerate reads a config file clusterkit renders from the recipe (accelerate_config.yaml
     # in the run directory), or this one of yours (relative to the recipe); either way the layout
     # flags (machines, processes, rank, main process) come from clusterkit on the command line.
-    config: Optional[NonEmptyLine] = None
+    config: NonEmptyLine | None = None
 
 
 class Preemption(_Struct):
     # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
     # which NCCL may claim (submitit moved to USR2 for that reason). false: no --signal is asked
     # for, so a job stopped by its time limit gets no chance to checkpoint first.
-    signal: Union[Literal["USR2", "TERM", "HUP", "URG", "USR1"], bool] = "USR2"
+    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] | bool = "USR2"
     grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
     max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
     # Retry automatically after a failure (a rank or node died) up to this many times: a new job,
@@ -267,7 +274,7 @@ class Preemption(_Struct):
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
     # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
     # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
-    requeue: Union[bool, Literal["auto", "site"]] = "auto"
+    requeue: bool | Literal["auto", "site"] = "auto"
 
     @property
     def handled_signal(self) -> str:
@@ -289,7 +296,7 @@ class Preflight(_Struct):
 
 
 class Network(_Struct):
-    profile: Optional[NetworkProfileName] = None
+    profile: NetworkProfileName | None = None
     env: EnvMap = field(default_factory=dict)
     debug: bool = False
 
@@ -316,52 +323,51 @@ class Sweep(_Struct):
     SLURM job array (``clusterkit sweep``, or ``submit`` of a recipe with this block)."""
 
     # recipe key path (as --set writes it) -> the values it takes, e.g. task.trainer.args.learning_rate: [1e-3, 3e-4]
-    grid: dict[Annotated[str, Meta(pattern=KEY_PATH_PATTERN)],
-               Annotated[list[SweepValue], Meta(min_length=1)]]
-    max_parallel: Optional[PositiveInt] = None  # the array's %throttle: at most this many points at once
+    grid: dict[Annotated[str, Meta(pattern=KEY_PATH_PATTERN)], Annotated[list[SweepValue], Meta(min_length=1)]]
+    max_parallel: PositiveInt | None = None  # the array's %throttle: at most this many points at once
 
 
 class Recipe(_Struct, kw_only=True):
     name: Name
     cluster: NonEmptyLine = "dev"
-    description: Optional[str] = None
+    description: str | None = None
     resources: Resources = field(default_factory=Resources)
     parallelism: Parallelism = field(default_factory=Parallelism)
     launcher: Launcher = "torchrun"
     # Default: the launcher's (PROCESS_MODEL); a value that does not match it is an error.
-    process_model: Optional[ProcessModel] = None
+    process_model: ProcessModel | None = None
     # More words for the launcher (torchrun / DeepSpeed), e.g. [--max-restarts=3, --role, trainer];
     # flags clusterkit writes are refused with the field that sets them.
     launcher_args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
     # torchrun's rendezvous: static (node ranks from SLURM) or c10d (the agents agree on ranks at
     # $MASTER_ADDR:$MASTER_PORT; needs an endpoint the first node's agent can own).
     rendezvous: Rendezvous = "static"
-    precision: Optional[Precision] = None
+    precision: Precision | None = None
     task: Task
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
     preemption: Preemption = field(default_factory=Preemption)
     # Resolved always to a Preflight (false → enabled: false).
-    preflight: Union[bool, Preflight] = False
+    preflight: bool | Preflight = False
     env: EnvMap = field(default_factory=dict)
     secrets: list[EnvName] = field(default_factory=list)  # names only: values come from the submitting environment
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
-    service: Optional[Service] = None
+    service: Service | None = None
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
-    container_image: Optional[NonEmptyLine] = None
+    container_image: NonEmptyLine | None = None
     hooks: Hooks = field(default_factory=Hooks)
     # The profile's modules and setup lines to leave out (to drop a profile's env variable, set it to null in env).
     drop: ProfileDrops = field(default_factory=ProfileDrops)
-    runs_dir: Optional[NonEmptyLine] = None
-    master_port: Optional[Annotated[int, Meta(ge=1024, le=65535)]] = None
-    python: Optional[PythonCommand] = None
-    sweep: Optional[Sweep] = None
+    runs_dir: NonEmptyLine | None = None
+    master_port: Annotated[int, Meta(ge=1024, le=65535)] | None = None
+    python: PythonCommand | None = None
+    sweep: Sweep | None = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
-    resume_from: Optional[NonEmptyLine] = None
-    tracking: Union[Tracker, Tracking] = "none"  # resolved always to a Tracking (wandb → tracker: wandb)
-    snapshot: Union[bool, Snapshot, None] = None  # the code copied at submit (spec.snapshot); default: a script's
+    resume_from: NonEmptyLine | None = None
+    tracking: Tracker | Tracking = "none"  # resolved always to a Tracking (wandb → tracker: wandb)
+    snapshot: bool | Snapshot | None = None  # the code copied at submit (spec.snapshot); default: a script's
 
 
 def process_model_of(recipe: Recipe) -> ProcessModel:

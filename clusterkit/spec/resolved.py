@@ -8,17 +8,15 @@ this order and ``job.json`` holds them under the same keys.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
-from clusterkit.spec.tracking import Tracking, as_tracking
-from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.recipe import (
-    AccelerateSettings,
     SLURM_TIME_PATTERN,
+    AccelerateSettings,
     DeepSpeedSettings,
     EnvMap,
     Fsdp,
@@ -33,17 +31,17 @@ from clusterkit.spec.recipe import (
     Parallelism,
     Precision,
     Preemption,
+    Preflight,
     ProcessModel,
     ProfileDrops,
-    Rendezvous,
-    Service,
-    Srun,
-    Preflight,
     PythonCommand,
     Recipe,
+    Rendezvous,
     Resources,
     SbatchFlag,
     SbatchValue,
+    Service,
+    Srun,
     Sweep,
     SweepValue,
     Task,
@@ -51,6 +49,8 @@ from clusterkit.spec.recipe import (
     process_model_of,
     tasks_per_node,
 )
+from clusterkit.spec.snapshot import CodeSnapshot
+from clusterkit.spec.tracking import Tracking, as_tracking
 
 DEFAULT_RUNS_DIR = "./runs"
 
@@ -59,16 +59,16 @@ class ResolvedResources(_Struct):
     nodes: int
     gpus_per_node: int
     cpus_per_task: int
-    mem: Optional[MemoryText]  # always text, as for time
+    mem: MemoryText | None  # always text, as for time
     # Always text: a number of minutes written as 60 becomes "60", as SLURM reads it.
-    time: Optional[Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)]]
-    partition: Optional[NonEmptyLine]
-    account: Optional[NonEmptyLine]
-    qos: Optional[NonEmptyLine]
-    constraint: Optional[NonEmptyLine]
-    reservation: Optional[NonEmptyLine]
+    time: Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)] | None
+    partition: NonEmptyLine | None
+    account: NonEmptyLine | None
+    qos: NonEmptyLine | None
+    constraint: NonEmptyLine | None
+    reservation: NonEmptyLine | None
     exclusive: bool
-    time_min: Optional[Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)]]
+    time_min: Annotated[str, Meta(pattern=SLURM_TIME_PATTERN)] | None
     wait_all_nodes: bool
     extra_sbatch: dict[SbatchFlag, SbatchValue]
 
@@ -85,7 +85,7 @@ class ResolvedParallelism(_Struct):
     micro_batch_size: int
     global_batch_size: int
     gradient_accumulation_steps: int
-    fsdp: Optional[Fsdp]
+    fsdp: Fsdp | None
 
 
 class ResolvedNetwork(_Struct):
@@ -100,7 +100,7 @@ class ArrayPlacement(_Struct):
     ``<runs_dir>/<name>/<array id>/<task id>/``."""
 
     spec: str  # sbatch --array
-    point: Optional[int] = None
+    point: int | None = None
     values: dict[str, SweepValue] = msgspec.field(default_factory=dict)
     # A chain (submit --chain N): the tasks are links run one at a time (%1) in ONE run directory,
     # <runs_dir>/<name>/<array id>/, each continuing the run from its newest complete checkpoint.
@@ -110,7 +110,7 @@ class ArrayPlacement(_Struct):
 class ResolvedRecipe(_Struct, kw_only=True):
     name: Name
     cluster: NonEmptyLine
-    description: Optional[str]
+    description: str | None
     resources: ResolvedResources
     parallelism: ResolvedParallelism
     launcher: Launcher
@@ -128,18 +128,18 @@ class ResolvedRecipe(_Struct, kw_only=True):
     secrets: list[str]  # names only (spec.secrets)
     setup: list[Line]
     srun: Srun
-    service: Optional[Service]
-    container: Optional[Container]  # the profile's, with the recipe's image where it names one
+    service: Service | None
+    container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
     runs_dir: NonEmptyLine
-    master_port: Optional[int]
+    master_port: int | None
     python: list[NonEmptyLine]
-    resume_from: Optional[NonEmptyLine]
-    sweep: Optional[Sweep]  # as written: a recipe with one is submitted as its points (load.sweep)
-    array: Optional[ArrayPlacement]
+    resume_from: NonEmptyLine | None
+    sweep: Sweep | None  # as written: a recipe with one is submitted as its points (load.sweep)
+    array: ArrayPlacement | None
     tracking: Tracking
-    snapshot: Optional[CodeSnapshot] = None  # filled by load.snapshot: the code the job runs from
+    snapshot: CodeSnapshot | None = None  # filled by load.snapshot: the code the job runs from
 
     @property
     def job_kind(self) -> str:
@@ -181,7 +181,9 @@ def python_argv(command: PythonCommand) -> list[str]:
     return [command] if isinstance(command, str) else list(command)
 
 
-def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str = "launcher_per_node") -> ResolvedResources:
+def resolve_resources(
+    r: Resources, profile: ClusterProfile, process_model: str = "launcher_per_node"
+) -> ResolvedResources:
     """The resources with every field the recipe left open filled from the profile (the recipe wins).
     cpus_per_task is per srun task: a node's launcher gets the node's CPUs, a task per GPU its share."""
     gpus_per_node = r.gpus_per_node or profile.gpus_per_node
@@ -205,16 +207,28 @@ def resolve_resources(r: Resources, profile: ClusterProfile, process_model: str 
     )
 
 
-def resolved_parallelism(p: Parallelism, dp: int, micro: int, accumulation: int, global_batch: int) -> ResolvedParallelism:
+def resolved_parallelism(
+    p: Parallelism, dp: int, micro: int, accumulation: int, global_batch: int
+) -> ResolvedParallelism:
     return ResolvedParallelism(
-        dp=dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, zero_stage=p.zero_stage, offload_optimizer=p.offload_optimizer,
-        offload_params=p.offload_params, micro_batch_size=micro, global_batch_size=global_batch,
-        gradient_accumulation_steps=accumulation, fsdp=p.fsdp,
+        dp=dp,
+        tp=p.tp,
+        pp=p.pp,
+        cp=p.cp,
+        ep=p.ep,
+        zero_stage=p.zero_stage,
+        offload_optimizer=p.offload_optimizer,
+        offload_params=p.offload_params,
+        micro_batch_size=micro,
+        global_batch_size=global_batch,
+        gradient_accumulation_steps=accumulation,
+        fsdp=p.fsdp,
     )
 
 
-def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResources,
-            parallelism: ResolvedParallelism) -> ResolvedRecipe:
+def resolve(
+    recipe: Recipe, profile: ClusterProfile, resources: ResolvedResources, parallelism: ResolvedParallelism
+) -> ResolvedRecipe:
     """The recipe with the profile's defaults and the derived layout filled in (the recipe always wins)."""
     preflight = recipe.preflight if isinstance(recipe.preflight, Preflight) else Preflight(enabled=recipe.preflight)
     network = recipe.network
@@ -240,8 +254,11 @@ def resolve(recipe: Recipe, profile: ClusterProfile, resources: ResolvedResource
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
-        container=(msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
-                   if profile.container else None),
+        container=(
+            msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
+            if profile.container
+            else None
+        ),
         hooks=recipe.hooks,
         drop=recipe.drop,
         runs_dir=recipe.runs_dir or profile.runs_dir or DEFAULT_RUNS_DIR,

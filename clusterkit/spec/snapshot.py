@@ -3,7 +3,7 @@ it was when it was submitted, not whatever the working tree holds when the job s
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta, field
@@ -21,7 +21,7 @@ class Snapshot(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     enabled: bool = True
     # Copy this directory (relative to the recipe) instead of the script's git repository.
-    dir: Optional[_Text] = None
+    dir: _Text | None = None
     # More globs left out, matched against each path component and against the whole relative path.
     exclude: list[_Text] = field(default_factory=list)
     # The size guard: a snapshot larger than this is refused rather than copied.

@@ -7,7 +7,7 @@ tracking folder on --resume), so they reach the job in ``job.json`` and the run 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -17,7 +17,9 @@ from clusterkit.spec.text import END, NON_EMPTY_LINE_PATTERN
 Tracker = Literal["none", "wandb", "mlflow", "tensorboard"]
 # wandb run ids are [a-z0-9_-] words; the same id tags the mlflow run (and is quoted in its filter).
 RUN_ID_PATTERN = f"^[a-z0-9][a-z0-9_-]{{0,63}}{END}"
-TRACKING_PATTERN_HINTS = {RUN_ID_PATTERN: "lowercase letters, digits, '_' and '-', starting with a letter or digit, at most 64"}
+TRACKING_PATTERN_HINTS = {
+    RUN_ID_PATTERN: "lowercase letters, digits, '_' and '-', starting with a letter or digit, at most 64"
+}
 TrackingRunId = Annotated[str, Meta(pattern=RUN_ID_PATTERN)]
 NonEmptyLine = Annotated[str, Meta(min_length=1, pattern=NON_EMPTY_LINE_PATTERN)]
 
@@ -27,10 +29,12 @@ class Tracking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     # Write the run on the compute node (wandb offline mode; mlflow: a file store in the run
     # directory) for `clusterkit sync` to upload from the login node. tensorboard is always local.
     offline: bool = False
-    project: Optional[NonEmptyLine] = None  # the wandb project / the mlflow experiment; default: the recipe's name
-    uri: Optional[NonEmptyLine] = None  # mlflow, online: the tracking server (MLFLOW_TRACKING_URI)
-    run_id: Optional[TrackingRunId] = None  # set by submit
-    dir: Optional[NonEmptyLine] = None  # set by submit --resume: the first run's tracking folder (default <run dir>/tracking)
+    project: NonEmptyLine | None = None  # the wandb project / the mlflow experiment; default: the recipe's name
+    uri: NonEmptyLine | None = None  # mlflow, online: the tracking server (MLFLOW_TRACKING_URI)
+    run_id: TrackingRunId | None = None  # set by submit
+    dir: NonEmptyLine | None = (
+        None  # set by submit --resume: the first run's tracking folder (default <run dir>/tracking)
+    )
 
 
 def as_tracking(written: Tracker | Tracking) -> Tracking:

@@ -66,8 +66,9 @@ def write_entry(folder: str, name: str, data: bytes) -> None:
         return
     temporary = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
-        entry_fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                           dir_fd=folder_fd)
+        entry_fd = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd
+        )
         with open(entry_fd, "wb") as entry:
             entry.write(data)
         os.replace(temporary, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)

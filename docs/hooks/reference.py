@@ -44,11 +44,19 @@ HINTS = {**PATTERN_HINTS, **TRACKING_PATTERN_HINTS}
 def on_files(files: Files, config: Any) -> Files:
     pages = {
         "reference/recipe.md": _schema_page(
-            "Recipe reference", recipe_json_schema(), Recipe, "clusterkit schema",
-            "A recipe is one YAML file ([the guide](../guides/recipes.md)); `extends:` bases are merged first."),
+            "Recipe reference",
+            recipe_json_schema(),
+            Recipe,
+            "clusterkit schema",
+            "A recipe is one YAML file ([the guide](../guides/recipes.md)); `extends:` bases are merged first.",
+        ),
         "reference/profile.md": _schema_page(
-            "Cluster profile reference", profile_json_schema(), ClusterProfile, "clusterkit schema --profile",
-            "A cluster profile is one YAML file an ops team keeps ([the guide](../guides/profiles.md))."),
+            "Cluster profile reference",
+            profile_json_schema(),
+            ClusterProfile,
+            "clusterkit schema --profile",
+            "A cluster profile is one YAML file an ops team keeps ([the guide](../guides/profiles.md)).",
+        ),
         "reference/cli.md": _cli_page(),
     }
     for path, text in pages.items():
@@ -62,13 +70,23 @@ def on_files(files: Files, config: Any) -> Files:
 def _schema_page(title: str, schema: dict[str, Any], root: type, command: str, intro: str) -> str:
     defs = schema["$defs"]
     classes = _struct_classes(root)
-    lines = [f"# {title}", "", intro, "",
-             f"Generated from `{command}`, the JSON Schema clusterkit validates with (unknown keys are errors), "
-             "when this site was built. Point your editor's YAML schema setting at that output to have it "
-             "complete and check files as you type:", "",
-             "```bash", f"{command} > {'profile' if 'profile' in command else 'recipe'}.schema.json", "```", "",
-             "Types: a *line* is one line of text (no line break or control character, which a job "
-             "script could not hold); a *word* is a line without spaces; *text* may span lines (no NUL).", ""]
+    lines = [
+        f"# {title}",
+        "",
+        intro,
+        "",
+        f"Generated from `{command}`, the JSON Schema clusterkit validates with (unknown keys are errors), "
+        "when this site was built. Point your editor's YAML schema setting at that output to have it "
+        "complete and check files as you type:",
+        "",
+        "```bash",
+        f"{command} > {'profile' if 'profile' in command else 'recipe'}.schema.json",
+        "```",
+        "",
+        "Types: a *line* is one line of text (no line break or control character, which a job "
+        "script could not hold); a *word* is a line without spaces; *text* may span lines (no NUL).",
+        "",
+    ]
     for name in _reachable(schema["$ref"].rsplit("/", 1)[1], defs):
         definition = defs[name]
         lines += [f"## {name} {{#{name.lower()}}}", ""]
@@ -134,8 +152,11 @@ def _field_comments(cls: type | None) -> dict[str, str]:
         return {}
     source = textwrap.dedent(inspect.getsource(cls))
     lines = source.splitlines()
-    comments = {token.start[0]: token.string.lstrip("#").strip()
-                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
     found: dict[str, str] = {}
     for node in ast.parse(source).body[0].body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
@@ -220,10 +241,17 @@ def _cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal; the page has a width of its own
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    lines = ["# Command line reference", "",
-             "Each command's `--help`, generated from clusterkit's own parser when this site was built. "
-             "`--json` output is documented in [JSON output](../json.md).", "",
-             "```text", parser.format_help().rstrip(), "```", ""]
+    lines = [
+        "# Command line reference",
+        "",
+        "Each command's `--help`, generated from clusterkit's own parser when this site was built. "
+        "`--json` output is documented in [JSON output](../json.md).",
+        "",
+        "```text",
+        parser.format_help().rstrip(),
+        "```",
+        "",
+    ]
     for name, command in commands.items():
         lines += [f"## `clusterkit {name}` {{#{name}}}", "", "```text", command.format_help().rstrip(), "```", ""]
     return "\n".join(lines)

@@ -25,12 +25,16 @@ if os.environ.get("ENV_CONTRACT_INIT_PROCESS_GROUP") == "1":
     dist.destroy_process_group()
 out = Path(os.environ["RUN_DIR"]) / "contract"
 out.mkdir(exist_ok=True)
-(out / f"rank-{rank}.json").write_text(json.dumps({
-    "argv": sys.argv[1:],
-    "env": {k: v for k, v in os.environ.items()},
-    "node": os.environ.get("SLURMD_NODENAME"),
-    "node_id": os.environ.get("SLURM_NODEID"),
-}))
+(out / f"rank-{rank}.json").write_text(
+    json.dumps(
+        {
+            "argv": sys.argv[1:],
+            "env": {k: v for k, v in os.environ.items()},
+            "node": os.environ.get("SLURMD_NODENAME"),
+            "node_id": os.environ.get("SLURM_NODEID"),
+        }
+    )
+)
 print(f"echo_contract: rank {rank} of {world}", flush=True)
 if os.environ.get("ENV_CONTRACT_FAIL_RANK") == str(rank):
     sys.exit(3)  # after its record: a failing rank whose job the hooks tests follow to the end

@@ -12,8 +12,8 @@ import yaml
 
 from clusterkit.schedulers.code_snapshot import take_inventory, tar_bytes
 from clusterkit.schedulers.ssh import open_scheduler
-from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.profile import Login
+from clusterkit.spec.snapshot import CodeSnapshot
 
 HOSTILE_DIR = "dir with space/-x ~%"
 HOSTILE_TEXT = "héllo\n$(touch pwned) `touch pwned2`\n"
@@ -30,7 +30,9 @@ with open_scheduler(login, "--accept-new-host-key" in sys.argv) as scheduler:
         local.write(BINARY)
         local.flush()
         host.upload(local.name, "up/binary")
-    with tempfile.TemporaryDirectory() as code:  # a code snapshot, as the SSH adapter sends it: a tar through the session
+    with (
+        tempfile.TemporaryDirectory() as code
+    ):  # a code snapshot, as the SSH adapter sends it: a tar through the session
         (Path(code) / "-x ~%").mkdir()
         (Path(code) / "-x ~%" / "run me.py").write_text("print('snapshot')\n")
         (Path(code) / "-x ~%" / "run me.py").chmod(0o750)
@@ -49,14 +51,18 @@ with open_scheduler(login, "--accept-new-host-key" in sys.argv) as scheduler:
         missing = "read"
     except FileNotFoundError:
         missing = "FileNotFoundError"
-    print(json.dumps({
-        "workdir": host.workdir,
-        "name": host.name,
-        "read": host.open("renamed.txt").read().decode(),
-        "binary": host.open("up/binary").read() == BINARY,
-        "listing": sorted(host.listdir(HOSTILE_DIR) + host.listdir(".")),
-        "words": host.run(["printf", "%s|", *HOSTILE_WORDS]).stdout,
-        "exit": host.run(["sh", "-c", "echo out; echo err >&2; exit 7"]).returncode,
-        "onto_directory": onto_directory,
-        "missing": missing,
-    }))
+    print(
+        json.dumps(
+            {
+                "workdir": host.workdir,
+                "name": host.name,
+                "read": host.open("renamed.txt").read().decode(),
+                "binary": host.open("up/binary").read() == BINARY,
+                "listing": sorted(host.listdir(HOSTILE_DIR) + host.listdir(".")),
+                "words": host.run(["printf", "%s|", *HOSTILE_WORDS]).stdout,
+                "exit": host.run(["sh", "-c", "echo out; echo err >&2; exit 7"]).returncode,
+                "onto_directory": onto_directory,
+                "missing": missing,
+            }
+        )
+    )

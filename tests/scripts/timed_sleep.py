@@ -8,4 +8,6 @@ from pathlib import Path
 
 started = time.time()
 time.sleep(float(sys.argv[1]))
-Path(os.environ["RUN_DIR"], f"timed-{os.environ['RANK']}.json").write_text(json.dumps({"started": started, "finished": time.time()}))
+Path(os.environ["RUN_DIR"], f"timed-{os.environ['RANK']}.json").write_text(
+    json.dumps({"started": started, "finished": time.time()})
+)

@@ -15,7 +15,15 @@ with urllib.request.urlopen(f"http://{address}/", timeout=30) as answer:
 dist.init_process_group("gloo")
 total = torch.tensor([1])
 dist.all_reduce(total)
-Path(os.environ["RUN_DIR"], f"service-seen-{dist.get_rank()}.json").write_text(json.dumps({
-    "address": address, "status": status, "world": dist.get_world_size(), "summed": total.item(),
-    "node": os.environ["SLURMD_NODENAME"]}))
+Path(os.environ["RUN_DIR"], f"service-seen-{dist.get_rank()}.json").write_text(
+    json.dumps(
+        {
+            "address": address,
+            "status": status,
+            "world": dist.get_world_size(),
+            "summed": total.item(),
+            "node": os.environ["SLURMD_NODENAME"],
+        }
+    )
+)
 dist.destroy_process_group()

@@ -12,11 +12,15 @@ import os
 import runpy
 import sys
 
-
 # (rank, local rank, world size, local world size) as each MPI launcher names them. Under mpirun the
 # SLURM_* task variables are the per-node daemon's (SLURM_PROCID is the node's number), so these win.
 MPI_IDS = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),  # Open MPI
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),  # Open MPI
     ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS"),  # MPICH / Intel MPI (Hydra)
 )
 
@@ -29,12 +33,21 @@ def torch_env(environ: dict) -> dict:
         rank, local, world, local_world = (environ[name] for name in mpi)
         # The daemon's srun task is one per node, so its SLURM_NODEID is the node's number.
         node = environ.get("SLURM_NODEID") or str(int(rank) // int(local_world))
-        mapped = {"RANK": rank, "LOCAL_RANK": local, "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": local_world,
-                  "NODE_RANK": node}
+        mapped = {
+            "RANK": rank,
+            "LOCAL_RANK": local,
+            "WORLD_SIZE": world,
+            "LOCAL_WORLD_SIZE": local_world,
+            "NODE_RANK": node,
+        }
     else:
-        mapped = {"RANK": environ.get("SLURM_PROCID"), "LOCAL_RANK": environ.get("SLURM_LOCALID"),
-                  "WORLD_SIZE": environ.get("SLURM_NTASKS"), "NODE_RANK": environ.get("SLURM_NODEID"),
-                  "LOCAL_WORLD_SIZE": (environ.get("SLURM_TASKS_PER_NODE") or "").split("(")[0] or None}
+        mapped = {
+            "RANK": environ.get("SLURM_PROCID"),
+            "LOCAL_RANK": environ.get("SLURM_LOCALID"),
+            "WORLD_SIZE": environ.get("SLURM_NTASKS"),
+            "NODE_RANK": environ.get("SLURM_NODEID"),
+            "LOCAL_WORLD_SIZE": (environ.get("SLURM_TASKS_PER_NODE") or "").split("(")[0] or None,
+        }
     return {name: value for name, value in mapped.items() if value is not None and name not in environ}
 
 
