@@ -302,7 +302,10 @@ def test_a_chain_is_an_array_run_one_link_at_a_time_in_one_run_directory(tmp_pat
     assert "#SBATCH --array=0-2%1" in script and "#SBATCH --no-requeue" in script  # links do not requeue themselves
     assert f"#SBATCH --output={tmp_path}/runs/arr/%A/%A_%a_0_log.out" in script
     assert "RUN_DIR=$(cd -- " in script and '/runs/arr/"$SLURM_ARRAY_JOB_ID" && pwd -P)' in script
-    assert '"max_requeues": 0' in script and '"chain": true' in script
+    files = json.loads(
+        run_cli("submit", str(path), "--chain", "3", "--dry-run", "--json", "--executor", "local", cwd=tmp_path).stdout
+    )["files"]
+    assert '"max_requeues": 0' in files["job.json"] and '"chain": true' in files["job.json"]
     sweep = run_cli(
         "submit",
         str(path),

@@ -18,8 +18,8 @@ import pytest
 
 from clusterkit import load_recipe
 from clusterkit.runs.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
-from clusterkit.runs.layout import COMPLETE, LATEST
 from clusterkit.runs.record import RunRecord
+from clusterkit.spec.layout import COMPLETE, LATEST
 from conftest import REPO, run_cli
 
 torch = pytest.importorskip("torch")

@@ -23,7 +23,7 @@ from clusterkit.cli.common import (
     with_local_target,
     with_overrides,
 )
-from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
+from clusterkit.spec.layout import METRICS, PREFLIGHT_RESULT
 
 
 def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from clusterkit.runs.layout import JOB_JSON
 from clusterkit.runtime.rank_exit import finish
 from clusterkit.runtime.train import main
+from clusterkit.spec.layout import JOB_JSON
 
 if __name__ == "__main__":  # run as a module on every rank; importing it starts nothing
     parser = argparse.ArgumentParser(prog="python -m clusterkit.runtime.runner")

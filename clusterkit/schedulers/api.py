@@ -21,12 +21,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.runs.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.code_snapshot import Inventory, take_inventory
 from clusterkit.spec.arrays import array_indices, task_job_id
+from clusterkit.spec.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.spec.tracking import Tracking
 

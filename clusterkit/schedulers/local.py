@@ -16,7 +16,6 @@ from typing import BinaryIO
 
 from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.index import add_run
-from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import (
@@ -41,6 +40,7 @@ from clusterkit.schedulers.local_slurm import (
     terminate,
 )
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
+from clusterkit.spec.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
@@ -77,7 +77,7 @@ def _write_shims(shim_dir: Path) -> None:
 
 def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
     for file_name, text in request.files.items():
-        (run_dir / file_name).parent.mkdir(exist_ok=True)  # a sweep point's files are in <index>/
+        (run_dir / file_name).parent.mkdir(parents=True, exist_ok=True)  # <index>/ (a sweep point), supervisor/
         (run_dir / file_name).write_text(text, encoding="utf-8")
     (run_dir / request.script_name).chmod(0o755)
 

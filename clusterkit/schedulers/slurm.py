@@ -26,7 +26,6 @@ from typing import BinaryIO
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.index import add_run
-from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
@@ -36,6 +35,7 @@ from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
 from clusterkit.spec.arrays import task_job_id
+from clusterkit.spec.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
 
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
