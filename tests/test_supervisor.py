@@ -341,3 +341,25 @@ def test_too_few_nodes_for_the_plan_is_one_line_and_no_step(tmp_path: Path, caps
     job = FakeJob({}, hosts=["n1"])
     code, _ = _supervise(tmp_path, _plan(), job)
     assert code == 1 and job.started == [] and "the allocation has 1 nodes, the plan needs 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+def test_the_supervisor_marks_its_requeue_before_asking_for_it(tmp_path: Path, accepted: bool) -> None:
+    """SLURM may let this process reach its end before it stops the requeued job: the marker (which
+    keeps the secrets file and the outcome unwritten) is there first; a requeue SLURM refused is no
+    requeue, the marker goes again, and the run ends with why."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    seen = []
+
+    class Requeue(FakeJob):
+        def requeue(self) -> bool:
+            seen.append((run_dir / "requeued").exists())
+            return accepted
+
+    job = Requeue({"launch": _preempted(run_dir)})
+    code, _ = _supervise(tmp_path, _plan(), job)
+    assert seen == [True] and (run_dir / "requeued").exists() == accepted
+    assert code == (0 if accepted else EXIT_PREEMPTED)
+    if not accepted:
+        assert json.loads((run_dir / "preempted.json").read_text())["reason"] == "scontrol requeue failed"
