@@ -45,6 +45,18 @@ from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
 
+# What this executor cannot run (schedulers.api.check_capabilities reads these).
+UNSUPPORTED = {
+    "batch_launcher": "process_model: batch_launcher needs SLURM (launcher {recipe.launcher} calls srun itself); the "
+    "local executor cannot run it",
+    "dependency": "--after/--singleton need SLURM's queue; the local executor runs a job at once",
+    "service": "service: the service role needs SLURM (its steps are placed on named nodes of the allocation); the "
+    "local executor cannot run it",
+    "pyxis": "a pyxis container needs SLURM's srun (its --container-* options); the local executor cannot run it",
+}
+MAX_NODES = 254
+NODES = "127.0.0.1-254"  # its nodes are loopback addresses
+
 
 def allocate_job_id(ids_dir: Path, start: int) -> str:
     """The first id from ``start`` up that no other submit under this runs_dir holds."""

@@ -38,6 +38,10 @@ from clusterkit.spec.arrays import task_job_id
 from clusterkit.spec.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
 
+# SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
+UNSUPPORTED: dict[str, str] = {}
+MAX_NODES = None
+
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
 
 

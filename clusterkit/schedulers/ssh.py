@@ -42,6 +42,10 @@ from clusterkit.schedulers.ssh_transport import READ_ONLY_ATTEMPTS, Session, Unr
 from clusterkit.spec.layout import STREAMS, node_log
 from clusterkit.spec.profile import Login
 
+# SLURM on the login node runs every job clusterkit renders (schedulers.api.check_capabilities).
+UNSUPPORTED: dict[str, str] = {}
+MAX_NODES = None
+
 T = TypeVar("T")
 # The exit status of a file command whose file is not there (cat and find would say so in words).
 MISSING = 66
