@@ -240,3 +240,18 @@ def test_include_exclude_render_and_checks(tmp_path: Path) -> None:
     job = render_job(load_recipe(recipe))
     assert "--include=node1:0,1@node2:0" in plan_of(job).launch.argv
     assert json.loads(job.files["ds_config.json"])["train_batch_size"] == "auto"
+
+
+def test_no_shipped_profile_replaces_a_search_path_the_node_has(tmp_path: Path) -> None:
+    """A profile that sets LD_LIBRARY_PATH (or PATH, PYTHONPATH) outright drops what the node and its
+    modules put there (the CUDA driver's libraries): shipped profiles extend it."""
+    import yaml
+
+    for profile in sorted((RECIPES_DIR / "clusters").glob("*.yaml")):
+        body = yaml.safe_load(profile.read_text())
+        for block in ("env", "network_env"):
+            for name, value in (body.get(block) or {}).items():
+                if name.endswith("PATH"):
+                    assert isinstance(value, dict) and {"prepend", "append"} & set(value), (profile.name, name)
+    efa = render_job(load_recipe(RECIPES_DIR / "tiny-gpt2-cpu.yaml", ["cluster=aws-efa"])).files["env.sh"]
+    assert 'export LD_LIBRARY_PATH=/opt/amazon/efa/lib:' in efa and '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in efa
