@@ -89,7 +89,7 @@ NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet
 Precision = Literal["bf16", "fp16", "fp32"]
 # command: your own command on every node (it starts the ranks); see docs/guides/launchers.md.
 # mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
-Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command", "mpirun"]
+Launcher = Literal[tuple(LAUNCHERS)]  # one record each in spec.launchers
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
