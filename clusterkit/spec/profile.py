@@ -45,10 +45,10 @@ class GPU(_Struct):
 
 
 class Container(_Struct):
-    """Run every node's launcher inside a container: pyxis/enroot (srun --container-image & co.) or
-    Apptainer/Singularity (``apptainer exec`` before the launcher, ``--nv`` or ``--rocm`` by the
-    profile's GPU vendor). The run directory is always mounted at its own path; the host environment
-    passes through."""
+    """Run the job's steps inside a container (each node's launcher or each rank, the service, the
+    preflight): pyxis/enroot (srun --container-image & co.) or Apptainer/Singularity (``apptainer
+    exec`` before the launcher, ``--nv`` or ``--rocm`` by the profile's GPU vendor). The run directory
+    is always mounted at its own path; the host environment passes through."""
 
     image: NonEmptyLine
     runtime: Literal["pyxis", "apptainer"] = "pyxis"
@@ -143,9 +143,12 @@ class ClusterProfile(_Struct, kw_only=True):
     # given to a step whose task starts a whole node's ranks (torchrun, DeepSpeed per node, mpirun).
     task_gpu_bind: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None
     runs_dir: NonEmptyLine | None = None
+    # The launchers' and ranks' interpreter (the one with torch), one word or an argv list; a recipe's
+    # python wins. Not the supervisor's: that is host_python.
     python: PythonCommand = "python3"
-    # The interpreter that runs clusterkit's supervisor in the batch shell and its node agent on the
-    # nodes (outside a container): any Python 3.8 or newer, after the setup lines (a module or venv).
+    # The interpreter of clusterkit's supervisor in the batch shell, and of its node agent on each node
+    # where that runs outside a container (no container, or Apptainer): any Python 3.8 or newer, looked
+    # up after the setup lines (so a module or venv they load can provide it).
     host_python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
     nvme_path: NonEmptyLine | None = None
     login: Login | None = None

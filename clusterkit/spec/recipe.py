@@ -353,7 +353,10 @@ class Recipe(_Struct, kw_only=True):
     # The profile's modules and setup lines to leave out (to drop a profile's env variable, set it to null in env).
     drop: ProfileDrops = field(default_factory=ProfileDrops)
     runs_dir: NonEmptyLine | None = None
+    # The rendezvous port on the first training node; default: 10000 + job id mod 20000, moved on
+    # while something already answers there.
     master_port: Annotated[int, Meta(ge=1024, le=65535)] | None = None
+    # The launchers' and ranks' interpreter, instead of the cluster profile's: one word or an argv list.
     python: PythonCommand | None = None
     sweep: Sweep | None = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
