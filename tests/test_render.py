@@ -254,4 +254,4 @@ def test_no_shipped_profile_replaces_a_search_path_the_node_has(tmp_path: Path) 
                 if name.endswith("PATH"):
                     assert isinstance(value, dict) and {"prepend", "append"} & set(value), (profile.name, name)
     efa = render_job(load_recipe(RECIPES_DIR / "tiny-gpt2-cpu.yaml", ["cluster=aws-efa"])).files["env.sh"]
-    assert 'export LD_LIBRARY_PATH=/opt/amazon/efa/lib:' in efa and '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in efa
+    assert "export LD_LIBRARY_PATH=/opt/amazon/efa/lib:" in efa and '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in efa

@@ -279,14 +279,20 @@ def test_training_starts_once_the_service_answers_and_gets_its_address(tmp_path:
 def test_a_slow_preflight_with_on_slow_exclude_retries_without_the_slow_nodes(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "preflight.json").write_text(json.dumps({"slow_nodes": [0]}))
-    job = FakeJob({"preflight": "exit 3"})
+    (run_dir / "preflight.json").write_text(json.dumps({"slow_nodes": [1]}))
+    # Every node's preflight ends 3 together; node 0's record happens to be the earliest.
+    ranks = run_dir / "ranks"
+    job = FakeJob(
+        {"preflight": f"mkdir -p {ranks}; echo '1.0 3' > {ranks}/node0.exit; echo '2.0 3' > {ranks}/node1.exit; exit 3"}
+    )
     plan = _plan(
         preflight=_step("preflight"),
         recovery=Recovery(signal="USR2", max_requeues=0, max_retries=1, slow_nodes_excluded=True),
     )
     code, _ = _supervise(tmp_path, plan, job)
-    assert code == 3 and _names(job) == ["preflight"] and "--exclude=n1" in job.submitted[0][0]
+    assert code == 3 and _names(job) == ["preflight"]
+    argv = job.submitted[0][0]
+    assert "--exclude=n2" in argv and not [word for word in argv if word.startswith("--exclude=") and "n1" in word]
 
 
 def test_the_preemption_signal_reaches_the_running_step(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def comment(value: Any) -> Shell:
 
 
 def runtime_text(text: str) -> Shell:
-    """``text`` quoted, with ``{job_id}`` and ``{run_dir}`` as the batch shell's ``"$SLURM_JOB_ID"``
+    """``text`` quoted, with ``{job_id}`` and ``{run_dir}`` as the batch shell's ``"$CLUSTERKIT_JOB_ID"``
     and ``"$RUN_DIR"``; a value known later (``{node_rank}``, ``{master_port}``) stays as quoted text
     for the node agent to fill in (the launch plan names the variables that hold one)."""
     pieces, last = [], 0

@@ -78,7 +78,7 @@ class JobStatus:
 
 
 def exit_code_from_run_dir(run_dir: Path) -> int | None:
-    """The batch script's exit code, once it has written one."""
+    """The job's exit code, once its supervisor has written one."""
     try:
         return int(_text(run_dir / EXIT_CODE).strip())
     except ValueError:

@@ -132,7 +132,7 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m clusterkit.runtime.preflight")
-    parser.add_argument("job_file", type=Path, help=f"the {JOB_JSON} the batch script wrote into the run directory")
+    parser.add_argument("job_file", type=Path, help=f"the {JOB_JSON} of the run directory")
     # The DeepSpeed launcher puts --local_rank before the script's own arguments; LOCAL_RANK says the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     from clusterkit.runtime.rank_exit import finish

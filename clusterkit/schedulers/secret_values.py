@@ -20,13 +20,13 @@ sbatch runs as ``env -u NAME ... sbatch`` for the same reason.
 
 Why a file that stays: every later attempt of the run starts from the same script in the same run
 directory and needs the values again (a requeue after preemption, an automatic retry, a chain's
-next link, an array's other tasks). The batch script of a single job removes the file when its end
-is the run's end: with ``preemption.max_requeues: 0`` (or the local executor) whenever it exits; with
-requeues on SLURM once the launch step (or a preflight) ended and the runner did not requeue the job
-(it writes :data:`~clusterkit.spec.layout.REQUEUED` first), never when SLURM kills the shell (its own
-requeue); in either case not when a retry was queued. ``clusterkit cancel`` removes it too. Otherwise
-(an array's, a chain's) it stays, mode 0600, like ``~/.cache/huggingface/token``: an interrupted
-submit (Ctrl-C, kill -9) leaves it no more readable.
+next link, an array's other tasks). The job's supervisor removes a single job's file when its end is
+the run's end (clusterkit.supervisor.batch): the job ended and neither a requeue (its own, or one a
+program asked for and marked with :data:`~clusterkit.spec.layout.REQUEUED`) nor a retry will start it
+again; never when SLURM kills it (its own requeue). Until the supervisor runs, the batch script
+removes it if a line before fails. ``clusterkit cancel`` removes it too. Otherwise (an array's, a
+chain's) it stays, mode 0600, like ``~/.cache/huggingface/token``: an interrupted submit (Ctrl-C,
+kill -9) leaves it no more readable.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ class SlurmScheduler:
         return _Asking({job_id: exit_code}, status)
 
     def _latest_retry(self, record: RunRecord) -> dict | None:
-        """The newest line of the run's retries.jsonl (each retry the batch script submitted)."""
+        """The newest line of the run's retries.jsonl (each retry the supervisor submitted)."""
         try:
             with self.host.open(f"{record.run_dir}/{RETRIES}") as handle:
                 lines = [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]

@@ -40,8 +40,8 @@ SWEEP_SCRIPT = "sweep.sbatch"  # render (a sweep), in the array's directory; run
 SWEEP_POINTS = "sweep.json"  # render (a sweep), in the array's directory: each point's values; read by status
 ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
 JOB_JSON = "job.json"  # render: the resolved recipe and profile; read by the runner, preflight and bench
-ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; read by accelerate launch
-DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
+ACCELERATE_CONFIG = "accelerate_config.yaml"  # render; read by accelerate launch
+DEEPSPEED_CONFIG = "ds_config.json"  # render; read by the runner (TrainingArguments.deepspeed)
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
 RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume
 # The script's code as it was when submitted (snapshot:): its git tree or folder; the job runs the
@@ -49,7 +49,7 @@ RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by stat
 SNAPSHOT_DIR = "code"
 SHIM_DIR = ".local-bin"  # the local executor: its srun/scontrol stand-ins, first on the job's PATH
 # The adapters at submit (mode 0600; an array's in its top directory): the recipe's secrets, NAME=value\0
-# each; read by the batch script (schedulers.secret_values says why and when it is removed).
+# each; read by the batch script, removed by the supervisor (schedulers.secret_values says when).
 SECRETS_FILE = ".secrets.env"
 
 # The job's supervisor writes HOSTFILE, EXIT_CODE and RETRIES, the node agents RANKS_DIR's node<N>.exit.

@@ -112,8 +112,10 @@ def retry(
     attempt = job.retry + 1
     if attempt > plan.recovery.max_retries or not job.can_submit:
         return None
-    node = failed_node(run_dir)
-    new = ([hosts[node]] if node is not None and node < len(hosts) else []) + list(slow)
+    # The preflight's slow nodes, where it named them (every node's program then ended non-zero
+    # together: which ended first says nothing); else the node where the failure began.
+    node = None if slow else failed_node(run_dir)
+    new = list(slow) or ([hosts[node]] if node is not None and node < len(hosts) else [])
     exclude = list(dict.fromkeys([*plan.recovery.exclude, *excluded_so_far(run_dir), *new]))
     # The secrets stay out of sbatch's environment (SLURM stores it with the job): the retry reads
     # their file, as the first job did.
