@@ -369,3 +369,13 @@ def test_the_supervisor_marks_its_requeue_before_asking_for_it(tmp_path: Path, a
     assert code == (0 if accepted else EXIT_PREEMPTED)
     if not accepted:
         assert json.loads((run_dir / "preempted.json").read_text())["reason"] == "scontrol requeue failed"
+
+
+def test_a_slow_preflight_with_on_slow_fail_stops_without_a_retry(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "preflight.json").write_text(json.dumps({"slow_nodes": [1]}))
+    job = FakeJob({"preflight": "exit 3"})
+    plan = _plan(preflight=_step("preflight"), recovery=Recovery(signal="USR2", max_requeues=0, max_retries=1))
+    code, _ = _supervise(tmp_path, plan, job)
+    assert code == 3 and job.submitted == [] and (run_dir / "exit_code").read_text() == "3\n"

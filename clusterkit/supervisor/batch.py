@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from . import hooks, recovery
 from .environment import JobEnvironment
@@ -86,8 +86,9 @@ class Supervisor:
                 code = self._run(self.plan.preflight)
                 if code:
                     print(f"clusterkit: preflight failed with {code}: not training", flush=True)
-                    slow = recovery.slow_hosts(self.run_dir, train) if self.plan.recovery.slow_nodes_excluded else []
-                    return self._end(code, slow=slow)
+                    slow = recovery.slow_hosts(self.run_dir, train)
+                    # Slow nodes named: on_slow: exclude retries without them; on_slow: fail stops here.
+                    return self._end(code, retry=not slow or self.plan.recovery.slow_nodes_excluded, slow=slow)
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
@@ -104,7 +105,7 @@ class Supervisor:
         preempted = recovery.preempted_step(self.run_dir)
         if preempted is not None and recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
-        return self._end(code, launched=preempted is None)
+        return self._end(code, retry=preempted is None)
 
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
@@ -150,14 +151,16 @@ class Supervisor:
         print(f"clusterkit: the service answers at {address}", flush=True)
         return running
 
-    def _end(self, code: int, launched: bool = True, slow: List[str] = ()) -> int:
-        """The attempt's end: its exit code recorded, the post_run hooks, a retry where one is due,
-        and the secrets file removed where nothing will start this run again."""
+    def _end(self, code: int, retry: bool = False, slow: Sequence[str] = ()) -> int:
+        """The attempt's end: its exit code recorded, the post_run hooks, a retry where one is due
+        (``retry``: a failure on a node, of the launch or the preflight; not one of the job's own
+        making, such as a hook, the image or the service), and the secrets file removed where
+        nothing will start this run again."""
         (self.run_dir / EXIT_CODE).write_text(f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
         failed = hooks.post_run(self.plan.post_run, self.env, code)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
-        again = code != 0 and launched and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, slow)
+        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, slow)
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code
