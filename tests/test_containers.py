@@ -20,7 +20,7 @@ from clusterkit.errors import RecipeError
 from clusterkit.spec.launch_plan import IMAGE_CHECK
 from conftest import REPO, run_cli
 from launch_plans import plan_of, started, task_argv
-from test_slurm_e2e import _assert_real_data_parallel
+from slurm_jobs import assert_real_data_parallel
 
 STANDIN = REPO / "tests" / "scripts" / "apptainer-standin"
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
@@ -156,7 +156,7 @@ def test_training_in_an_apptainer_container_on_the_dev_cluster(dev_cluster: str,
     done = run_cli("submit", str(path), "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "boxed").iterdir())
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     calls = [json.loads(line) for line in (run_dir / "apptainer-calls.jsonl").read_text().splitlines()]
     assert len(calls) == 3 and calls[0]["command"][1:3] == [
         "-c",
