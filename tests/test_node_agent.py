@@ -153,6 +153,15 @@ def test_the_preemption_signal_reaches_the_process_that_handles_it_and_spares_th
     assert (tmp_path / "got").read_text() == "yes" and (tmp_path / "started-ignored").read_text() == ignored
 
 
+def test_a_rank_that_installs_its_handler_late_still_gets_the_signal(tmp_path: Path) -> None:
+    """Preempted before the rank is ready (its imports take seconds; or the supervisor started the
+    step after the signal came): the agent passes it on once the rank handles it."""
+    late = HANDLER.replace("signal.signal(signal.SIGUSR2, got)", "time.sleep(1.5); signal.signal(signal.SIGUSR2, got)")
+    plan = _plan(tmp_path, [sys.executable, "-c", late, str(tmp_path)], signal_to_launcher=True)
+    agent = _agent(plan, _env(tmp_path, CLUSTERKIT_PREEMPTED="1"))
+    assert agent.wait(timeout=30) == 0 and (tmp_path / "got").read_text() == "yes"
+
+
 def test_sigterm_reaches_the_program_and_its_end_is_still_recorded(tmp_path: Path) -> None:
     program = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(42)); open(sys.argv[1], 'w'); time.sleep(30)"
     plan = _plan(tmp_path, [sys.executable, "-c", program, str(tmp_path / "ready")])

@@ -379,3 +379,19 @@ def test_a_slow_preflight_with_on_slow_fail_stops_without_a_retry(tmp_path: Path
     plan = _plan(preflight=_step("preflight"), recovery=Recovery(signal="USR2", max_requeues=0, max_retries=1))
     code, _ = _supervise(tmp_path, plan, job)
     assert code == 3 and job.submitted == [] and (run_dir / "exit_code").read_text() == "3\n"
+
+
+def test_a_preemption_signal_before_the_launch_reaches_the_launch(tmp_path: Path) -> None:
+    """The warning can come while the hooks or the preflight run: this process does not die of the
+    signal's default action, and the launch starts knowing (its node agents pass the signal on once
+    the ranks handle it: tests/test_node_agent.py)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    job = FakeJob({})
+    plan = _plan(pre_launch=(f"kill -USR2 {os.getpid()}", "sleep 0.2"))
+    previous = signal.getsignal(signal.SIGUSR2)
+    try:
+        assert Supervisor(plan, job, run_dir, run_dir).run() == 0
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert job.started[0][0] == "launch" and job.started[0][2]["CLUSTERKIT_PREEMPTED"] == "1"

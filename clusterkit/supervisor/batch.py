@@ -30,8 +30,10 @@ class Supervisor:
         self.hosts: List[str] = []
         self.running: Optional[Running] = None
         self.preempt_signal = signal_number(plan.recovery.signal)
+        self.preempted = False  # the signal came: every step started from now on gets it too
 
     def run(self) -> int:
+        signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
         self._prepare_run_dir()
         self.hosts = self.job.hosts()
         train = step_hosts(self.plan, self.plan.launch, self.hosts)
@@ -64,7 +66,6 @@ class Supervisor:
             flush=True,
         )
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
-        signal.signal(self.preempt_signal, self._pass_on)
 
         code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
         if code:
@@ -123,11 +124,14 @@ class Supervisor:
         shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
 
     def _pass_on(self, signum: int, _frame: object) -> None:
+        self.preempted = True
         if self.running is not None:
             self.running.preempt(signum)
 
     def _run(self, step: Step) -> int:
-        self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), self.env)
+        # A signal that came before this step: its node agents pass it on once the ranks handle it.
+        env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
+        self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), env)
         try:
             return self.running.wait()
         finally:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Set
 
 from .plan import LaunchPlan, Step, expand
 from .processes import descendants, exit_status, signal_catchers, signal_number
@@ -28,6 +28,7 @@ from .ranks import node_ids, runtime_values, task_ids
 from .run_files import node_exit
 
 NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell reports a program it cannot start
+PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
 
 
 def task_environment(step: Step, environ: Mapping[str, str]) -> Dict[str, str]:
@@ -52,10 +53,19 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
     argv = task_argv(step, env)
     preempt = signal_number(plan.recovery.signal)
     started: List[subprocess.Popen] = []  # the program, once it runs
+    # The preemption signal, once it came (or before this task started: the supervisor says so):
+    # passed to each process below that handles it, also to one that installs its handler later.
+    preempted = [env.get("CLUSTERKIT_PREEMPTED") == "1"]
+    told: Set[int] = set()
 
     def pass_on(signum: int, _frame: object) -> None:
+        preempted[0] = True
+        tell()
+
+    def tell() -> None:
         for child in started:
-            signal_catchers([child.pid, *descendants(child.pid)], signum)
+            waiting = [pid for pid in [child.pid, *descendants(child.pid)] if pid not in told]
+            told.update(signal_catchers(waiting, preempt))
 
     def stop(signum: int, _frame: object) -> None:
         for child in started:
@@ -82,7 +92,14 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
         _record_end(env, code)
         return code
     child = started[0]
-    code = exit_status(child.wait())
+    while True:
+        try:
+            returncode = child.wait(timeout=PASS_ON_EVERY_S)
+            break
+        except subprocess.TimeoutExpired:
+            if preempted[0]:
+                tell()  # a rank that has installed its handler since
+    code = exit_status(returncode)
     _record_end(env, code)
     return code
 
