@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 from msgspec import Meta, field
 
@@ -24,7 +24,6 @@ from clusterkit.spec.recipe import (
     PythonCommand,
     SlurmTime,
     _Struct,
-    file_json_schema,
 )
 
 BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
@@ -145,11 +144,6 @@ class ClusterProfile(_Struct, kw_only=True):
     offline: bool = False
     # HF_HOME for every job: an absolute path on the shared filesystem (the hub cache is its hub/ folder).
     hf_home: Annotated[str, Meta(pattern=HF_HOME_PATTERN)] | None = None
-
-
-def profile_json_schema() -> dict[str, Any]:
-    """JSON Schema of a cluster profile file, for editors (``clusterkit schema --profile``)."""
-    return file_json_schema(ClusterProfile, "clusterkit cluster profile")
 
 
 def expanded(text: str) -> Path:
