@@ -22,7 +22,7 @@ from bench.gpu.ablation import ROWS, RUN_ORDER, throughput  # noqa: E402
 from bench.gpu.planner import compare  # noqa: E402
 from bench.gpu.procs import run_logged  # noqa: E402
 from bench.gpu.report import findings, render  # noqa: E402
-from bench.gpu.sizes import bf16_peak  # noqa: E402
+from bench.gpu.sizes import bf16_peak, sizes_for  # noqa: E402
 
 SCRIPTS = [REPO / "bench" / "gpu" / "run.sh", REPO / "bench" / "gpu" / "prepare-wheels.sh"]
 DEVICE_COMMAND = "bash bench/gpu/run.sh"  # what the device call runs (at most 2000 characters there)
@@ -30,22 +30,22 @@ DEVICE_COMMAND = "bash bench/gpu/run.sh"  # what the device call runs (at most 2
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_scripts_parse_and_pass_shellcheck(script: Path) -> None:
-    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False).returncode == 0
     if shutil.which("shellcheck"):
-        done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout
 
 
 def test_every_module_imports_in_a_fresh_interpreter() -> None:
     modules = ["main", "rank", "device", "ablation", "fsdp", "planner", "node", "job", "report"]
     done = subprocess.run([sys.executable, "-c", "; ".join(f"import bench.gpu.{m}" for m in modules)], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
 
 
 def test_run_sh_without_out_says_so_and_writes_nothing(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "set OUT" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -55,6 +55,14 @@ def test_run_sh_without_out_says_so_and_writes_nothing(tmp_path: Path) -> None:
                                         ("NVIDIA A100-SXM4-80GB", 312.0), ("Tesla T4", None)])
 def test_the_bf16_peak_follows_the_device_name(name: str, peak: float | None) -> None:
     assert bf16_peak(name)[0] == peak
+
+
+def test_the_device_sizes_fit_eight_minutes_and_a_part_budget_can_be_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BENCH_DEADLINE_S", raising=False)
+    monkeypatch.setenv("BENCH_BUDGETS", "ablation=420, job=0")
+    sizes = sizes_for("gpu")
+    assert sizes.deadline_s <= 8 * 60 - 20 and sizes.model["hidden_size"] == 2048 and sizes.seq_len == 2048
+    assert sizes.budgets["ablation"] == 420 and sizes.budgets["job"] == 0 and sizes.budgets["fsdp"] == 60
 
 
 def test_tokens_per_second_are_timed_between_the_measured_steps_only() -> None:
@@ -147,7 +155,7 @@ def test_cpu_rehearsal_records_a_failed_part_runs_the_next_and_exits_1(tmp_path:
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "BENCH_PARTS": "bogus,node", "BENCH_WORK": str(tmp_path / "work"),
            "CLUSTERKIT_GPU_REHEARSAL": "1"}
-    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "bench: FAILED:\n  bogus: unknown part" in done.stdout
     results = json.loads((out / "results.json").read_text())

@@ -104,7 +104,7 @@ def main() -> int:
         part = results.part(name)
         budget = min(sizes.budgets.get(name, 60.0), deadline - ctx.clock())
         if name not in PARTS or budget < MIN_PART_S:
-            part.update(status="skipped", why="unknown part" if name not in PARTS else f"deadline: {budget:.0f} s left")
+            part.update(status="skipped", why="unknown part" if name not in PARTS else f"time: {budget:.0f} s for it")
             if name not in OPTIONAL:
                 results.fail(name, part["why"])
             results.save()

@@ -59,15 +59,24 @@ class Sizes:
         return max(3, self.measured_samples // samples_per_step)
 
 
+def budgets(defaults: dict[str, float]) -> dict[str, float]:
+    """Each part's seconds, with BENCH_BUDGETS=ablation=380,job=0 overriding some (0: skip the part)."""
+    chosen = dict(defaults)
+    for item in filter(None, os.environ.get("BENCH_BUDGETS", "").split(",")):
+        name, _, seconds = item.partition("=")
+        chosen[name.strip()] = float(seconds)
+    return chosen
+
+
 def sizes_for(mode: str) -> Sizes:
     env = os.environ
     if mode == "gpu":
         return Sizes(mode, LLAMA_1B, 2048, micro_batch=1, accumulation=8, warmup_steps=2, measured_samples=80,
                      small_model=LLAMA_SMALL, small_seq_len=1024, compile_rows=env.get("BENCH_COMPILE", "1") == "1",
                      deadline_s=float(env.get("BENCH_DEADLINE_S", "450")),
-                     budgets={"node": 35, "ablation": 290, "fsdp": 60, "planner": 55, "job": 40})
+                     budgets=budgets({"node": 35, "ablation": 290, "fsdp": 60, "planner": 55, "job": 40}))
     return Sizes(mode, LLAMA_TINY, 64, micro_batch=1, accumulation=2, warmup_steps=1, measured_samples=4,
                  small_model=LLAMA_TINY, small_seq_len=64, compile_rows=env.get("BENCH_COMPILE", "0") == "1",
                  deadline_s=float(env.get("BENCH_DEADLINE_S", "1800")),
-                 budgets={"node": 120, "ablation": 900, "fsdp": 240, "planner": 240, "job": 240},
+                 budgets=budgets({"node": 120, "ablation": 900, "fsdp": 240, "planner": 240, "job": 240}),
                  row_timeout_s=180.0, compile_row_timeout_s=600.0)
