@@ -270,8 +270,13 @@ finish(5)
 def test_finish_ends_a_rank_that_holds_an_idle_thread_pool(tmp_path: Path) -> None:
     """Seen rehearsing bench/gpu: a torch_compile run trained, saved, and then hung in finish until
     its time limit (it joined the pool's workers before anything told them to stop)."""
-    done = subprocess.run([sys.executable, "-c", _RANK_WITH_A_THREAD_POOL, str(tmp_path)], cwd=REPO, timeout=30,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _RANK_WITH_A_THREAD_POOL, str(tmp_path)],
+        cwd=REPO,
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 5, done.stderr
     assert (tmp_path / "queued").read_text() == "done"  # work already handed to the pool still finishes
 

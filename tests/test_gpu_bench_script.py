@@ -38,21 +38,39 @@ def test_scripts_parse_and_pass_shellcheck(script: Path) -> None:
 
 def test_every_module_imports_in_a_fresh_interpreter() -> None:
     modules = ["main", "rank", "device", "ablation", "fsdp", "planner", "node", "job", "report"]
-    done = subprocess.run([sys.executable, "-c", "; ".join(f"import bench.gpu.{m}" for m in modules)], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", "; ".join(f"import bench.gpu.{m}" for m in modules)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_run_sh_without_out_says_so_and_writes_nothing(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        ["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 2 and "set OUT" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
-                                        ("NVIDIA H100 NVL", 835.0), ("NVIDIA H200", 989.0), ("NVIDIA GH200 480GB", 989.0),
-                                        ("NVIDIA A100-SXM4-80GB", 312.0), ("Tesla T4", None)])
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA GH200 480GB", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Tesla T4", None),
+    ],
+)
 def test_the_bf16_peak_follows_the_device_name(name: str, peak: float | None) -> None:
     assert bf16_peak(name)[0] == peak
 
@@ -68,7 +86,9 @@ def test_the_device_sizes_fit_eight_minutes_and_a_part_budget_can_be_moved(monke
 def test_tokens_per_second_are_timed_between_the_measured_steps_only() -> None:
     # warm-up step 2 took 9 s (compile); steps 3-5 one second each; the profiled step 6 is left out
     times = {1: 100.0, 2: 109.0, 3: 110.0, 4: 111.0, 5: 112.0, 6: 150.0}
-    records = [{"event": "start", "time": 90.0, "step": 0}] + [{"event": "log", "step": s, "time": t} for s, t in times.items()]
+    records = [{"event": "start", "time": 90.0, "step": 0}] + [
+        {"event": "log", "step": s, "time": t} for s, t in times.items()
+    ]
     result = throughput(records, warmup=2, measured=3, tokens_per_step=1000)
     assert result["tokens_per_s"] == pytest.approx(1000.0) and result["step_s"] == [1.0, 1.0, 1.0]
     cut_short = throughput(records[:4], warmup=2, measured=3, tokens_per_step=1000)  # died after step 3
@@ -82,11 +102,30 @@ def test_rows_run_in_a_priority_order_that_names_each_row_once() -> None:
 
 def test_plan_against_measured_and_the_goals_missed_are_reported() -> None:
     estimate = {"layout": "dp1 tp1 pp1 zero0 mb1x8", "total": 30 * 2**30, "overhead": 3 * 2**30}
-    data = {"parts": {"ablation": {"order": ["fp32", "sdpa"], "rows": {
-        "fp32": {"label": "naive", "status": "ok", "tokens_per_s": 10_000.0, "estimate": estimate,
-                 "memory": {"peak_allocated": 25 * 2**30}},
-        "sdpa": {"label": "defaults", "status": "ok", "tokens_per_s": 20_000.0, "mfu": 0.30, "estimate": estimate,
-                 "memory": {"peak_allocated": 29 * 2**30}}}}}}
+    data = {
+        "parts": {
+            "ablation": {
+                "order": ["fp32", "sdpa"],
+                "rows": {
+                    "fp32": {
+                        "label": "naive",
+                        "status": "ok",
+                        "tokens_per_s": 10_000.0,
+                        "estimate": estimate,
+                        "memory": {"peak_allocated": 25 * 2**30},
+                    },
+                    "sdpa": {
+                        "label": "defaults",
+                        "status": "ok",
+                        "tokens_per_s": 20_000.0,
+                        "mfu": 0.30,
+                        "estimate": estimate,
+                        "memory": {"peak_allocated": 29 * 2**30},
+                    },
+                },
+            }
+        }
+    }
     data["planner_vs_measured"] = compare(data)
     ratios = {line["run"]: line for line in data["planner_vs_measured"]}
     assert ratios["ablation fp32"]["within_10pct"] is False and ratios["ablation sdpa"]["within_10pct"] is True
@@ -99,9 +138,16 @@ def test_plan_against_measured_and_the_goals_missed_are_reported() -> None:
 
 def test_a_batch_plan_said_fits_but_did_not_is_a_miss_even_without_a_measured_peak() -> None:
     estimate = {"layout": "dp1 tp1 pp1 zero0 mb64x1 ckpt", "total": 77 * 2**30, "overhead": 7 * 2**30}
-    row = {"label": "ckpt, the batch it fits", "status": "ok", "micro_batch": 32, "accumulation": 1, "tokens_per_s": 1.0,
-           "estimate": {**estimate, "layout": "dp1 tp1 pp1 zero0 mb32x1 ckpt"}, "memory": {"peak_allocated": 40 * 2**30},
-           "oom_at_plan_batch": {"micro_batch": 64, "estimate": estimate, "memory": {"peak_allocated": None}}}
+    row = {
+        "label": "ckpt, the batch it fits",
+        "status": "ok",
+        "micro_batch": 32,
+        "accumulation": 1,
+        "tokens_per_s": 1.0,
+        "estimate": {**estimate, "layout": "dp1 tp1 pp1 zero0 mb32x1 ckpt"},
+        "memory": {"peak_allocated": 40 * 2**30},
+        "oom_at_plan_batch": {"micro_batch": 64, "estimate": estimate, "memory": {"peak_allocated": None}},
+    }
     data = {"parts": {"ablation": {"rows": {"defaults_ckpt_max": row}}}}
     data["planner_vs_measured"] = compare(data)
     oom = data["planner_vs_measured"][0]
@@ -143,7 +189,9 @@ def test_a_rank_in_a_session_of_its_own_is_stopped_with_the_run(tmp_path: Path) 
 def test_what_a_finished_run_left_running_goes_too(tmp_path: Path) -> None:
     """A leftover worker would hold the GPU (and its memory) into the next measured run."""
     pid_file = tmp_path / "straggler"
-    outcome = run_logged(["bash", "-c", f"sleep 120 >/dev/null & echo $! > {pid_file}; exit 3"], timeout_s=30, label="t")
+    outcome = run_logged(
+        ["bash", "-c", f"sleep 120 >/dev/null & echo $! > {pid_file}; exit 3"], timeout_s=30, label="t"
+    )
     assert outcome.returncode == 3 and outcome.why() == "exit status 3"
     assert _gone(int(pid_file.read_text())), "the run's leftover sleep is still running"
 
@@ -153,9 +201,16 @@ def test_cpu_rehearsal_records_a_failed_part_runs_the_next_and_exits_1(tmp_path:
     """The script end to end on CPU (tiny sizes), one unknown part then the node part (doctor, a
     gloo preflight under torchrun): ~30 s."""
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "BENCH_PARTS": "bogus,node", "BENCH_WORK": str(tmp_path / "work"),
-           "CLUSTERKIT_GPU_REHEARSAL": "1"}
-    done = subprocess.run(["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "BENCH_PARTS": "bogus,node",
+        "BENCH_WORK": str(tmp_path / "work"),
+        "CLUSTERKIT_GPU_REHEARSAL": "1",
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPTS[0])], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 1, done.stdout[-3000:]
     assert "bench: FAILED:\n  bogus: unknown part" in done.stdout
     results = json.loads((out / "results.json").read_text())

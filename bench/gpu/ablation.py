@@ -44,18 +44,49 @@ ROWS = (
     Row("sdpa", "+ SDPA/Flash = clusterkit defaults", "bf16", None, profile=True),
     Row("compile", "+ torch.compile", "bf16", None, dict(COMPILE), compile=True),
     Row("compile_ckpt", "+ gradient checkpointing", "bf16", None, {**COMPILE, **CKPT}, compile=True),
-    Row("compile_ckpt_max", "+ gradient checkpointing, the batch it fits", "bf16", None, {**COMPILE, **CKPT},
-        max_batch=True, compile=True),
+    Row(
+        "compile_ckpt_max",
+        "+ gradient checkpointing, the batch it fits",
+        "bf16",
+        None,
+        {**COMPILE, **CKPT},
+        max_batch=True,
+        compile=True,
+    ),
     Row("defaults_ckpt", "defaults + gradient checkpointing (no compile)", "bf16", None, dict(CKPT)),
-    Row("defaults_ckpt_max", "defaults + gradient checkpointing, the batch it fits", "bf16", None, dict(CKPT), max_batch=True),
-    Row("defaults_max", "defaults, the largest batch that fits without checkpointing", "bf16", None,
-        {"gradient_checkpointing": False}, max_batch=True),
+    Row(
+        "defaults_ckpt_max",
+        "defaults + gradient checkpointing, the batch it fits",
+        "bf16",
+        None,
+        dict(CKPT),
+        max_batch=True,
+    ),
+    Row(
+        "defaults_max",
+        "defaults, the largest batch that fits without checkpointing",
+        "bf16",
+        None,
+        {"gradient_checkpointing": False},
+        max_batch=True,
+    ),
 )
 # What runs first when time is short: the defaults and what they are compared with; the memory
 # layouts the planner is checked on (checkpointing at the batch it fits, and the largest batch
 # without); torch.compile (opt-in, and its warm-up is long); last, checkpointing at the rows' batch.
-RUN_ORDER = ("fp32", "bf16", "tf32", "fused", "sdpa", "defaults_ckpt_max", "defaults_max", "compile",
-             "compile_ckpt_max", "defaults_ckpt", "compile_ckpt")
+RUN_ORDER = (
+    "fp32",
+    "bf16",
+    "tf32",
+    "fused",
+    "sdpa",
+    "defaults_ckpt_max",
+    "defaults_max",
+    "compile",
+    "compile_ckpt_max",
+    "defaults_ckpt",
+    "compile_ckpt",
+)
 BY_KEY = {row.key: row for row in ROWS}
 NEEDED_S = {False: 30.0, True: 90.0}  # a row starts only with this much of the part's time left (compile: True)
 
@@ -91,8 +122,18 @@ def largest_micro_batch(ctx: Context, row: Row) -> int | None:
 
 
 def _recipe(ctx: Context, row: Row, micro: int, accumulation: int, max_steps: int) -> dict[str, Any]:
-    return trainer_recipe(f"abl-{row.key.replace('_', '-')}", ctx.profile, ctx.sizes.model, ctx.sizes.seq_len, micro,
-                          accumulation, max_steps, precision=row.precision, attention=row.attention, args=row.args)
+    return trainer_recipe(
+        f"abl-{row.key.replace('_', '-')}",
+        ctx.profile,
+        ctx.sizes.model,
+        ctx.sizes.seq_len,
+        micro,
+        accumulation,
+        max_steps,
+        precision=row.precision,
+        attention=row.attention,
+        args=row.args,
+    )
 
 
 def measure_row(ctx: Context, row: Row, timeout_s: float) -> dict[str, Any]:
@@ -120,12 +161,23 @@ def attempt(ctx: Context, row: Row, micro: int, accumulation: int, timeout_s: fl
     loaded = load(ctx.work, _recipe(ctx, row, micro, accumulation, max_steps))
     trainer = loaded.recipe.task.trainer
     result: dict[str, Any] = {
-        "label": row.label, "micro_batch": micro, "accumulation": accumulation, "warmup_steps": warmup,
-        "measured_steps": measured, "precision": loaded.recipe.precision, "attention": trainer.model.attention,
-        "resolved_args": trainer.args, "estimate": plan_memory(loaded), "warnings": [str(w) for w in loaded.warnings]}
+        "label": row.label,
+        "micro_batch": micro,
+        "accumulation": accumulation,
+        "warmup_steps": warmup,
+        "measured_steps": measured,
+        "precision": loaded.recipe.precision,
+        "attention": trainer.model.attention,
+        "resolved_args": trainer.args,
+        "estimate": plan_memory(loaded),
+        "warnings": [str(w) for w in loaded.warnings],
+    }
     run_dir = run_dir_for(ctx.work, loaded)
-    env = dict(os.environ, **({"BENCH_PROFILE_STEP": str(warmup + measured)} if row.profile else {}),
-               **({"TORCH_LOGS": "recompiles"} if row.compile else {}))  # the log says why a measured step recompiled
+    env = dict(
+        os.environ,
+        **({"BENCH_PROFILE_STEP": str(warmup + measured)} if row.profile else {}),
+        **({"TORCH_LOGS": "recompiles"} if row.compile else {}),
+    )  # the log says why a measured step recompiled
     outcome, rank = train_rank(ctx.repo, run_dir, timeout_s, row.key, env)
     result["seconds"] = round(outcome.seconds, 1)
     result["memory"] = {k: rank.get(k) for k in MEMORY_KEYS}

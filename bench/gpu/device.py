@@ -39,18 +39,27 @@ def measured_matmul_tflops(n: int = 8192, warmup: int = 3, repeats: int = 10) ->
 def driver() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                          text=True, timeout=30, check=False)
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
 
 
 def facts() -> dict[str, Any]:
     import transformers
 
-    base: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-                            "python": sys.version.split()[0],
-                            # the runner's default attention: FlashAttention-2 where this is installed, else SDPA
-                            "flash_attn": importlib.util.find_spec("flash_attn") is not None}
+    base: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        # the runner's default attention: FlashAttention-2 where this is installed, else SDPA
+        "flash_attn": importlib.util.find_spec("flash_attn") is not None,
+    }
     try:
         import deepspeed  # carried as a wheel on the device machine; the offload layout needs it
 
@@ -58,13 +67,27 @@ def facts() -> dict[str, Any]:
     except ImportError:
         base["deepspeed"] = None
     if not torch.cuda.is_available():
-        return {**base, "name": "CPU rehearsal", "memory_bytes": REHEARSAL_MEMORY_BYTES, "peak_tflops": None,
-                "peak_source": "no GPU: MFU not computed"}
+        return {
+            **base,
+            "name": "CPU rehearsal",
+            "memory_bytes": REHEARSAL_MEMORY_BYTES,
+            "peak_tflops": None,
+            "peak_source": "no GPU: MFU not computed",
+        }
     props = torch.cuda.get_device_properties(0)
     peak, source = bf16_peak(props.name)
-    return {**base, "name": props.name, "memory_bytes": props.total_memory, "capability": list(torch.cuda.get_device_capability(0)),
-            "multiprocessors": props.multi_processor_count, "driver": driver(), "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "peak_tflops": peak, "peak_source": source, "matmul_bf16_tflops": measured_matmul_tflops()}
+    return {
+        **base,
+        "name": props.name,
+        "memory_bytes": props.total_memory,
+        "capability": list(torch.cuda.get_device_capability(0)),
+        "multiprocessors": props.multi_processor_count,
+        "driver": driver(),
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "peak_tflops": peak,
+        "peak_source": source,
+        "matmul_bf16_tflops": measured_matmul_tflops(),
+    }
 
 
 if __name__ == "__main__":

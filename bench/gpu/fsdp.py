@@ -37,21 +37,39 @@ def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
     checkpoints = sorted(p.name for p in Path(first["run_dir"], "checkpoints").glob("checkpoint-*"))
     part["checkpoints"] = checkpoints
     checks["saved"] = f"checkpoint-{FIRST_STEPS}" in checkpoints
-    resumed = _train(ctx, _recipe(ctx, "fsdp-resume", parallelism, RESUMED_STEPS, resume_from=first["run_dir"]),
-                     deadline, "fsdp-resume")
+    resumed = _train(
+        ctx,
+        _recipe(ctx, "fsdp-resume", parallelism, RESUMED_STEPS, resume_from=first["run_dir"]),
+        deadline,
+        "fsdp-resume",
+    )
     part["resume"] = resumed
-    checks["resumed"] = str(resumed.get("resumed_from") or "").endswith(f"checkpoint-{FIRST_STEPS}") and \
-        resumed.get("global_step") == RESUMED_STEPS
+    checks["resumed"] = (
+        str(resumed.get("resumed_from") or "").endswith(f"checkpoint-{FIRST_STEPS}")
+        and resumed.get("global_step") == RESUMED_STEPS
+    )
     part["checks"] = checks
     failed = [name for name, ok in checks.items() if ok is False]
     if failed:
-        raise RuntimeError(f"FSDP2 smoke: {', '.join(failed)} did not hold "
-                           f"({first.get('why') or resumed.get('why') or 'see parts.fsdp'})")
+        raise RuntimeError(
+            f"FSDP2 smoke: {', '.join(failed)} did not hold "
+            f"({first.get('why') or resumed.get('why') or 'see parts.fsdp'})"
+        )
 
 
 def _recipe(ctx: Context, name: str, parallelism: dict[str, Any], steps: int, **top: Any) -> dict[str, Any]:
-    return trainer_recipe(name, ctx.profile, ctx.sizes.small_model, ctx.sizes.small_seq_len, 2, 1, steps,
-                          args={"save_steps": SAVE_EVERY}, parallelism=parallelism, **top)
+    return trainer_recipe(
+        name,
+        ctx.profile,
+        ctx.sizes.small_model,
+        ctx.sizes.small_seq_len,
+        2,
+        1,
+        steps,
+        args={"save_steps": SAVE_EVERY},
+        parallelism=parallelism,
+        **top,
+    )
 
 
 def _train(ctx: Context, recipe: dict[str, Any], deadline: float, label: str) -> dict[str, Any]:
@@ -61,10 +79,24 @@ def _train(ctx: Context, recipe: dict[str, Any], deadline: float, label: str) ->
     run_dir = run_dir_for(ctx.work, loaded)
     outcome, rank = train_rank(ctx.repo, run_dir, max(10.0, deadline - ctx.clock()), label)
     record = read_json(run_dir / rank_record(0)) or {}
-    found = {"run_dir": str(run_dir), "exit": outcome.returncode, "seconds": round(outcome.seconds, 1),
-             **{key: record.get(key) for key in ("global_step", "resumed_from", "fsdp_sharded", "parameter_bytes",
-                                                 "world_size", "dist_world_size")},
-             "peak_allocated": rank.get("peak_allocated"), "estimate": plan_memory(loaded)}
+    found = {
+        "run_dir": str(run_dir),
+        "exit": outcome.returncode,
+        "seconds": round(outcome.seconds, 1),
+        **{
+            key: record.get(key)
+            for key in (
+                "global_step",
+                "resumed_from",
+                "fsdp_sharded",
+                "parameter_bytes",
+                "world_size",
+                "dist_world_size",
+            )
+        },
+        "peak_allocated": rank.get("peak_allocated"),
+        "estimate": plan_memory(loaded),
+    }
     if not outcome.ok:
         found["why"] = rank.get("error") or outcome.why()
     return found

@@ -21,8 +21,9 @@ def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
     from clusterkit.errors import WaitTimeout
     from clusterkit.runs.layout import PREFLIGHT_RESULT, rank_record
 
-    recipe = trainer_recipe("e2e-job", ctx.profile, ctx.sizes.small_model, ctx.sizes.small_seq_len, 2, 1, STEPS,
-                            preflight=True)
+    recipe = trainer_recipe(
+        "e2e-job", ctx.profile, ctx.sizes.small_model, ctx.sizes.small_seq_len, 2, 1, STEPS, preflight=True
+    )
     path = ctx.work / "recipes" / "e2e-job.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
@@ -36,8 +37,14 @@ def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
         submitted.cancel()
         raise RuntimeError(f"the local job did not end in time: {exc}") from None
     run_dir = Path(submitted.run_dir)
-    part.update(seconds=round(ctx.clock() - started, 1), state=status.state, exit_code=status.exit_code, failure=status.failure,
-                preflight=read_json(run_dir / PREFLIGHT_RESULT), rank=read_json(run_dir / rank_record(0)))
+    part.update(
+        seconds=round(ctx.clock() - started, 1),
+        state=status.state,
+        exit_code=status.exit_code,
+        failure=status.failure,
+        preflight=read_json(run_dir / PREFLIGHT_RESULT),
+        rank=read_json(run_dir / rank_record(0)),
+    )
     rank = part["rank"] or {}
     if status.state != "COMPLETED" or rank.get("global_step") != STEPS:
         logs = submitted.logs()[-2000:]

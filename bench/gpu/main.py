@@ -29,7 +29,12 @@ from bench.gpu.report import findings, render
 from bench.gpu.sizes import sizes_for
 
 PARTS: dict[str, Callable[[Context, dict[str, Any], float], None]] = {
-    "node": node.run, "ablation": ablation.run, "fsdp": fsdp.run, "planner": planner.run, "job": job.run}
+    "node": node.run,
+    "ablation": ablation.run,
+    "fsdp": fsdp.run,
+    "planner": planner.run,
+    "job": job.run,
+}
 MIN_PART_S = 10.0
 OPTIONAL = {"job"}  # beyond issue 25's list: skipped for time, it is no failure
 WORK_NAME = "clusterkit-gpu-bench"
@@ -61,8 +66,9 @@ def isolate(work: Path) -> None:
 
 
 def device_facts(repo: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.gpu.device"], cwd=repo, capture_output=True, text=True,
-                          timeout=180, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu.device"], cwd=repo, capture_output=True, text=True, timeout=180, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"bench.gpu.device failed: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -91,15 +97,26 @@ def main() -> int:
     rehearsal = os.environ.get("CLUSTERKIT_GPU_REHEARSAL") == "1" or device.get("capability") is None
     mode = "rehearsal" if rehearsal else "gpu"
     sizes = sizes_for(mode)
-    data.update(mode=mode, device=device, sizes={"model": sizes.model, "seq_len": sizes.seq_len,
-                                                 "micro_batch": sizes.micro_batch, "accumulation": sizes.accumulation},
-                model_params=model_params(sizes))
+    data.update(
+        mode=mode,
+        device=device,
+        sizes={
+            "model": sizes.model,
+            "seq_len": sizes.seq_len,
+            "micro_batch": sizes.micro_batch,
+            "accumulation": sizes.accumulation,
+        },
+        model_params=model_params(sizes),
+    )
     work = work_dir(mode)
     isolate(work)
     ctx = Context(repo, work, sizes, device, write_profile(work, device, mode), results)
     deadline = results.started + sizes.deadline_s
     wanted = [p for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",") if p]
-    print(f"bench: {mode} on {device['name']}, parts {', '.join(wanted)}, {sizes.deadline_s:.0f} s, work in {work}", flush=True)
+    print(
+        f"bench: {mode} on {device['name']}, parts {', '.join(wanted)}, {sizes.deadline_s:.0f} s, work in {work}",
+        flush=True,
+    )
     for name in wanted:
         part = results.part(name)
         budget = min(sizes.budgets.get(name, 60.0), deadline - ctx.clock())

@@ -29,8 +29,14 @@ def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
 
 def doctor(ctx: Context, timeout_s: float) -> dict[str, Any]:
     try:
-        done = subprocess.run([sys.executable, "-m", "clusterkit", "doctor", "--json"], cwd=ctx.repo, capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "clusterkit", "doctor", "--json"],
+            cwd=ctx.repo,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"no answer in {timeout_s:.0f} s"}
     print(done.stdout + done.stderr, flush=True)
@@ -46,14 +52,22 @@ def doctor(ctx: Context, timeout_s: float) -> dict[str, Any]:
 
 
 # doctor's own capture of nvidia-smi (the text its rules parse), kept as a fixture for tests/fixtures/doctor/
-CAPTURE = ("import json; from clusterkit.diagnose.doctor import gather; facts = gather(); "
-           "print(json.dumps({'gpu_query': facts.gpu_query, 'topo': facts.topo, 'nvlink': facts.nvlink}))")
+CAPTURE = (
+    "import json; from clusterkit.diagnose.doctor import gather; facts = gather(); "
+    "print(json.dumps({'gpu_query': facts.gpu_query, 'topo': facts.topo, 'nvlink': facts.nvlink}))"
+)
 
 
 def captured(ctx: Context, timeout_s: float) -> dict[str, Any]:
     try:
-        done = subprocess.run([sys.executable, "-c", CAPTURE], cwd=ctx.repo, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", CAPTURE],
+            cwd=ctx.repo,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
         return json.loads(done.stdout)
     except (subprocess.TimeoutExpired, ValueError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -62,12 +76,25 @@ def captured(ctx: Context, timeout_s: float) -> dict[str, Any]:
 def preflight(ctx: Context, timeout_s: float) -> dict[str, Any]:
     from clusterkit.runs.layout import PREFLIGHT_RESULT
 
-    recipe = trainer_recipe("preflight", ctx.profile, ctx.sizes.small_model, ctx.sizes.small_seq_len, 1, 1, 1,
-                            preflight={"enabled": True, "only": True})
+    recipe = trainer_recipe(
+        "preflight",
+        ctx.profile,
+        ctx.sizes.small_model,
+        ctx.sizes.small_seq_len,
+        1,
+        1,
+        1,
+        preflight={"enabled": True, "only": True},
+    )
     run_dir = run_dir_for(ctx.work, load(ctx.work, recipe))
-    outcome = run_logged(with_env_script(run_dir / "env.sh", torchrun(["-m", "clusterkit.runtime.preflight",
-                                                                        str(run_dir / "job.json")])),
-                         timeout_s, "preflight", cwd=ctx.repo)
+    outcome = run_logged(
+        with_env_script(
+            run_dir / "env.sh", torchrun(["-m", "clusterkit.runtime.preflight", str(run_dir / "job.json")])
+        ),
+        timeout_s,
+        "preflight",
+        cwd=ctx.repo,
+    )
     result = read_json(run_dir / PREFLIGHT_RESULT)
     found: dict[str, Any] = {"exit": outcome.returncode, "seconds": round(outcome.seconds, 1), "result": result}
     expected = "nccl" if ctx.sizes.mode == "gpu" else "gloo"

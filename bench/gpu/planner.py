@@ -22,7 +22,10 @@ TORCH_HOST_ADAM = {"config": {"zero_force_ds_cpu_optimizer": False}}
 
 def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
     if importlib.util.find_spec("deepspeed") is None:
-        part["offload"] = {"status": "skipped", "why": "deepspeed is not installed (carry its wheel: bench/gpu/README.md)"}
+        part["offload"] = {
+            "status": "skipped",
+            "why": "deepspeed is not installed (carry its wheel: bench/gpu/README.md)",
+        }
     else:
         part["offload"] = offload_run(ctx, budget_s)
     ctx.save()
@@ -34,8 +37,17 @@ def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
 
 def offload_run(ctx: Context, timeout_s: float) -> dict[str, Any]:
     # Two steps: the GPU's peak is reached in the first (pinning the host states takes most of the time).
-    recipe = trainer_recipe("zero2-offload", ctx.profile, ctx.sizes.model, ctx.sizes.seq_len, ctx.sizes.micro_batch, 1,
-                            2, parallelism={"zero_stage": 2, "offload_optimizer": "cpu"}, deepspeed=TORCH_HOST_ADAM)
+    recipe = trainer_recipe(
+        "zero2-offload",
+        ctx.profile,
+        ctx.sizes.model,
+        ctx.sizes.seq_len,
+        ctx.sizes.micro_batch,
+        1,
+        2,
+        parallelism={"zero_stage": 2, "offload_optimizer": "cpu"},
+        deepspeed=TORCH_HOST_ADAM,
+    )
     loaded = load(ctx.work, recipe)
     found: dict[str, Any] = {"estimate": plan_memory(loaded), "micro_batch": ctx.sizes.micro_batch, "accumulation": 1}
     run_dir = run_dir_for(ctx.work, loaded)
@@ -54,7 +66,13 @@ def compare(data: dict[str, Any]) -> list[dict[str, Any]]:
     for key, row in data.get("parts", {}).get("ablation", {}).get("rows", {}).items():
         missed = row.get("oom_at_plan_batch")
         if missed and missed.get("estimate"):  # its peak is a lower bound: the allocation that failed is not in it
-            runs.append((f"ablation {key}, out of memory", missed["estimate"], (missed.get("memory") or {}).get("peak_allocated")))
+            runs.append(
+                (
+                    f"ablation {key}, out of memory",
+                    missed["estimate"],
+                    (missed.get("memory") or {}).get("peak_allocated"),
+                )
+            )
         if row.get("estimate"):
             runs.append((f"ablation {key}", row["estimate"], (row.get("memory") or {}).get("peak_allocated")))
     fsdp_run = data.get("parts", {}).get("fsdp", {}).get("train") or {}
@@ -69,9 +87,20 @@ def compare(data: dict[str, Any]) -> list[dict[str, Any]]:
         # Without the overhead terms (CUDA context, NCCL buffers, 10% fragmentation), which
         # max_memory_allocated does not count: the tensors alone.
         tensors = estimate["total"] - estimate["overhead"]
-        lines.append({"run": name, "layout": estimate["layout"], "estimate": estimate["total"], "estimate_tensors": tensors,
-                      "measured_peak_allocated": measured, "ratio": ratio,
-                      "tensors_ratio": tensors / measured if measured else None,
-                      "within_10pct": False if name.endswith("out of memory") else
-                      None if ratio is None else abs(ratio - 1) <= TOLERANCE})
+        lines.append(
+            {
+                "run": name,
+                "layout": estimate["layout"],
+                "estimate": estimate["total"],
+                "estimate_tensors": tensors,
+                "measured_peak_allocated": measured,
+                "ratio": ratio,
+                "tensors_ratio": tensors / measured if measured else None,
+                "within_10pct": False
+                if name.endswith("out of memory")
+                else None
+                if ratio is None
+                else abs(ratio - 1) <= TOLERANCE,
+            }
+        )
     return lines

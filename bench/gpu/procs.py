@@ -36,19 +36,35 @@ class Outcome:
         if self.returncode is None:
             return f"stopped at its time limit after {self.seconds:.0f} s"
         # The rank's own exception, not torchrun's ChildFailedError about it.
-        errors = [line for line in self.tail if re.search(r"\w(Error|Exception|Mismatch)\b.*:", line)
-                  and "ChildFailedError" not in line]
+        errors = [
+            line
+            for line in self.tail
+            if re.search(r"\w(Error|Exception|Mismatch)\b.*:", line) and "ChildFailedError" not in line
+        ]
         last = (errors or self.tail or [""])[-1].strip()
         return f"exit status {self.returncode}" + (f": {last[:300]}" if last else "")
 
 
-def run_logged(argv: list[str], timeout_s: float, label: str, cwd: Path | None = None,
-               env: dict[str, str] | None = None, tail_lines: int = 60) -> Outcome:
+def run_logged(
+    argv: list[str],
+    timeout_s: float,
+    label: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    tail_lines: int = 60,
+) -> Outcome:
     """Run ``argv``; every line it prints goes to our stdout as ``[label] line``."""
     started = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
     def pump() -> None:
         assert child.stdout is not None
@@ -123,8 +139,17 @@ def stop_group(child: subprocess.Popen) -> None:
 
 def torchrun(module_args: list[str]) -> list[str]:
     """One rank on this machine, as a one-GPU job's torchrun starts it."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "1",
-            *module_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "1",
+        *module_args,
+    ]
 
 
 def with_env_script(env_script: Path, argv: list[str]) -> list[str]:
@@ -144,8 +169,9 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def train_rank(repo: Path, run_dir: Path, timeout_s: float, label: str,
-               env: dict[str, str] | None = None) -> tuple[Outcome, dict[str, Any]]:
+def train_rank(
+    repo: Path, run_dir: Path, timeout_s: float, label: str, env: dict[str, str] | None = None
+) -> tuple[Outcome, dict[str, Any]]:
     """The built-in runner on the run directory's job.json, one rank under torchrun and env.sh, as a
     one-GPU job runs it; its outcome and bench.gpu.rank's record (peak memory, the error it raised)."""
     argv = torchrun(["-m", "bench.gpu.rank", str(run_dir / "job.json"), str(run_dir / RANK_RESULT)])

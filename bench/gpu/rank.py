@@ -50,9 +50,13 @@ def summarize(profiler: Any, wall_s: float, on_gpu: bool) -> dict[str, Any]:
     for key, us, _ in device_us:
         by_kind[_kind(key)] = by_kind.get(_kind(key), 0.0) + us / 1e6
     top = sorted(device_us, key=lambda item: -item[1])[:TOP_KERNELS]
-    return {"wall_s": wall_s, "device_busy_s": busy_us / 1e6, "busy_fraction": busy_us / 1e6 / wall_s if wall_s else None,
-            "by_kind_s": dict(sorted(by_kind.items(), key=lambda item: -item[1])),
-            "top_kernels": [{"name": key[:160], "seconds": us / 1e6, "calls": count} for key, us, count in top]}
+    return {
+        "wall_s": wall_s,
+        "device_busy_s": busy_us / 1e6,
+        "busy_fraction": busy_us / 1e6 / wall_s if wall_s else None,
+        "by_kind_s": dict(sorted(by_kind.items(), key=lambda item: -item[1])),
+        "top_kernels": [{"name": key[:160], "seconds": us / 1e6, "calls": count} for key, us, count in top],
+    }
 
 
 def profiled_trainer(base: type, step: int, sink: dict[str, Any]) -> type:
@@ -95,8 +99,12 @@ def memory_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         free, total = torch.cuda.mem_get_info()
-        facts.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved(),
-                     device_used_at_end=total - free, device_total=total)
+        facts.update(
+            peak_allocated=torch.cuda.max_memory_allocated(),
+            peak_reserved=torch.cuda.max_memory_reserved(),
+            device_used_at_end=total - free,
+            device_total=total,
+        )
     return facts
 
 
@@ -110,8 +118,11 @@ def main(job_file: Path, result_file: Path) -> int:
     try:
         result["exit"] = train.main(job_file)
     except BaseException as exc:  # an OOM is a result: its peak and message are kept
-        result.update(exit=1, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:400] if str(exc) else ''}",
-                      traceback=traceback.format_exc()[-3000:])
+        result.update(
+            exit=1,
+            error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:400] if str(exc) else ''}",
+            traceback=traceback.format_exc()[-3000:],
+        )
         raise
     finally:
         result.update(seconds=time.monotonic() - started, **memory_facts())

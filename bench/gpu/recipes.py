@@ -21,9 +21,15 @@ def write_profile(work: Path, device: dict[str, Any], mode: str) -> Path:
     if device.get("peak_tflops"):
         gpu["peak_tflops"] = device["peak_tflops"]
     profile = {
-        "name": PROFILE_NAME, "description": "the machine the GPU proof runs on (bench/gpu)",
-        "accelerator": "gpu" if mode == "gpu" else "cpu", "gpu": gpu, "gpus_per_node": 1, "gpu_request": "none",
-        "cpus_per_node": len(os.sched_getaffinity(0)), "interconnect": "loopback", "runs_dir": str(work / "runs"),
+        "name": PROFILE_NAME,
+        "description": "the machine the GPU proof runs on (bench/gpu)",
+        "accelerator": "gpu" if mode == "gpu" else "cpu",
+        "gpu": gpu,
+        "gpus_per_node": 1,
+        "gpu_request": "none",
+        "cpus_per_node": len(os.sched_getaffinity(0)),
+        "interconnect": "loopback",
+        "runs_dir": str(work / "runs"),
         "python": sys.executable,
     }
     path = work / "clusters" / f"{PROFILE_NAME}.yaml"
@@ -32,23 +38,45 @@ def write_profile(work: Path, device: dict[str, Any], mode: str) -> Path:
     return path
 
 
-def trainer_recipe(name: str, profile: Path, model: dict[str, Any], seq_len: int, micro: int, accumulation: int,
-                   max_steps: int, *, precision: str | None = None, attention: str | None = None,
-                   args: dict[str, Any] | None = None, parallelism: dict[str, Any] | None = None,
-                   **top: Any) -> dict[str, Any]:
+def trainer_recipe(
+    name: str,
+    profile: Path,
+    model: dict[str, Any],
+    seq_len: int,
+    micro: int,
+    accumulation: int,
+    max_steps: int,
+    *,
+    precision: str | None = None,
+    attention: str | None = None,
+    args: dict[str, Any] | None = None,
+    parallelism: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
     """A task.trainer recipe on one GPU; ``top``: more top-level keys (preflight, deepspeed, resume_from)."""
     model_spec: dict[str, Any] = {"config": model}
     if attention:
         model_spec["attention"] = attention
     samples = max_steps * micro * accumulation + micro * accumulation
     body: dict[str, Any] = {
-        "name": name, "cluster": str(profile),
+        "name": name,
+        "cluster": str(profile),
         "resources": {"nodes": 1, "gpus_per_node": 1, "time": "30"},  # minutes
         "parallelism": {"micro_batch_size": micro, "gradient_accumulation_steps": accumulation, **(parallelism or {})},
-        "task": {"trainer": {"model": model_spec, "dataset": {"type": "synthetic", "seq_len": seq_len, "num_samples": samples},
-                             # one log line per step: metrics.jsonl then times every step (the log syncs the GPU)
-                             "args": {"max_steps": max_steps, "logging_steps": 1, "save_steps": 100_000,
-                                      "learning_rate": 1e-4, **(args or {})}}},
+        "task": {
+            "trainer": {
+                "model": model_spec,
+                "dataset": {"type": "synthetic", "seq_len": seq_len, "num_samples": samples},
+                # one log line per step: metrics.jsonl then times every step (the log syncs the GPU)
+                "args": {
+                    "max_steps": max_steps,
+                    "logging_steps": 1,
+                    "save_steps": 100_000,
+                    "learning_rate": 1e-4,
+                    **(args or {}),
+                },
+            }
+        },
         **top,
     }
     if precision:
@@ -92,6 +120,14 @@ def plan_memory(loaded: Any) -> dict[str, Any]:
 
     result = plan(loaded, top=1)
     memory = result.current_memory
-    return {"layout": result.current.describe(), "params": result.shape.params, "weights": memory.weights,
-            "gradients": memory.gradients, "optimizer": memory.optimizer, "activations": memory.activations,
-            "overhead": memory.overhead, "total": memory.total, "gpu_memory": result.gpu_memory}
+    return {
+        "layout": result.current.describe(),
+        "params": result.shape.params,
+        "weights": memory.weights,
+        "gradients": memory.gradients,
+        "optimizer": memory.optimizer,
+        "activations": memory.activations,
+        "overhead": memory.overhead,
+        "total": memory.total,
+        "gpu_memory": result.gpu_memory,
+    }

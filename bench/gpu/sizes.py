@@ -13,8 +13,13 @@ from typing import Any
 # The first name contained in torch.cuda.get_device_name() wins: GH200 before H200, the H100 variants
 # before plain H100 (the SXM part, "NVIDIA H100 80GB HBM3").
 BF16_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("GH200", 989.0), ("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0),
-    ("A100", 312.0), ("L40S", 362.0),
+    ("GH200", 989.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
 )
 
 
@@ -27,13 +32,37 @@ def bf16_peak(device_name: str) -> tuple[float | None, str]:
 
 
 # TinyLlama-1.1B's shape, as the shipped llama-1b recipes: 1,100,048,384 parameters.
-LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-            "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+LLAMA_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
 # FSDP2 smoke and the end-to-end job: mechanics, not speed (~0.1B; a checkpoint is a few hundred MB).
-LLAMA_SMALL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
-               "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 1024}
-LLAMA_TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 64}
+LLAMA_SMALL = {
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1024,
+}
+LLAMA_TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 64,
+}
 
 
 @dataclass(frozen=True)
@@ -71,12 +100,33 @@ def budgets(defaults: dict[str, float]) -> dict[str, float]:
 def sizes_for(mode: str) -> Sizes:
     env = os.environ
     if mode == "gpu":
-        return Sizes(mode, LLAMA_1B, 2048, micro_batch=1, accumulation=8, warmup_steps=2, measured_samples=80,
-                     small_model=LLAMA_SMALL, small_seq_len=1024, compile_rows=env.get("BENCH_COMPILE", "1") == "1",
-                     deadline_s=float(env.get("BENCH_DEADLINE_S", "450")),
-                     budgets=budgets({"node": 35, "ablation": 290, "fsdp": 60, "planner": 55, "job": 40}))
-    return Sizes(mode, LLAMA_TINY, 64, micro_batch=1, accumulation=2, warmup_steps=1, measured_samples=4,
-                 small_model=LLAMA_TINY, small_seq_len=64, compile_rows=env.get("BENCH_COMPILE", "0") == "1",
-                 deadline_s=float(env.get("BENCH_DEADLINE_S", "1800")),
-                 budgets=budgets({"node": 120, "ablation": 900, "fsdp": 240, "planner": 240, "job": 240}),
-                 row_timeout_s=180.0, compile_row_timeout_s=600.0)
+        return Sizes(
+            mode,
+            LLAMA_1B,
+            2048,
+            micro_batch=1,
+            accumulation=8,
+            warmup_steps=2,
+            measured_samples=80,
+            small_model=LLAMA_SMALL,
+            small_seq_len=1024,
+            compile_rows=env.get("BENCH_COMPILE", "1") == "1",
+            deadline_s=float(env.get("BENCH_DEADLINE_S", "450")),
+            budgets=budgets({"node": 35, "ablation": 290, "fsdp": 60, "planner": 55, "job": 40}),
+        )
+    return Sizes(
+        mode,
+        LLAMA_TINY,
+        64,
+        micro_batch=1,
+        accumulation=2,
+        warmup_steps=1,
+        measured_samples=4,
+        small_model=LLAMA_TINY,
+        small_seq_len=64,
+        compile_rows=env.get("BENCH_COMPILE", "0") == "1",
+        deadline_s=float(env.get("BENCH_DEADLINE_S", "1800")),
+        budgets=budgets({"node": 120, "ablation": 900, "fsdp": 240, "planner": 240, "job": 240}),
+        row_timeout_s=180.0,
+        compile_row_timeout_s=600.0,
+    )
