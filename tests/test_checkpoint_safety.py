@@ -259,6 +259,32 @@ def test_finish_exits_with_its_code_and_loses_no_output(tmp_path: Path) -> None:
     assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "done"
 
 
+_RANK_WITH_A_THREAD_POOL = """
+import concurrent.futures, pathlib, sys, time
+from clusterkit.runtime.rank_exit import finish
+out = pathlib.Path(sys.argv[1])
+# torch.compile's inductor leaves such a pool behind after compiling; its workers wait for more work
+pool = concurrent.futures.ThreadPoolExecutor(2)
+assert pool.submit(lambda: 41 + 1).result() == 42
+pool.submit(lambda: (time.sleep(0.3), (out / "queued").write_text("done")))  # still running at finish
+finish(5)
+"""
+
+
+def test_finish_ends_a_rank_that_holds_an_idle_thread_pool(tmp_path: Path) -> None:
+    """Seen rehearsing bench/gpu: a torch_compile run trained, saved, and then hung in finish until
+    its time limit (it joined the pool's workers before anything told them to stop)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RANK_WITH_A_THREAD_POOL, str(tmp_path)],
+        cwd=REPO,
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 5, done.stderr
+    assert (tmp_path / "queued").read_text() == "done"  # work already handed to the pool still finishes
+
+
 def _local_job(tmp_path: Path, *overrides: str) -> Path:
     """job.json for one node with 2 ranks, as the batch script writes it."""
     loaded = load_recipe(TINY, ["resources.nodes=1", *overrides])

@@ -8,7 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from clusterkit.diagnose.doctor import FAIL, INFO, PASS, WARN, Check, HostFacts, diagnose, parse_nvlink, parse_topology
+from clusterkit.diagnose.doctor import FAIL, INFO, PASS, WARN, Check, diagnose
+from clusterkit.diagnose.host_facts import HostFacts, parse_nvlink, parse_topology
 from conftest import REPO, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"

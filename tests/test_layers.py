@@ -41,7 +41,7 @@ MODULE_LEVEL, IN_FUNCTION, ANNOTATIONS = "module", "function", "annotations"
 HEAVY = ("torch", "transformers", "deepspeed", "accelerate", "safetensors")
 # Outside the runtime, heavy imports only inside a function, only here, and why:
 HEAVY_INSIDE_FUNCTIONS = {
-    "clusterkit.diagnose.doctor",  # inspects this node's torch/CUDA/NCCL
+    "clusterkit.diagnose.host_facts",  # inspects this node's torch/CUDA/NCCL
     "clusterkit.estimate.modelsize",  # counts an unknown architecture's parameters on the meta device
     "clusterkit.runs.export",  # loads a checkpoint to save a from_pretrained model
 }

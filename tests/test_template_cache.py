@@ -22,7 +22,7 @@ from conftest import REPO
 
 RECIPE = REPO / "recipes" / "llama-7b-zero3-ib.yaml"
 ANOTHER_USER = 65534  # nobody
-FORGED = "FORGED {{ 6 * 7 }}\n"
+FORGED = "#!/bin/bash\nFORGED {{ 6 * 7 }}\n"  # a script sbatch would take, from the forged entry
 
 
 def _render(cache_home: Path, out: Path, *more: str, recipe: Path = RECIPE) -> dict[str, bytes]:
@@ -100,7 +100,7 @@ def _forge(cache_home: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 def test_a_private_entry_is_what_the_next_render_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache saves the compile: a render reads the entries (here forged, to be seen)."""
     assert _forge(tmp_path / "cache", monkeypatch)
-    assert _render(tmp_path / "cache", tmp_path / "out")["job.sbatch"] == b"FORGED 42\n"
+    assert _render(tmp_path / "cache", tmp_path / "out")["job.sbatch"] == b"#!/bin/bash\nFORGED 42\n"
 
 
 def test_cache_folders_and_entries_are_private(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ import json
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from clusterkit.diagnose.doctor import FAIL, diagnose, gather, print_report, to_json
+    from clusterkit.diagnose.doctor import FAIL, diagnose, print_report, to_json
+    from clusterkit.diagnose.host_facts import gather
 
     checks = diagnose(gather(in_job=args.in_job, dataloader_workers=args.dataloader_workers))
     if args.json:

@@ -162,9 +162,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.profile:
-        from clusterkit.spec.profile import profile_json_schema as json_schema
+        from clusterkit.spec.schema import profile_json_schema as json_schema
     else:
-        from clusterkit.spec.recipe import recipe_json_schema as json_schema
+        from clusterkit.spec.schema import recipe_json_schema as json_schema
 
     print(json.dumps(json_schema(), indent=2, sort_keys=True))
     return 0

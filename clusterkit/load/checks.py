@@ -1,5 +1,6 @@
-"""Layout checks and derivations: world size, TP inside a node, batch arithmetic,
-ZeRO with PP, model shape vs TP/PP, and the warnings ops teams want to see before a job is queued."""
+"""Layout checks and derivations: world size, TP inside a node, batch arithmetic, ZeRO with PP,
+and the warnings ops teams want to see before a job is queued; every rule module's findings
+gathered in one pass (the model config's in :mod:`clusterkit.load.model_checks`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, parallel_checks
+from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -40,48 +41,6 @@ RECIPE_OWNED_TRAINER_ARGS = {
     "use_cpu": "the cluster profile's accelerator",
     "local_rank": "the launcher (it sets LOCAL_RANK)",
 }
-_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
-_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
-_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")
-# Model-config sizes the checks and the planner compute with: each a positive integer when given.
-_SIZE_KEYS = (
-    *_HEAD_KEYS,
-    *_LAYER_KEYS,
-    *_HIDDEN_KEYS,
-    *_POSITION_KEYS,
-    "vocab_size",
-    "intermediate_size",
-    "n_inner",
-    "num_key_value_heads",
-    "head_dim",
-)
-
-
-def read_model_config(recipe: Recipe, source: SourceMap) -> dict[str, Any] | None:
-    """The model's config when it is known locally (an inline dict or a config.json path, made
-    absolute by :func:`clusterkit.load.paths.resolve_local_paths`); never a hub."""
-    trainer = recipe.task.trainer
-    if trainer is None:
-        return recipe.task.model_config
-    if trainer.model.config is None:
-        return None
-    config = trainer.model.config
-    if isinstance(config, dict):
-        return config
-    path = Path(config)
-    if path.is_dir():
-        path = path / "config.json"
-    key = ("task", "trainer", "model", "config")
-    try:
-        loaded = json.loads(read_bounded(path, CONFIG_LIMIT, "a model config"))
-    except FileNotFoundError:
-        raise RecipeError(Finding(source.locate(key), key, f"model config not found: {path}")) from None
-    except (OSError, ValueError, InputFileError) as exc:
-        raise RecipeError(Finding(source.locate(key), key, f"cannot read model config {path}: {exc}")) from None
-    if not isinstance(loaded, dict):
-        raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
-    return loaded
 
 
 def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
@@ -99,14 +58,6 @@ def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
     if not isinstance(loaded, dict):
         raise RecipeError(Finding(source.locate(key), key, f"{path} is not a JSON object"))
     return msgspec.structs.replace(recipe, deepspeed=msgspec.structs.replace(recipe.deepspeed, config=loaded))
-
-
-def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
 
 
 class _Findings:
@@ -140,7 +91,7 @@ def resolve_and_check(
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
     _check_task(recipe, found)
-    parallel_checks.check_trainer_parallelism(recipe, model_config, _model_config_key(recipe), found.error)
+    parallel_checks.check_trainer_parallelism(recipe, model_config, model_checks.model_config_key(recipe), found.error)
     process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
     parallel_checks.check_fsdp(recipe, profile, resources.nodes * resources.gpus_per_node, found.error)
@@ -153,8 +104,8 @@ def resolve_and_check(
     _check_zero(recipe, profile, found)
     if resolved is not None:
         _check_deepspeed(resolved, profile, found)
-    if model_config is not None and _check_model_values(recipe, model_config, found):
-        _check_model_shape(recipe, model_config, found)
+    if model_config is not None and model_checks.check_model_values(recipe, model_config, found.error):
+        model_checks.check_model_shape(recipe, model_config, found.error, found.warn)
         if resolved is not None:
             resolved = _fit_memory(resolved, profile, model_config, found)
     _check_env(recipe, found)
@@ -352,56 +303,6 @@ def _dig(config: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         config = config[part]
     return config
-
-
-def _model_config_key(recipe: Recipe) -> KeyPath:
-    return ("task", "trainer", "model", "config") if recipe.task.trainer else ("task", "model_config")
-
-
-def _check_model_values(recipe: Recipe, config: dict[str, Any], found: _Findings) -> bool:
-    """Sizes are positive integers, the hidden size splits into the heads, the sequence fits the
-    positions. False when a size is unusable (the shape checks and estimates then cannot run)."""
-    key = _model_config_key(recipe)
-    usable = True
-    for name in _SIZE_KEYS:
-        value = config.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            found.error(key + (name,), f"must be a positive whole number, got {json.dumps(value)}")
-            usable = False
-    if not isinstance(config.get("model_type", ""), str):
-        found.error(
-            key + ("model_type",),
-            f"must be a model type name such as gpt2 or llama, got {json.dumps(config['model_type'])}",
-        )
-        usable = False
-    if not usable:
-        return False
-    heads, hidden = _first_int(config, _HEAD_KEYS), _first_int(config, _HIDDEN_KEYS)
-    if heads and hidden and hidden % heads and config.get("head_dim") is None:
-        found.error(key, f"the hidden size {hidden} is not divisible by the {heads} attention heads")
-    positions = _first_int(config, _POSITION_KEYS)
-    trainer = recipe.task.trainer
-    if trainer is not None and positions is not None and trainer.dataset.seq_len > positions:
-        found.error(
-            ("task", "trainer", "dataset", "seq_len"),
-            f"{trainer.dataset.seq_len} is longer than the model's {positions} positions",
-        )
-    return True
-
-
-def _check_model_shape(recipe: Recipe, config: dict[str, Any], found: _Findings) -> None:
-    p = recipe.parallelism
-    key = _model_config_key(recipe)
-    heads, layers = _first_int(config, _HEAD_KEYS), _first_int(config, _LAYER_KEYS)
-    if heads is not None and heads % p.tp:
-        found.error(key, f"the model's {heads} attention heads are not divisible by tp={p.tp}")
-    if layers is not None and layers % p.pp:
-        # Uneven first and last stages are common and legitimate (embeddings and head weigh too).
-        found.warn(
-            key,
-            f"the model's {layers} layers do not divide evenly into pp={p.pp} stages: "
-            f"the stages get {layers // p.pp} or {layers // p.pp + 1} layers",
-        )
 
 
 def _fit_memory(

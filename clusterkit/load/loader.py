@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
-from clusterkit.load import checks
+from clusterkit.load import checks, model_checks
 from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.load.paths import CLUSTER_PREFIX, OVERRIDE_PREFIX, resolve_local_paths
@@ -88,7 +88,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
     recipe = convert(data, Recipe, source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
     recipe, path_findings = resolve_local_paths(recipe, source)
-    model_config = checks.read_model_config(recipe, source)
+    model_config = model_checks.read_model_config(recipe, source)
     recipe = checks.read_deepspeed_overrides(recipe, source)
     resolved, findings = checks.resolve_and_check(recipe, profile, source, profile_source, model_config)
     snapshot, snapshot_findings = resolve_snapshot(recipe, source)

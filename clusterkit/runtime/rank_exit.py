@@ -53,9 +53,10 @@ def write_durably(path: Path, text: str) -> None:
 def finish(code: int) -> NoReturn:
     """End the rank with ``code`` (only after its work returned normally; a raised error goes the
     usual way, through torchrun's @record error file)."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()  # as the interpreter would: e.g. an upload still in progress
+    # As the interpreter's exit does, in its order: threading's exit hooks first (concurrent.futures'
+    # tells its pools' idle workers to stop; torch.compile leaves such a pool behind), then the join
+    # of every non-daemon thread (an upload still in progress). Joining first waits for ever.
+    threading._shutdown()  # type: ignore[attr-defined]  (private, but what Py_FinalizeEx itself calls)
     # Python-level exit work: logging.shutdown, integrations' final writes (wandb, tensorboard),
     # worker pools (torch.compile, multiprocessing). Private, but the function exit itself calls.
     atexit._run_exitfuncs()

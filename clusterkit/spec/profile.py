@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 from msgspec import Meta, field
 
@@ -24,7 +24,6 @@ from clusterkit.spec.recipe import (
     PythonCommand,
     SlurmTime,
     _Struct,
-    file_json_schema,
 )
 
 BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
@@ -161,11 +160,6 @@ class ClusterProfile(_Struct, kw_only=True):
     @property
     def gpu_vendor(self) -> str:
         return self.gpu.vendor if self.gpu is not None else "nvidia"
-
-
-def profile_json_schema() -> dict[str, Any]:
-    """JSON Schema of a cluster profile file, for editors (``clusterkit schema --profile``)."""
-    return file_json_schema(ClusterProfile, "clusterkit cluster profile")
 
 
 def expanded(text: str) -> Path:

@@ -374,23 +374,3 @@ def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
     """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or by
     a launcher in the batch shell)."""
     return 1 if process_model == "launcher_per_node" else gpus_per_node
-
-
-def file_json_schema(struct: type, title: str) -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a YAML file that decodes to ``struct``, for editors."""
-    schema = msgspec.json.schema(struct)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = title
-    return schema
-
-
-def recipe_json_schema() -> dict[str, Any]:
-    """JSON Schema of a recipe file, for editors (``clusterkit schema``)."""
-    schema = file_json_schema(Recipe, "clusterkit recipe")
-    # `extends` is resolved (and removed) before the struct is built, so it is not a Recipe field.
-    recipe_def = schema["$defs"]["Recipe"]
-    recipe_def["properties"]["extends"] = {
-        "description": "base recipe path(s), relative to this file; deep-merged, later wins, this file wins",
-        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-    }
-    return schema

@@ -20,7 +20,7 @@ import msgspec
 from mkdocs.structure.files import File, Files
 
 from clusterkit.cli.parser import build_parser
-from clusterkit.spec.profile import ClusterProfile, profile_json_schema
+from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import (
     IDENTIFIER_PATTERN,
     KEY_PATH_PATTERN,
@@ -29,8 +29,8 @@ from clusterkit.spec.recipe import (
     SBATCH_FLAG_PATTERN,
     WORD_PATTERN,
     Recipe,
-    recipe_json_schema,
 )
+from clusterkit.spec.schema import profile_json_schema, recipe_json_schema
 from clusterkit.spec.text import LINE_PATTERN, NON_EMPTY_LINE_PATTERN
 from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS
 
