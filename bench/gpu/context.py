@@ -66,6 +66,7 @@ class Context:
     @staticmethod
     def metrics(run_dir: Path) -> list[dict[str, Any]]:
         from clusterkit.runs.layout import METRICS
+
         from clusterkit.runs.record import metric_records
 
         try:
