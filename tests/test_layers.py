@@ -32,7 +32,20 @@ ALLOWED = {
     "runtime": {"spec", "runs", "supervisor"},
     # The Python API: what the CLI does, as functions; the CLI is a thin layer over it.
     "api": {"", "spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose"},
-    "cli": {"", "spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose", "api"},
+    "cli": {
+        "",
+        "spec",
+        "estimate",
+        "load",
+        "render",
+        "runs",
+        "schedulers",
+        "launch",
+        "plan",
+        "diagnose",
+        "api",
+        "supervisor",
+    },
 }
 EVERYWHERE = {"errors", "version"}
 BOTTOM = ("", "errors", "version", "__main__")  # the root, the error taxonomy, the version: no layer of their own
