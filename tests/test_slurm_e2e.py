@@ -117,6 +117,14 @@ def test_dry_run_equals_what_sbatch_received(dev_cluster: str, tmp_path: Path) -
     expected = run_cli("submit", TINY, "--dry-run", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
     assert submitted == expected.stdout
     assert (run_dir / "job.sbatch").read_text() == submitted
+    # And every other file of the request (the launch plan, job.json, the supervisor's code) as the
+    # dry run listed it, byte for byte, in the run directory.
+    listed = run_cli(
+        "submit", TINY, "--dry-run", "--json", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO
+    )
+    files = json.loads(listed.stdout)["files"]
+    assert {"plan.json", "job.json", "supervisor/__main__.py"} <= set(files)
+    assert {name: (run_dir / name).read_text() for name in files} == files
     run_cli("cancel", job_id, "--runs-dir", str(tmp_path / "runs"), cwd=REPO)
 
 

@@ -68,6 +68,8 @@ class Launcher:
     command: Callable[[ResolvedRecipe, Program], Words] | None
     # The command run once in the batch shell, which starts every rank itself: batch_launcher.
     batch_command: Callable[[ResolvedRecipe, Program], Words] | None = None
+    # Flags it writes as a default that launcher_args may set again (the later one wins).
+    defaults: frozenset[str] = frozenset()
     ranks: str = "none"  # which rank variables the node agent sets (supervisor.plan.Step.ranks)
     signal_to_launcher: bool = False  # supervisor.plan.Step.signal_to_launcher
 
@@ -254,6 +256,14 @@ LAUNCHERS: dict[str, Launcher] = {
         Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True),
         # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
         Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
-        Launcher("mpirun", (BATCH_LAUNCHER,), None, _MPIRUN_OWNED, None, batch_command=_mpirun),
+        Launcher(
+            "mpirun",
+            (BATCH_LAUNCHER,),
+            None,
+            _MPIRUN_OWNED,
+            None,
+            batch_command=_mpirun,
+            defaults=frozenset({"bind-to"}),
+        ),
     )
 }
