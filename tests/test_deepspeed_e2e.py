@@ -77,7 +77,7 @@ def test_torchrun_with_zero2(dev_cluster: str, tmp_path: Path) -> None:
         tmp_path, TINY, "--set", "parallelism.zero_stage=2", "--set", "task.trainer.args.max_steps=10"
     )
     assert rc == 0, output
-    assert "-m torch.distributed.run" in (run_dir / "job.sbatch").read_text()
+    assert '"torch.distributed.run"' in (run_dir / "plan.json").read_text()
     assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     assert {r["optimizer"] for r in rank_records(run_dir)} == {"DeepSpeedZeroOptimizer"}
 

@@ -98,9 +98,9 @@ def run_dir_for(work: Path, loaded: Any) -> Path:
     """A fresh run directory as the batch script leaves it before the launch: every file `render`
     writes (env.sh, ds_config.json) and job.json (the batch script writes that one at start)."""
     import msgspec
-    from clusterkit.runs.layout import JOB_JSON
 
     from clusterkit.render.job import render_job
+    from clusterkit.spec.layout import JOB_JSON
     from clusterkit.spec.resolved import JobFile
 
     run_dir = work / "runs" / loaded.recipe.name

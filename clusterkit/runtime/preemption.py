@@ -1,7 +1,9 @@
 """Preemption: SLURM's warning signal (``--signal=B:<SIG>@<grace>``) reaches the batch shell, whose
 supervisor passes it to every rank. On it, all ranks agree to stop after the current step, save a
-checkpoint together, and end with EXIT_PREEMPTED; the supervisor requeues the job while fewer than
-``max_requeues`` restarts have happened, and the requeued job resumes from that checkpoint."""
+checkpoint together, and end with 0 (a non-zero rank would have its launcher and srun end the other
+nodes' ranks, rank 0 perhaps before its record is written); the supervisor, seeing the record,
+requeues the job while fewer than ``max_requeues`` restarts have happened, and the requeued job
+resumes from that checkpoint."""
 
 from __future__ import annotations
 
@@ -15,9 +17,6 @@ from transformers import TrainerCallback
 
 from clusterkit.runtime.rank_exit import write_durably
 from clusterkit.spec.layout import PREEMPTED_RECORD
-
-# Exit code of the ranks when the job stopped for preemption without being requeued.
-EXIT_PREEMPTED = 85
 
 
 class PreemptionHandler(TrainerCallback):
@@ -55,9 +54,10 @@ class PreemptionHandler(TrainerCallback):
 
     def finish(self, is_rank_zero: bool) -> int:
         """After training stopped for preemption (a checkpoint saved): rank 0 records the step, and
-        every rank ends with EXIT_PREEMPTED. The job's supervisor, on the batch host, then requeues
-        the job or completes the record with why not (an image seldom has scontrol)."""
+        every rank ends with 0. The job's supervisor, on the batch host, then requeues the job or
+        completes the record with why not and ends the job with EXIT_PREEMPTED (an image seldom has
+        scontrol)."""
         if is_rank_zero:
             write_durably(self.run_dir / PREEMPTED_RECORD, json.dumps({"step": self.stopped_at}) + "\n")
             print(f"clusterkit: preempted at step {self.stopped_at}: checkpoint saved", flush=True)
-        return EXIT_PREEMPTED
+        return 0

@@ -104,9 +104,11 @@ class Supervisor:
             print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
             return code
         preempted = recovery.preempted_step(self.run_dir)
-        if preempted is not None and recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
+        if preempted is None:
+            return self._end(code, retry=True)
+        if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
-        return self._end(code, retry=preempted is None)
+        return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
 
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous

@@ -2,7 +2,7 @@
 the failure began on, and the end of the secrets file once nothing will read it again.
 
 - Requeue happens here, on the batch host, never in a rank: images seldom have ``scontrol``. The
-  runner stops at a step boundary, rank 0 writes ``preempted.json`` (the step), and the ranks exit;
+  runner stops at a step boundary, rank 0 writes ``preempted.json`` (the step), and the ranks exit 0;
   this job is then requeued while fewer than ``max_requeues`` restarts happened (an array task by its
   own ``<array id>_<task id>``), else the record says why not.
 - A retry is a new job (a running job's nodes cannot change), held until ``retries.jsonl`` names it,
@@ -21,7 +21,7 @@ from .environment import JobEnvironment
 from .plan import LaunchPlan
 from .run_files import JOB_SCRIPT, PREEMPTED_RECORD, PREFLIGHT_RESULT, REQUEUED, RETRIES, batch_log, node_exit
 
-EXIT_PREEMPTED = 85  # clusterkit.runtime.preemption: the ranks stopped for preemption
+EXIT_PREEMPTED = 85  # the job's exit code when it stopped for preemption and was not requeued
 
 
 def preempted_step(run_dir: Path) -> Optional[dict]:
