@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from clusterkit.errors import UsageError, WaitTimeout
-from clusterkit.runs.layout import METRICS
+from clusterkit.spec.layout import METRICS
 
 # The loader (YAML, msgspec types) is imported by what loads a recipe, not by status or ls; the
 # run modules by what follows a run, not by validate or render.

@@ -18,6 +18,26 @@ SHIPPED_RECIPES = sorted(RECIPES.glob("*.yaml"))
 PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 
 
+# The fast tier (bin/test --fast, under two minutes on two cores): the modules that test clusterkit's
+# own logic, in-process or through the CLI, against fakes at the Host and job-environment seams; no
+# dev cluster, no SSH server, no job that trains, no pip. bin/test runs them all, and everything else.
+FAST_MODULES = {
+    "test_completion", "test_containers", "test_doctor", "test_dry_run_display", "test_errors",
+    "test_format_hints", "test_gpu_defaults", "test_help_examples", "test_layers", "test_layout_and_profile_options",
+    "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_python_argv",
+    "test_recipe_input_holes", "test_render", "test_render_output", "test_resolved", "test_rich_text",
+    "test_run_layout", "test_runner_units", "test_schema", "test_service_role", "test_startup_imports",
+    "test_style", "test_supervisor", "test_template_cache", "test_template_errors", "test_user_cache",
+    "test_validation",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module.__name__ in FAST_MODULES and not {"slurm", "train"} & {m.name for m in item.iter_markers()}:
+            item.add_marker(pytest.mark.fast)
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:

@@ -3,9 +3,10 @@ and bench/fuzz_recipes.py (tens of thousands): put a hostile string into ANY str
 or cluster profile (or a dict key, or a list item), through the file or through ``--set``. Then either
 
 - ``validate`` refuses it with one-line errors and exit code 2, writing nothing; or
-- the rendered ``job.sbatch`` passes ``bash -n`` and shellcheck and, run by real bash with stub
-  ``srun``/``scontrol``/``module``, creates no canary file, writes nothing outside its run directory,
-  and hands every env value and script argument to srun byte for byte.
+- the rendered ``job.sbatch`` passes ``bash -n`` and shellcheck and, run by real bash (and the real
+  supervisor and node agent it starts) with stub ``srun``/``scontrol``/``module`` and a stub
+  ``python3`` as the ranks' interpreter, creates no canary file, writes nothing outside its run
+  directory, and hands every env value and script argument to the program byte for byte.
 
 The string fields are read from the recipe and profile types themselves (msgspec.inspect), so a new
 field is fuzzed the day it is added. ``setup`` lines are left out: they are shell on purpose.
@@ -20,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,9 @@ from clusterkit.spec.recipe import Recipe
 
 KEY = "<key>"  # in a field path: the hostile string is a mapping key there (env names, extra_sbatch flags)
 SHELL_ON_PURPOSE = {("setup",), ("hooks",)}  # shell written on purpose, run as written
+# Fields that name a program the job starts: a hostile name is a program that is not there (the job
+# fails saying so), never shell.
+PROGRAM_FIELDS = {("python",), ("python", 0), ("host_python",), ("container", "python")}
 ONE_LINE_ERROR = re.compile(r"^[^\n]+: \S.*$")
 JOB_ID = "4242"
 
@@ -90,6 +95,8 @@ PROFILE = {
     "env": {"PROFILE_ENV": "p"},
     "network_env": {"NET_ENV": "n"},
     "python": "python3",
+    # The supervisor's interpreter: this one (``python3`` on the sandbox's PATH is the ranks' stub).
+    "host_python": sys.executable,
     "login": {"host": "h", "user": "u", "proxy_jump": "j", "identity_file": "k", "remote_workdir": "w"},
 }
 SCRIPT_RECIPE = {
@@ -245,18 +252,27 @@ def _set_argument(path: tuple, value: str) -> str | None:
 
 
 _STUB = """#!/bin/bash
-# Stand-in for {name}: records its words NUL-separated (and srun its environment), does nothing.
+# Stand-in for {name}: records its words NUL-separated (and its environment), does nothing more.
 printf '%s\\0' "$@" >> "{records}/{name}.argv"
 printf '\\n' >> "{records}/{name}.calls"
+env -0 > "{records}/{name}.env"
 {extra}
+"""
+# srun runs the node agent of one task (node 0, rank 0) with the real interpreter, whichever the
+# plan names (pyxis's is the image's): the agent then starts the step's program, the stub python3.
+_SRUN = f"""while [ "$#" -gt 0 ] && [ "${{1#--}}" != "$1" ]; do shift; done
+while [ "$#" -gt 0 ] && [ "${{1%/supervisor}}" = "$1" ]; do shift; done
+[ "$#" -gt 0 ] || exit 0
+SLURM_NODEID=0 SLURM_PROCID=0 SLURM_LOCALID=0 SLURMD_NODENAME=127.0.0.1 exec {sys.executable} "$@"
 """
 
 
 def _stubs(bin_dir: Path, records: Path) -> None:
     extras = {
-        "srun": f'env -0 > "{records}/srun.env"',
+        "srun": _SRUN,
         "scontrol": 'if [ "$1" = show ]; then printf "127.0.0.1\\n127.0.0.2\\n"; fi',
         "module": "",
+        "python3": "",
     }
     for name, extra in extras.items():
         path = bin_dir / name
@@ -325,22 +341,32 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
         "SLURM_NNODES": "2",
         "LANG": "C.UTF-8",
     }
-    done = subprocess.run(["bash", str(script)], cwd=sandbox, env=env, capture_output=True, text=True, timeout=60)
-    assert sorted(os.listdir(canary)) == [], f"a hostile value was executed: {case}"
-    assert done.returncode == 0, (case, done.stderr[-2000:])
     resolved = yaml.safe_load((script.parent / "recipe.resolved.yaml").read_text())
     run_dir = (sandbox / resolved["runs_dir"] / resolved["name"] / JOB_ID).resolve()
+    # As submit does: the rendered files in the run directory before the job starts.
+    shutil.copytree(script.parent, run_dir)
+    done = subprocess.run(
+        ["bash", str(run_dir / "job.sbatch")], cwd=sandbox, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert sorted(os.listdir(canary)) == [], f"a hostile value was executed: {case}"
+    if done.returncode != 0 and case.path in PROGRAM_FIELDS:
+        assert done.returncode in (126, 127) and (
+            "clusterkit: cannot start" in done.stderr or "exec: " in done.stderr or "No such file" in done.stderr
+        ), (case, done.stderr[-2000:])
+        return
+    assert done.returncode == 0, (case, done.stdout[-2000:], done.stderr[-2000:])
     assert (run_dir / "job.json").is_file() and (run_dir / "exit_code").read_text().strip() == "0", case
     outside = [p for p in sandbox.rglob("*") if p.is_file() and run_dir not in p.resolve().parents]
     assert outside == [], f"wrote outside its run dir: {outside} ({case})"
-    # read_bytes: read_text would turn a "\r" in a value into "\n" (universal newlines)
-    srun_env = dict(
-        item.split("=", 1) for item in (records / "srun.env").read_bytes().decode().split("\0") if "=" in item
+    # What the launch's program got, through the supervisor and the node agent (the stub python3's
+    # last call is the launch's). read_bytes: read_text would turn a "\r" into "\n" (universal newlines).
+    program_env = dict(
+        item.split("=", 1) for item in (records / "python3.env").read_bytes().decode().split("\0") if "=" in item
     )
     for key, value in {**resolved["env"], **resolved["network"]["env"]}.items():
         if isinstance(value, str):
-            assert srun_env.get(key) == value, (case, key)
-    srun_words = (records / "srun.argv").read_bytes().decode().split("\0")
+            assert program_env.get(key) == value, (case, key)
+    program_words = (records / "python3.argv").read_bytes().decode().split("\0")
     for arg in resolved["task"]["args"]:
         if "{run_dir}" not in arg:
-            assert arg in srun_words, (case, arg)
+            assert arg in program_words, (case, arg)

@@ -302,7 +302,10 @@ def test_a_chain_is_an_array_run_one_link_at_a_time_in_one_run_directory(tmp_pat
     assert "#SBATCH --array=0-2%1" in script and "#SBATCH --no-requeue" in script  # links do not requeue themselves
     assert f"#SBATCH --output={tmp_path}/runs/arr/%A/%A_%a_0_log.out" in script
     assert "RUN_DIR=$(cd -- " in script and '/runs/arr/"$SLURM_ARRAY_JOB_ID" && pwd -P)' in script
-    assert '"max_requeues": 0' in script and '"chain": true' in script
+    files = json.loads(
+        run_cli("submit", str(path), "--chain", "3", "--dry-run", "--json", "--executor", "local", cwd=tmp_path).stdout
+    )["files"]
+    assert '"max_requeues": 0' in files["job.json"] and '"chain": true' in files["job.json"]
     sweep = run_cli(
         "submit",
         str(path),
@@ -364,33 +367,33 @@ def test_a_chain_of_three_continues_one_run_to_exactly_max_steps_on_the_dev_clus
 
 
 def _stop_two_links_and_finish(array_id: str, run_dir: Path, tmp_path: Path) -> None:
-    from test_preemption import _events, _wait
+    from slurm_jobs import events, wait
 
     for link in (0, 1):
-        _wait(
+        wait(
             lambda link=link: (
-                len(_events(run_dir, "start")) > link
-                and any(m["time"] > _events(run_dir, "start")[-1]["time"] for m in _events(run_dir, "log"))
+                len(events(run_dir, "start")) > link
+                and any(m["time"] > events(run_dir, "start")[-1]["time"] for m in events(run_dir, "log"))
             ),
             120,
             f"link {link} training",
         )
         # scancel may answer "already completing" (exit 229): the signal arrived and the link is ending.
         subprocess.run(["scancel", "--signal=USR2", "--batch", f"{array_id}_{link}"], check=False)
-        _wait(lambda link=link: len(_events(run_dir, "preempted")) > link, 120, f"link {link} to checkpoint and stop")
+        wait(lambda link=link: len(events(run_dir, "preempted")) > link, 120, f"link {link} to checkpoint and stop")
     final = run_cli("status", array_id, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
-    _wait(
+    wait(
         lambda: "COMPLETED" in run_cli("status", array_id, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path).stdout,
         240,
         "the chain to complete",
     )
-    starts, stops = _events(run_dir, "start"), _events(run_dir, "preempted")
+    starts, stops = events(run_dir, "start"), events(run_dir, "preempted")
     assert len(starts) == 3 and starts[0]["step"] == 0
     assert [s["step"] for s in starts[1:]] == [s["step"] for s in stops] and 0 < stops[0]["step"] < stops[1][
         "step"
     ] < 3000
     assert (
-        _events(run_dir, "end")[-1]["step"] == 3000
+        events(run_dir, "end")[-1]["step"] == 3000
         and json.loads((run_dir / "checkpoints" / "checkpoint-3000" / "trainer_state.json").read_text())["global_step"]
         == 3000
     )

@@ -152,7 +152,7 @@ def test_tensor_parallel_training_on_the_dev_cluster(dev_cluster: str, tmp_path:
 def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_cluster: str, tmp_path: Path) -> None:
     """Preempted mid-run (SLURM's warning signal, as tests/test_preemption.py sends it), the AutoTP
     run checkpoints, requeues itself and finishes at exactly max_steps with the same layout."""
-    from test_preemption import _events, _preempt_once, _release, _scontrol, _wait_done
+    from slurm_jobs import events, preempt_once, release, scontrol, wait_done
 
     done = run_cli(
         "submit",
@@ -170,11 +170,11 @@ def test_a_requeued_tensor_parallel_run_resumes_from_its_sharded_checkpoint(dev_
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-llama-tp" / job_id
-    _preempt_once(job_id, run_dir, starts=1)
-    _release(job_id)
-    assert "COMPLETED" in _wait_done(job_id, run_dir)
-    assert _scontrol(job_id).get("Restarts") == "1"
-    (preempted,) = _events(run_dir, "preempted")
+    preempt_once(job_id, run_dir, starts=1)
+    release(job_id)
+    assert "COMPLETED" in wait_done(job_id, run_dir)
+    assert scontrol(job_id).get("Restarts") == "1"
+    (preempted,) = events(run_dir, "preempted")
     records = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]
     assert {r["global_step"] for r in records} == {300}
     assert {r["resumed_from"] for r in records} == {str(run_dir / "checkpoints" / f"checkpoint-{preempted['step']}")}

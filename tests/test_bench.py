@@ -10,7 +10,7 @@ import pytest
 
 from clusterkit.diagnose.bench import ScaleResult, measured_throughput, with_scaling
 from conftest import REPO, run_cli
-from test_slurm_e2e import TINY
+from slurm_jobs import TINY
 
 
 def test_throughput_excludes_warmup_and_scaling_is_against_the_smallest_scale() -> None:

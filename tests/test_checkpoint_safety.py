@@ -18,8 +18,8 @@ import pytest
 
 from clusterkit import load_recipe
 from clusterkit.runs.checkpoint_files import complete_checkpoints, damage, newest_usable, rotate
-from clusterkit.runs.layout import COMPLETE, LATEST
 from clusterkit.runs.record import RunRecord
+from clusterkit.spec.layout import COMPLETE, LATEST
 from conftest import REPO, run_cli
 
 torch = pytest.importorskip("torch")
@@ -144,11 +144,15 @@ def test_submit_resume_refuses_a_run_with_nothing_to_resume(tmp_path: Path) -> N
     done = run_cli("submit", "--resume", str(run_dir), "--dry-run", cwd=REPO)
     assert done.returncode == 2 and "optimizer.pt" in done.stderr and done.stderr.count("\n") == 1, done.stderr
     scratch = run_cli("submit", "--resume", str(run_dir), "--from-scratch", "--dry-run", cwd=REPO)
-    assert scratch.returncode == 0, scratch.stderr
-    assert "again from step 0" in scratch.stderr and '"resume_from": null' in scratch.stdout
+    assert scratch.returncode == 0 and "again from step 0" in scratch.stderr, scratch.stderr
+    request = json.loads(
+        run_cli("submit", "--resume", str(run_dir), "--from-scratch", "--dry-run", "--json", cwd=REPO).stdout
+    )
+    assert '"resume_from": null' in request["files"]["job.json"]
     good = _checkpoint(run_dir / "checkpoints", 10)
-    resumed = run_cli("submit", "--resume", str(run_dir), "--dry-run", cwd=REPO)
-    assert resumed.returncode == 0 and f'"resume_from": "{run_dir}"' in resumed.stdout, resumed.stderr
+    resumed = run_cli("submit", "--resume", str(run_dir), "--dry-run", "--json", cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f'"resume_from": "{run_dir}"' in json.loads(resumed.stdout)["files"]["job.json"]
     assert good.is_dir()
     hostile = _earlier_run(tmp_path, "4\n2\x1b[31m")
     done = run_cli("submit", "--resume", str(hostile), "--dry-run", cwd=REPO)

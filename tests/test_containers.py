@@ -17,8 +17,10 @@ import yaml
 
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
+from clusterkit.spec.launch_plan import IMAGE_CHECK
 from conftest import REPO, run_cli
-from test_slurm_e2e import _assert_real_data_parallel
+from launch_plans import plan_of, started, task_argv
+from slurm_jobs import assert_real_data_parallel
 
 STANDIN = REPO / "tests" / "scripts" / "apptainer-standin"
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
@@ -48,31 +50,52 @@ def _recipe(tmp_path: Path, **fields) -> Path:
     return path
 
 
-def _launch_lines(script: str) -> list[str]:
-    return [line.strip() for line in script.splitlines() if "apptainer exec" in line or "--container-image" in line]
-
-
 def test_pyxis_takes_srun_options_with_the_run_directory_mounted(tmp_path: Path) -> None:
-    loaded = load_recipe(REPO / "recipes" / "llama-1b-pyxis.yaml")
-    lines = _launch_lines(render_job(loaded).script)
-    mount = (
-        "--container-image=/shared/images/clusterkit-pytorch-24.05.sqsh "  # the recipe's image, the profile's mounts
-        '--container-mounts=/shared/data:/shared/data:ro,/shared/runs,"$RUN_DIR:$RUN_DIR" \\'
-    )
-    assert lines == [mount, mount]  # the image check, then the launch step
+    plan = plan_of(render_job(load_recipe(REPO / "recipes" / "llama-1b-pyxis.yaml")))
+    image = "--container-image=/shared/images/clusterkit-pytorch-24.05.sqsh"  # the recipe's image, the profile's mounts
+    for step in (plan.image_check, plan.launch):  # the image check, then the launch step
+        argv, _ = started(plan, step, "/r d")
+        assert argv[5:7] == [image, "--container-mounts=/shared/data:/shared/data:ro,/shared/runs,/r d:/r d"]
+    # pyxis runs each task inside the image, the node agent too: with the image's Python.
+    assert plan.launch.agent_python == ("python3",) and "apptainer" not in plan.launch.argv
 
 
-def test_apptainer_is_the_command_srun_starts(tmp_path: Path) -> None:
-    loaded = load_recipe(REPO / "recipes" / "gpt2-apptainer.yaml")
-    script = render_job(loaded).script
-    exec_line = 'apptainer exec --nv --bind /project/data,"$RUN_DIR" /project/images/pytorch-2.4.sif \\'
-    assert _launch_lines(script) == [exec_line, exec_line]
-    launch = script.split("clusterkit_node() {")[1]
-    assert f"{exec_line}\n  bash -c '" in launch  # the launcher runs inside it
-    # The image check names what the built-in runner needs.
-    assert "find_spec(m) is None]" in script and '" clusterkit torch transformers ||' in script
-    cpu = render_job(load_recipe(_recipe(tmp_path, container_image=str(tmp_path / "train.sif")))).script
-    assert "--nv" not in cpu and f'--bind "$RUN_DIR" {tmp_path}/train.sif' in cpu.replace("''", "")
+def test_apptainer_is_the_command_the_node_agent_starts(tmp_path: Path) -> None:
+    plan = plan_of(render_job(load_recipe(REPO / "recipes" / "gpt2-apptainer.yaml")))
+    apptainer = ["apptainer", "exec", "--nv", "--bind", "/project/data,/r", "/project/images/pytorch-2.4.sif"]
+    assert task_argv(plan.launch, "/r")[:7] == [*apptainer, "python3"]  # the launcher runs inside it
+    assert plan.launch.agent_python == () and not any("container" in word for word in plan.launch.srun)
+    # The image check names what the built-in runner needs, and runs inside the image too.
+    argv, _ = started(plan, plan.image_check, "/r")
+    assert argv[-12:-6] == apptainer and argv[-6:-3] == ["python3", "-c", IMAGE_CHECK]
+    assert argv[-3:] == ["clusterkit", "torch", "transformers"]
+    cpu = plan_of(render_job(load_recipe(_recipe(tmp_path, container_image=str(tmp_path / "train.sif"))))).launch
+    assert task_argv(cpu, "/r")[:5] == ["apptainer", "exec", "--bind", "/r", str(tmp_path / "train.sif")]
+
+
+def test_an_amd_profile_gets_rocm_not_nv(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, resources={"nodes": 2, "gpus_per_node": 2, "time": "5"})
+    profile = tmp_path / "clusters" / "boxed.yaml"
+    body = yaml.safe_load(profile.read_text())
+    body.update(accelerator="gpu", gpu={"model": "MI300X", "memory_gb": 192, "vendor": "amd"})
+    profile.write_text(yaml.safe_dump(body))
+    argv = plan_of(render_job(load_recipe(path))).launch.argv
+    assert argv[:3] == ("apptainer", "exec", "--rocm") and "--nv" not in argv
+
+
+def test_a_program_that_needs_no_python_package_gets_no_python_check(tmp_path: Path) -> None:
+    """A command (a binary, a shell script) in an image without Python: nothing checks for one under
+    Apptainer (the node agent runs outside the image); under pyxis only the agent's interpreter."""
+    path = _recipe(tmp_path, launcher="command", python="bash", task={"script": "/opt/bin/train", "args": ["--x"]})
+    plan = plan_of(render_job(load_recipe(path)))
+    assert plan.image_check is None and plan.launch.argv[-2:] == ("/opt/bin/train", "--x")
+    _profile(tmp_path, runtime="pyxis")
+    plan = plan_of(render_job(load_recipe(path)))
+    assert plan.image_check.argv == (
+        "python3",
+        "-c",
+        IMAGE_CHECK,
+    )  # the profile's container.python, not the recipe's bash
 
 
 @pytest.mark.parametrize(
@@ -133,9 +156,12 @@ def test_training_in_an_apptainer_container_on_the_dev_cluster(dev_cluster: str,
     done = run_cli("submit", str(path), "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "boxed").iterdir())
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     calls = [json.loads(line) for line in (run_dir / "apptainer-calls.jsonl").read_text().splitlines()]
-    assert len(calls) == 3 and calls[0]["command"][:2] == ["sh", "-c"]  # the image check, then one launch per node
+    assert len(calls) == 3 and calls[0]["command"][1:3] == [
+        "-c",
+        IMAGE_CHECK,
+    ]  # the image check, then one launch per node
     assert sorted(call["node"] for call in calls[1:]) == ["node1", "node2"]
     assert all(
         call["bind"] == [str(data), str(run_dir)] and call["image"] == str(tmp_path / "train.sif") for call in calls

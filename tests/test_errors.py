@@ -34,9 +34,9 @@ from conftest import REPO, run_cli
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
 HOSTILE = "bad\nline\x1b[31m\x07 end"
 HOSTILE_SHOWN = "bad\\nline\\x1b[31m\\x07 end"
-# Modules that run inside the job (their errors end the rank, through torchrun's error file) and
-# exceptions that never leave the module that catches them.
-RUNTIME = ("clusterkit.runtime",)
+# Modules that run inside the job (their errors end the rank, through torchrun's error file; the
+# supervisor's end the job with a line in its log) and exceptions that never leave the module that catches them.
+RUNTIME = ("clusterkit.runtime", "clusterkit.supervisor")
 INTERNAL = {"UnknownArchitecture"}  # the planner turns it into a PlanError
 
 

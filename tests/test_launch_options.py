@@ -5,7 +5,6 @@ bash where that decides it, and end to end on the dev cluster."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,11 +19,13 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from clusterkit.render.job import sbatch_options
+from clusterkit.supervisor.ranks import task_ids
 from conftest import REPO, run_cli
+from launch_plans import command, plan_of, started, task_argv
 
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
 SNAPSHOT_SCRIPT = (
-    '"$RUN_DIR"/code/tests/scripts/echo_contract.py'  # where the job runs it: the code snapshot (git tree REPO)
+    "{run_dir}/code/tests/scripts/echo_contract.py"  # where the job runs it: the code snapshot (git tree REPO)
 )
 
 
@@ -179,13 +180,24 @@ def test_the_launch_step_gets_its_options_and_cpus_per_task(tmp_path: Path) -> N
             },
         )
     )
-    script = render_job(loaded).files["job.sbatch"]
-    step = [line for line in script.splitlines() if line.startswith("srun ")][-1]
-    assert step == (
-        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 --cpus-per-task=2 --wait=30 "
-        "--mpi=pmix --distribution=block:cyclic --cpu-bind=none --label --container-image='img:1 2' "
-        "--no-kill \\"
-    )
+    plan = plan_of(render_job(loaded))
+    argv, _ = started(plan, plan.launch, "/runs/9")
+    assert argv[: argv.index("--open-mode=append")] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--nodelist=node1,node2",
+        "--kill-on-bad-exit=0",
+        "--cpus-per-task=2",
+        "--wait=30",
+        "--mpi=pmix",
+        "--distribution=block:cyclic",
+        "--cpu-bind=none",
+        "--label",
+        "--container-image=img:1 2",
+        "--no-kill",
+    ]
 
 
 def test_uneven_pipeline_stages_are_a_warning(tmp_path: Path) -> None:
@@ -258,10 +270,17 @@ def test_the_python_launcher_runs_a_task_per_gpu_with_the_ranks_mapped_from_slur
     assert (recipe.process_model, recipe.tasks_per_node, recipe.resources.cpus_per_task) == ("task_per_gpu", 2, 1)
     files = render_job(loaded).files
     assert ("ntasks-per-node", 2) in sbatch_options(loaded) and ("cpus-per-task", 1) in sbatch_options(loaded)
-    script = files["job.sbatch"]
-    assert "srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --kill-on-bad-exit=1 --cpus-per-task=1 " in script
-    assert "env WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \\\n" in script
-    assert """bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID";""" in script
+    launch = plan_of(render_job(loaded)).launch
+    assert (launch.nodes, launch.ntasks, launch.tasks_per_node, launch.srun) == (
+        2,
+        4,
+        2,
+        ("--kill-on-bad-exit=1", "--cpus-per-task=1"),
+    )
+    # srun is the launcher: the node agent maps each task's ids, and the rank starts with the
+    # preemption signal at its default (so a framework can install its own handler).
+    assert launch.env == {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"} and launch.ranks == "task"
+    assert launch.signal_to_launcher and launch.argv[0] == "python3"
     assert "export OMP_NUM_THREADS=1\n" in files["env.sh"]
 
 
@@ -394,12 +413,13 @@ def test_run_time_values_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) ->
 
 def test_launcher_args_reach_torchrun_and_deepspeed_quoted(tmp_path: Path) -> None:
     args = ["--max-restarts=2", "--role", "trainer one", "--redirects", "3"]
-    torchrun = render_job(load_recipe(_recipe(tmp_path, launcher_args=args))).files["job.sbatch"]
-    assert "  --max-restarts=2 --role 'trainer one' --redirects 3 \\\n  " + SNAPSHOT_SCRIPT in torchrun
-    ds = render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"]))).files[
-        "job.sbatch"
-    ]
-    assert "  --autotuning run \\\n  " + SNAPSHOT_SCRIPT in ds
+    torchrun = plan_of(render_job(load_recipe(_recipe(tmp_path, launcher_args=args)))).launch
+    at = torchrun.argv.index("--max-restarts=2")
+    assert list(torchrun.argv[at : at + 6]) == [*args, SNAPSHOT_SCRIPT]
+    ds = plan_of(
+        render_job(load_recipe(_recipe(tmp_path, launcher="deepspeed", launcher_args=["--autotuning", "run"])))
+    ).launch
+    assert list(ds.argv[-3:]) == ["--autotuning", "run", SNAPSHOT_SCRIPT]
 
 
 @pytest.mark.parametrize(
@@ -451,9 +471,12 @@ def test_launcher_settings_that_do_not_apply_are_refused(tmp_path: Path, fields:
 
 
 def test_c10d_rendezvous_replaces_the_static_master_flags(tmp_path: Path) -> None:
-    script = render_job(load_recipe(_recipe(tmp_path, rendezvous="c10d"))).files["job.sbatch"]
-    assert '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" --tee=3' in script
-    assert "--master-addr=" not in script
+    launch = plan_of(render_job(load_recipe(_recipe(tmp_path, rendezvous="c10d")))).launch
+    assert "--rdzv-backend=c10d --rdzv-endpoint={master_addr}:{master_port} --rdzv-id={job_id} --tee=3" in command(
+        launch
+    )
+    assert "--master-addr=" not in command(launch)
+    assert "--rdzv-endpoint=node1:12345" in task_argv(launch, "/r") and "--rdzv-id=7" in task_argv(launch, "/r")
 
 
 # The command launcher's contract, used the way a hand-written script would: its own torchrun line.
@@ -507,18 +530,19 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
         4,
         "no",
     )
-    script = files["job.sbatch"]
-    assert '-m accelerate.commands.launch --machine_rank="$SLURM_NODEID"' in script
+    launch = plan_of(render_job(loaded)).launch
+    assert "-m accelerate.commands.launch --machine_rank={node_rank}" in command(launch)
     assert (
-        "--multi_gpu --num_machines=2 --num_processes=4 --same_network --rdzv_backend=static \\\n"
-        '  --main_process_ip="$MASTER_ADDR" --main_process_port="$MASTER_PORT"'
-    ) in script
+        "--multi_gpu --num_machines=2 --num_processes=4 --same_network --rdzv_backend=static "
+        "--main_process_ip={master_addr} --main_process_port={master_port}"
+    ) in command(launch)
+    assert "--config_file=/r/accelerate_config.yaml" in task_argv(launch, "/r")
     own = tmp_path / "mine.yaml"
     own.write_text("distributed_type: MULTI_GPU\n")
     mine = render_job(
         load_recipe(REPO / "recipes" / "tiny-gpt2-cpu.yaml", ["launcher=accelerate", f"accelerate.config={own}"])
     )
-    assert "accelerate_config.yaml" not in mine.files and f"--config_file={own} " in mine.files["job.sbatch"]
+    assert "accelerate_config.yaml" not in mine.files and f"--config_file={own}" in plan_of(mine).launch.argv
 
 
 @pytest.mark.parametrize(
@@ -609,17 +633,17 @@ def _gpu_profile(tmp_path: Path, **fields) -> str:
 
 def test_the_profiles_gpu_binding_goes_only_to_a_step_of_one_task_per_rank(tmp_path: Path) -> None:
     cluster = _gpu_profile(tmp_path)
-    python = render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="python"))).files["job.sbatch"]
-    assert "--ntasks-per-node=2 --kill-on-bad-exit=1 --cpus-per-task=1 --gpu-bind=single:1 " in python
-    batch = render_job(
-        load_recipe(_recipe(tmp_path, cluster=cluster, launcher="deepspeed", process_model="batch_launcher"))
-    ).files["job.sbatch"]
-    assert " --gpu-bind=$(printf %q single:1)" in batch  # DeepSpeed's own srun starts a task per rank
-    for whole_node in ({"launcher": "torchrun"}, {"launcher": "deepspeed"}, {"launcher": "mpirun"}):
-        assert (
-            "gpu-bind"
-            not in render_job(load_recipe(_recipe(tmp_path, cluster=cluster, **whole_node))).files["job.sbatch"]
+    python = plan_of(render_job(load_recipe(_recipe(tmp_path, cluster=cluster, launcher="python")))).launch
+    assert python.srun == ("--kill-on-bad-exit=1", "--cpus-per-task=1", "--gpu-bind=single:1")
+    batch = plan_of(
+        render_job(
+            load_recipe(_recipe(tmp_path, cluster=cluster, launcher="deepspeed", process_model="batch_launcher"))
         )
+    ).launch
+    assert "--gpu-bind=single:1" in batch.srun  # DeepSpeed's own srun starts a task per rank
+    for whole_node in ({"launcher": "torchrun"}, {"launcher": "deepspeed"}, {"launcher": "mpirun"}):
+        plan = plan_of(render_job(load_recipe(_recipe(tmp_path, cluster=cluster, **whole_node))))
+        assert "gpu-bind" not in " ".join(plan.launch.srun + plan.launch.argv)
 
 
 @pytest.mark.parametrize(
@@ -688,13 +712,14 @@ def test_deepspeed_may_run_in_the_batch_shell_and_start_the_ranks_itself(tmp_pat
         )
     )
     assert (loaded.recipe.tasks_per_node, loaded.recipe.resources.cpus_per_task) == (2, 1)
-    script = render_job(loaded).files["job.sbatch"]
-    assert "-m deepspeed.launcher.runner --launcher=slurm --no_ssh_check" in script
-    assert " --label --container-image=$(printf %q 'img 1')\"" in script
-    assert (
-        '\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT in script
-        and "\nsrun " not in script.split("clusterkit_node() {")[1]
-    )
+    launch = plan_of(render_job(loaded)).launch
+    assert launch.hosts == "batch"  # no srun of clusterkit's: DeepSpeed's own starts the ranks
+    argv, _ = started(plan_of(render_job(loaded)), launch, "/r")
+    assert argv[:5] == ["python3", "-m", "deepspeed.launcher.runner", "--launcher=slurm", "--no_ssh_check"]
+    srun = shlex.split(next(word for word in argv if word.startswith("--launcher_args=")).split("=", 1)[1])
+    assert srun[2:4] == ["--label", "--container-image=img 1"] and "--output=/r/%j_%t_log.out" in srun
+    # Each rank DeepSpeed starts runs the supervisor's rank program, which maps its ids.
+    assert argv[-3:] == ["/r/supervisor/__main__.py", "rank", "/r/code/tests/scripts/echo_contract.py"]
 
 
 def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_path: Path) -> None:
@@ -707,18 +732,30 @@ def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_
         )
     )
     assert (loaded.recipe.process_model, loaded.recipe.tasks_per_node) == ("batch_launcher", 2)
-    rendered = render_job(loaded)
-    script = rendered.files["job.sbatch"]
+    plan = plan_of(render_job(loaded))
+    argv, env = started(plan, plan.launch, "/r")
     # Every daemon's srun task gets the node's CPUs of this job: 2 ranks x 1 CPU.
-    assert (
-        "SRUN_CPUS_PER_TASK=2 mpirun --np 4 --map-by ppr:2:node --bind-to none \\\n"
-        '  --output-filename "$RUN_DIR/ranks/mpirun-$CLUSTERKIT_JOB_ID" \\\n'
-        '  -x NCCL_DEBUG=INFO --bind-to core \\\n  python3 -u \\\n  "$RUN_DIR/task_shim.py" ' + SNAPSHOT_SCRIPT
-    ) in script
-    # The shim travels with the run: the job's Python needs nothing of clusterkit to run it.
-    shim = (REPO / "clusterkit" / "render" / "templates" / "task_shim.py").read_text()
-    assert rendered.files["task_shim.py"] == shim and "import clusterkit" not in shim
-    assert "task_shim.py" not in render_job(load_recipe(_recipe(tmp_path))).files
+    assert env["SRUN_CPUS_PER_TASK"] == "2"
+    assert argv == [
+        "mpirun",
+        "--np",
+        "4",
+        "--map-by",
+        "ppr:2:node",
+        "--bind-to",
+        "none",
+        "--output-filename",
+        "/r/ranks/mpirun-7",
+        "-x",
+        "NCCL_DEBUG=INFO",
+        "--bind-to",
+        "core",
+        "python3",
+        "-u",
+        "/r/supervisor/__main__.py",
+        "rank",
+        "/r/code/tests/scripts/echo_contract.py",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -784,13 +821,13 @@ def test_the_local_executor_refuses_a_batch_shell_launcher(tmp_path: Path) -> No
     assert done.returncode == 2 and "process_model: batch_launcher needs SLURM" in done.stderr
 
 
-def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_path: Path) -> None:
+def test_the_rank_program_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import json, os, sys\nprint(json.dumps([sys.argv, sys.path[0], {k: os.environ.get(k) for k in "
         "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK')}]))\n"
     )
-    shim = REPO / "clusterkit" / "render" / "templates" / "task_shim.py"
+    rank_program = REPO / "clusterkit" / "supervisor" / "__main__.py"
     env = {
         **os.environ,
         "SLURM_PROCID": "3",
@@ -801,13 +838,20 @@ def test_the_task_shim_runs_the_entry_as_python_would_with_the_ranks_mapped(tmp_
     }
     env.pop("RANK", None)
     done = subprocess.run(
-        [sys.executable, "-u", str(shim), str(probe), "--x", "a b"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-u", str(rank_program), "rank", str(probe), "--x", "a b"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     argv, path0, ranks = json.loads(done.stdout)
     assert argv == [str(probe), "--x", "a b"] and path0 == str(tmp_path)
     assert ranks == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
     module = subprocess.run(
-        [sys.executable, "-u", str(shim), "--module", "json.tool", "--help"], env=env, capture_output=True, text=True
+        [sys.executable, "-u", str(rank_program), "rank", "--module", "json.tool", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert module.returncode == 0 and "json.tool" in module.stdout
 
@@ -826,30 +870,22 @@ def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, v
             task={"script": SCRIPT, "args": [value, "--y"]},
         )
     )
-    script = render_job(loaded).files["job.sbatch"]
-    launch = script[
-        script.index("SRUN_CPUS_PER_TASK=") : script.index("\n&\n", script.index("SRUN_CPUS_PER_TASK=")) + 1
-    ]
-    stub = 'mpirun() { printf "%s\\0" "$SRUN_CPUS_PER_TASK" "$@"; }'
-    done = subprocess.run(
-        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; CLUSTERKIT_JOB_ID=7; {stub}\n{launch}'],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    argv = done.stdout.split("\0")[:-1]
-    assert argv[0] == "2"  # SRUN_CPUS_PER_TASK: the node's 2 ranks x 1 CPU
-    assert argv[-8:] == [
+    plan = plan_of(render_job(loaded))
+    run_dir = f"{tmp_path}/run dir"
+    argv, env = started(plan, plan.launch, run_dir)
+    assert env["SRUN_CPUS_PER_TASK"] == "2"  # the node's 2 ranks x 1 CPU
+    assert argv[-9:] == [
         "-x",
         f"V={value}",
         "python3",
         "-u",
-        f"{tmp_path}/run dir/task_shim.py",
-        f"{tmp_path}/run dir/code/tests/scripts/echo_contract.py",
+        f"{run_dir}/supervisor/__main__.py",
+        "rank",
+        f"{run_dir}/code/tests/scripts/echo_contract.py",
         value,
         "--y",
     ]
-    assert f"{tmp_path}/run dir/ranks/mpirun-7" in argv and not canary.exists()
+    assert f"{run_dir}/ranks/mpirun-7" in argv and not canary.exists()
 
 
 @pytest.mark.parametrize(
@@ -868,16 +904,11 @@ def test_mpirun_gets_launcher_args_and_task_args_word_for_word(tmp_path: Path, v
     ],
     ids=["open-mpi", "hydra"],
 )
-def test_under_mpirun_the_shim_reads_the_mpi_ranks_not_the_daemons_slurm_task(
+def test_under_mpirun_a_rank_reads_the_mpi_ranks_not_the_daemons_slurm_task(
     launcher_env: dict, expected: tuple
 ) -> None:
     """mpirun's ranks inherit the SLURM task variables of their node's daemon (SLURM_PROCID is the
     node's number): the MPI launcher's own variables must win."""
-    spec = importlib.util.spec_from_file_location(
-        "task_shim", REPO / "clusterkit" / "render" / "templates" / "task_shim.py"
-    )
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
     daemon = {
         "SLURM_PROCID": "1",
         "SLURM_LOCALID": "0",
@@ -885,9 +916,9 @@ def test_under_mpirun_the_shim_reads_the_mpi_ranks_not_the_daemons_slurm_task(
         "SLURM_NODEID": "1",
         "SLURM_TASKS_PER_NODE": "1(x2)",
     }
-    mapped = shim.torch_env({**daemon, **launcher_env})
+    mapped = task_ids({**daemon, **launcher_env})
     assert tuple(mapped[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")) == expected
-    assert shim.torch_env({k: v for k, v in launcher_env.items()})["NODE_RANK"] == "1"  # rank // local size
+    assert task_ids(dict(launcher_env))["NODE_RANK"] == "1"  # rank // local size
 
 
 @pytest.mark.parametrize(
@@ -901,13 +932,9 @@ def test_srun_options_reach_deepspeeds_srun_word_for_word(tmp_path: Path, value:
     loaded = load_recipe(
         _recipe(tmp_path, launcher="deepspeed", process_model="batch_launcher", srun={"extra": {"comment": value}})
     )
-    line = next(text for text in render_job(loaded).files["job.sbatch"].splitlines() if text.startswith("srun_args="))
-    done = subprocess.run(
-        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}/run dir"; {line}; printf %s "$srun_args"'],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    words = shlex.split(done.stdout)  # what DeepSpeed's SlurmRunner does with --launcher_args
+    plan = plan_of(render_job(loaded))
+    argv, _ = started(plan, plan.launch, f"{tmp_path}/run dir")
+    given = next(word for word in argv if word.startswith("--launcher_args="))
+    words = shlex.split(given.split("=", 1)[1])  # what DeepSpeed's SlurmRunner does with --launcher_args
     assert f"--comment={value}" in words and f"--output={tmp_path}/run dir/%j_%t_log.out" in words
     assert not canary.exists()

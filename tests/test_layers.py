@@ -18,19 +18,34 @@ MAX_LINES = 400
 # the package root (whose lazy public names are the API's) only the API and the CLI; the CLI is on
 # top and nothing imports it.
 ALLOWED = {
-    "spec": {"recipes"},  # the shipped cluster profiles are data
-    "runs": {"spec"},
+    # The job's supervisor runs on the nodes with their Python: standard library only, nothing of ours.
+    "supervisor": set(),
+    "spec": {"recipes", "supervisor"},  # the shipped cluster profiles are data; the launch plan's classes
+    "runs": {"spec", "supervisor"},
     "estimate": {"spec"},
     "load": {"spec", "estimate", "runs"},
-    "render": {"spec", "load", "runs"},
+    "render": {"spec", "load", "runs", "supervisor"},  # the supervisor is copied into every run
     "schedulers": {"spec", "load", "render", "runs"},
     "launch": {"spec", "load", "render", "runs", "schedulers"},
     "plan": {"spec", "estimate", "load"},
     "diagnose": {"spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan"},
-    "runtime": {"spec", "runs"},
+    "runtime": {"spec", "runs", "supervisor"},
     # The Python API: what the CLI does, as functions; the CLI is a thin layer over it.
     "api": {"", "spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose"},
-    "cli": {"", "spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose", "api"},
+    "cli": {
+        "",
+        "spec",
+        "estimate",
+        "load",
+        "render",
+        "runs",
+        "schedulers",
+        "launch",
+        "plan",
+        "diagnose",
+        "api",
+        "supervisor",
+    },
 }
 EVERYWHERE = {"errors", "version"}
 BOTTOM = ("", "errors", "version", "__main__")  # the root, the error taxonomy, the version: no layer of their own

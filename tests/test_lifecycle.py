@@ -11,6 +11,7 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from conftest import REPO
+from launch_plans import plan_of
 
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
 
@@ -25,9 +26,10 @@ def _header(tmp_path: Path, resources: dict | None = None, preemption: dict | No
     }
     path = tmp_path / "life.yaml"
     path.write_text(yaml.safe_dump(body))
-    script = render_job(load_recipe(path)).script
-    return [line for line in script.splitlines() if line.startswith("#SBATCH")] + [
-        line for line in script.splitlines() if line.startswith("export CLUSTERKIT_PREEMPT_SIGNAL=")
+    job = render_job(load_recipe(path))
+    # The supervisor passes this signal on (and exports it to the ranks as CLUSTERKIT_PREEMPT_SIGNAL).
+    return [line for line in job.script.splitlines() if line.startswith("#SBATCH")] + [
+        f"passes on {plan_of(job).recovery.signal}"
     ]
 
 
@@ -46,16 +48,8 @@ def test_time_min_and_wait_all_nodes_are_written_as_asked(tmp_path: Path) -> Non
         ({"requeue": True, "max_requeues": 0}, ["#SBATCH --requeue"], ["#SBATCH --no-requeue"]),
         ({"requeue": False, "max_requeues": 0}, ["#SBATCH --no-requeue"], ["#SBATCH --requeue"]),
         ({"requeue": "site"}, [], ["#SBATCH --requeue", "#SBATCH --no-requeue"]),
-        (
-            {"signal": False, "max_requeues": 0},
-            ["export CLUSTERKIT_PREEMPT_SIGNAL=USR2"],
-            ["#SBATCH --signal=B:USR2@120"],
-        ),
-        (
-            {"signal": "TERM", "grace_s": 60},
-            ["#SBATCH --signal=B:TERM@60", "export CLUSTERKIT_PREEMPT_SIGNAL=TERM"],
-            [],
-        ),
+        ({"signal": False, "max_requeues": 0}, ["passes on USR2"], ["#SBATCH --signal=B:USR2@120"]),
+        ({"signal": "TERM", "grace_s": 60}, ["#SBATCH --signal=B:TERM@60", "passes on TERM"], []),
     ],
 )
 def test_requeue_and_signal_are_on_off_or_the_sites(

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterkit.runs.layout import EXIT_CODE, RETRIES
 from clusterkit.runs.poll import FIRST_S, MAX_S, Backoff, poll
 from clusterkit.runs.record import RunRecord
 from clusterkit.schedulers.slurm import SlurmScheduler
 from clusterkit.schedulers.slurm_queue import MAX_JOB_IDS
+from clusterkit.spec.layout import EXIT_CODE, RETRIES
 from conftest import REPO, run_cli
 
 sys.path.insert(0, str(REPO / "bench"))

@@ -7,101 +7,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, run_cli
-from test_slurm_e2e import TINY, _rank_records, _submit
+from slurm_jobs import LONG, TINY, events, preempt_once, rank_records, release, scontrol, start, submit, wait, wait_done
 
 pytestmark = pytest.mark.slurm
-LONG = (
-    "--set",
-    "task.trainer.args.max_steps=400",
-    "--set",
-    "task.trainer.args.save_steps=100",
-    "--set",
-    "task.trainer.args.logging_steps=10",
-)
-
-
-def _start(tmp_path: Path, *extra: str) -> tuple[str, Path]:
-    done = run_cli("submit", TINY, "--set", f"runs_dir={tmp_path / 'runs'}", *extra, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
-    return job_id, tmp_path / "runs" / "tiny-gpt2" / job_id
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _events(run_dir: Path, kind: str) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [
-        m for m in (json.loads(line) for line in path.read_text().splitlines() if line.strip()) if m["event"] == kind
-    ]
-
-
-def _scontrol(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-    return dict(part.split("=", 1) for part in out.split() if "=" in part)
-
-
-def _preempt_once(job_id: str, run_dir: Path, starts: int) -> None:
-    """Wait until the run's `starts`-th start has logged a step, then send the warning signal."""
-    _wait(
-        lambda: (
-            len(_events(run_dir, "start")) >= starts
-            and any(m["time"] > _events(run_dir, "start")[-1]["time"] for m in _events(run_dir, "log"))
-        ),
-        120,
-        f"training start #{starts}",
-    )
-    subprocess.run(["scancel", "--signal=USR2", "--batch", job_id], check=True)
-
-
-def _nodes_idle() -> bool:
-    states = subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%T", "-n", "node1,node2"], capture_output=True, text=True
-    ).stdout.split()
-    return states == ["idle", "idle"]
-
-
-def _release(job_id: str) -> None:
-    # SLURM 22.05 holds a requeued job ~120 s (Reason=BeginTime); make it eligible now — but only once
-    # the previous run has left the nodes, or slurmd refuses it ("Job credential revoked").
-    _wait(lambda: _scontrol(job_id).get("JobState") == "PENDING", 60, "the job to be requeued")
-    _wait(_nodes_idle, 60, "the nodes to be released")
-    # slurmd compares credential times in whole seconds with the requeue's revocation time: a new
-    # start within the same second is refused as revoked.
-    time.sleep(2)
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
-
-
-def _wait_done(job_id: str, run_dir: Path, timeout: float = 180) -> str:
-    def done() -> bool:
-        return (
-            " COMPLETED " in _status(job_id, run_dir)
-            or " FAILED " in _status(job_id, run_dir)
-            or " PREEMPTED " in _status(job_id, run_dir)
-        )
-
-    _wait(done, timeout, "the job to end")
-    return _status(job_id, run_dir)
-
-
-def _status(job_id: str, run_dir: Path) -> str:
-    return run_cli("status", str(run_dir), cwd=REPO).stdout.replace("  ", " ") + " "
 
 
 def test_requeued_run_resumes_and_matches_an_uninterrupted_one(dev_cluster: str, tmp_path: Path) -> None:
@@ -113,38 +27,38 @@ def test_requeued_run_resumes_and_matches_an_uninterrupted_one(dev_cluster: str,
         "--set",
         "task.trainer.args.logging_steps=10",
     )
-    job_id, run_dir = _start(tmp_path, *steps)
-    _preempt_once(job_id, run_dir, starts=1)
-    _release(job_id)
-    assert "COMPLETED" in _wait_done(job_id, run_dir)
-    assert _scontrol(job_id).get("Restarts") == "1"
-    (preempted,) = _events(run_dir, "preempted")
-    records = _rank_records(run_dir)
+    job_id, run_dir = start(tmp_path, *steps)
+    preempt_once(job_id, run_dir, starts=1)
+    release(job_id)
+    assert "COMPLETED" in wait_done(job_id, run_dir)
+    assert scontrol(job_id).get("Restarts") == "1"
+    (preempted,) = events(run_dir, "preempted")
+    records = rank_records(run_dir)
     assert {r["global_step"] for r in records} == {120}, "ends at exactly the configured step count"
     resumed_step = int(Path(records[0]["resumed_from"]).name.split("-")[1])
     assert resumed_step == preempted["step"], "the checkpoint is taken at the preempted step: no work redone"
-    logged_before = max(m["step"] for m in _events(run_dir, "log") if m["time"] < preempted["time"])
+    logged_before = max(m["step"] for m in events(run_dir, "log") if m["time"] < preempted["time"])
     assert preempted["step"] - logged_before <= 40
     # The same seed without interruption: the final loss is in line.
-    rc, plain_dir, output = _submit(tmp_path, TINY, *steps, "--set", "name=uninterrupted")
+    rc, plain_dir, output = submit(tmp_path, TINY, *steps, "--set", "name=uninterrupted")
     assert rc == 0, output
-    final = _events(run_dir, "log")[-1]["loss"]
-    uninterrupted = _events(plain_dir, "log")[-1]["loss"]
+    final = events(run_dir, "log")[-1]["loss"]
+    uninterrupted = events(plain_dir, "log")[-1]["loss"]
     assert abs(final - uninterrupted) / uninterrupted < 0.05, (final, uninterrupted)
 
 
 def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_path: Path) -> None:
-    job_id, run_dir = _start(tmp_path, *LONG, "--set", "preemption.max_requeues=3")
+    job_id, run_dir = start(tmp_path, *LONG, "--set", "preemption.max_requeues=3")
     for restart in range(3):
-        _preempt_once(job_id, run_dir, starts=restart + 1)
-        _release(job_id)
-    _preempt_once(job_id, run_dir, starts=4)
-    status = _wait_done(job_id, run_dir)
+        preempt_once(job_id, run_dir, starts=restart + 1)
+        release(job_id)
+    preempt_once(job_id, run_dir, starts=4)
+    status = wait_done(job_id, run_dir)
     assert "PREEMPTED" in status and "max_requeues (3) reached" in status and "submit --resume" in status
-    assert _scontrol(job_id).get("Restarts") == "3"
-    steps = [m["step"] for m in _events(run_dir, "preempted")]
+    assert scontrol(job_id).get("Restarts") == "3"
+    steps = [m["step"] for m in events(run_dir, "preempted")]
     assert len(steps) == 4 and steps == sorted(steps)
-    starts = [m["step"] for m in _events(run_dir, "start")]
+    starts = [m["step"] for m in events(run_dir, "start")]
     assert starts[1:] == steps[:3], "each restart resumes where the previous one stopped"
 
 
@@ -175,11 +89,11 @@ def test_the_secrets_file_stays_for_the_requeue_and_goes_with_the_run(dev_cluste
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "tiny-gpt2" / job_id
-    _preempt_once(job_id, run_dir, starts=1)
-    _release(job_id)
+    preempt_once(job_id, run_dir, starts=1)
+    release(job_id)
     assert (run_dir / ".secrets.env").exists(), "the requeued start needs it"
-    assert "COMPLETED" in _wait_done(job_id, run_dir)
-    assert _scontrol(job_id).get("Restarts") == "1"
+    assert "COMPLETED" in wait_done(job_id, run_dir)
+    assert scontrol(job_id).get("Restarts") == "1"
     time.sleep(2)  # the batch script removes it as it exits
     assert not (run_dir / ".secrets.env").exists() and not (run_dir / "requeued").exists()
 
@@ -214,27 +128,27 @@ def _rank_processes(job_id: str, node: str) -> dict[int, str]:
 
 
 def test_killed_node_ends_the_job_and_resume_finishes_it(dev_cluster: str, tmp_path: Path) -> None:
-    job_id, run_dir = _start(tmp_path, *LONG, "--set", "task.trainer.args.save_steps=10")
+    job_id, run_dir = start(tmp_path, *LONG, "--set", "task.trainer.args.save_steps=10")
     # Killed after its first complete checkpoint: a run with none cannot be resumed (submit refuses it).
-    _wait(lambda: any(run_dir.glob("checkpoints/checkpoint-*/.clusterkit-complete")), 120, "a complete checkpoint")
+    wait(lambda: any(run_dir.glob("checkpoints/checkpoint-*/.clusterkit-complete")), 120, "a complete checkpoint")
     ranks = _rank_processes(job_id, "node2")
     assert sorted(ranks.values()) == ["0", "1"], ranks
     killed = time.time()
     for pid in ranks:
         os.kill(pid, signal.SIGKILL)
-    status = _wait_done(job_id, run_dir, timeout=60)
+    status = wait_done(job_id, run_dir, timeout=60)
     assert time.time() - killed < 60
     assert "FAILED" in status and "first failure: rank " in status and "(node 1, node2)" in status
     assert "SIGKILL" in status or "-9" in status
-    rc, resumed, output = _submit(tmp_path, TINY, "--resume", str(run_dir), "--set", "task.trainer.args.max_steps=120")
+    rc, resumed, output = submit(tmp_path, TINY, "--resume", str(run_dir), "--set", "task.trainer.args.max_steps=120")
     assert rc == 0, output
-    records = _rank_records(resumed)
+    records = rank_records(resumed)
     assert {r["global_step"] for r in records} == {120}
     assert len({r["resumed_from"] for r in records}) == 1 and records[0]["resumed_from"].startswith(str(run_dir))
 
 
 def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) -> None:
-    rc, first, output = _submit(
+    rc, first, output = submit(
         tmp_path, TINY, "--set", "task.trainer.args.max_steps=10", "--set", "task.trainer.args.save_steps=5"
     )
     assert rc == 0, output
@@ -243,10 +157,10 @@ def test_half_written_checkpoint_is_ignored(dev_cluster: str, tmp_path: Path) ->
     torn = first / "checkpoints" / "checkpoint-12"  # a write that was cut off: no completion marker
     torn.mkdir()
     (torn / "model.safetensors").write_bytes(b"\0" * 100)
-    rc, second, output = _submit(tmp_path, TINY, "--resume", str(first), "--set", "task.trainer.args.max_steps=15")
+    rc, second, output = submit(tmp_path, TINY, "--resume", str(first), "--set", "task.trainer.args.max_steps=15")
     assert rc == 0, output
-    assert {r["resumed_from"] for r in _rank_records(second)} == {str(first / "checkpoints" / "checkpoint-10")}
-    assert {r["global_step"] for r in _rank_records(second)} == {15}
+    assert {r["resumed_from"] for r in rank_records(second)} == {str(first / "checkpoints" / "checkpoint-10")}
+    assert {r["global_step"] for r in rank_records(second)} == {15}
 
 
 def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_path: Path) -> None:
@@ -273,12 +187,12 @@ def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_pa
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "failing-rank" / job_id
-    _wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the retry to be submitted")
+    wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the retry to be submitted")
     retry = json.loads((run_dir / "retries.jsonl").read_text())
     died_on = (run_dir / "died-on").read_text()
     assert retry == {"retry": 1, "job_id": retry["job_id"], "after_job": job_id, "excluded": died_on, "node": "0"}
-    assert _scontrol(retry["job_id"]).get("ExcNodeList") == died_on
-    status = _wait_done(retry["job_id"], run_dir)
+    assert scontrol(retry["job_id"]).get("ExcNodeList") == died_on
+    status = wait_done(retry["job_id"], run_dir)
     assert "COMPLETED" in status and f"retry 1 as job {retry['job_id']}, excluding {died_on}" in status
     assert {(run_dir / f"ran-on-{rank}").read_text() for rank in (0, 1)} == {"node1", "node2"} - {died_on}
     assert "clusterkit: retry 1 of 1: job" in (run_dir / f"{job_id}_0_log.out").read_text()
@@ -302,9 +216,9 @@ def test_retries_stop_at_max_retries(dev_cluster: str, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.split("submitted job ", 1)[1].split()[0]
     run_dir = tmp_path / "runs" / "failing-rank" / job_id
-    _wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the first failure")
+    wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the first failure")
     retry = json.loads((run_dir / "retries.jsonl").read_text())
-    status = _wait_done(retry["job_id"], run_dir)
+    status = wait_done(retry["job_id"], run_dir)
     assert "FAILED" in status and "deliberate failure on rank 1" in status
     assert len((run_dir / "retries.jsonl").read_text().splitlines()) == 1, "retried once, then no more"
     assert "clusterkit: retry" not in (run_dir / f"{retry['job_id']}_0_log.out").read_text()

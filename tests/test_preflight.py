@@ -12,7 +12,7 @@ import pytest
 
 from clusterkit.runtime.preflight import CPU_SIZES, SLOW_RANK_ENV, bus_bandwidth, slow_nodes
 from conftest import REPO, run_cli
-from test_slurm_e2e import TINY, _submit
+from slurm_jobs import TINY, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -52,7 +52,7 @@ def test_preflight_measures_bus_bandwidth_per_size_and_node(dev_cluster: str, tm
 
 def test_a_slow_rank_flags_its_node_and_on_slow_fail_stops_training(dev_cluster: str, tmp_path: Path) -> None:
     env = {**os.environ, SLOW_RANK_ENV: "3:0.2"}  # global rank 3 = node 1's second rank
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path, TINY, "--set", "preflight={enabled: true, on_slow: fail, slow_fraction: 0.5}", env=env
     )
     assert rc == 1, output

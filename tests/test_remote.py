@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
+from slurm_jobs import TINY, assert_real_data_parallel, rank_records
 from sshd import SSHServer, client_env, client_home, forget_client, free_port, keygen, stop_masters
-from test_slurm_e2e import TINY, _assert_real_data_parallel, _rank_records
 
 pytestmark = pytest.mark.slurm
 PASSPHRASE = "tr0ub4dor&3-never-logged"
@@ -121,7 +121,7 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     run_dir = remote.root / "remote" / "runs" / "tiny-gpt2" / job_id
     assert f"run dir: cluster-login:{run_dir}" in done.stdout
     assert "COMPLETED" in done.stdout and "step 30" in done.stdout  # followed over SSH to the end
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     # The login node's clusterkit submitted exactly the script the local dry run prints.
     dry = remote.cli("submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--dry-run")
     assert dry.returncode == 0 and (run_dir / "job.sbatch").read_text() == dry.stdout
@@ -163,7 +163,7 @@ def test_submit_follow_logs_status_and_cancel_over_ssh(remote: Remote) -> None:
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     resumed_dir = remote.root / "remote" / "runs" / "tiny-gpt2" / _job_id(resumed.stdout)
-    assert {r["resumed_from"] for r in _rank_records(resumed_dir)} == {str(run_dir / "checkpoints" / "checkpoint-30")}
+    assert {r["resumed_from"] for r in rank_records(resumed_dir)} == {str(run_dir / "checkpoints" / "checkpoint-30")}
 
     long_run = remote.cli(
         "submit", TINY, "--cluster", str(profile), "--executor", "ssh", "--set", "task.trainer.args.max_steps=100000"

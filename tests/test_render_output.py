@@ -16,7 +16,7 @@ from clusterkit.render.output_dir import MARKER
 from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
-RENDERED = {"job.sbatch", "env.sh", "recipe.resolved.yaml", MARKER}
+RENDERED = {"job.sbatch", "env.sh", "recipe.resolved.yaml", "job.json", "plan.json", "supervisor", MARKER}
 
 
 def _render(out: Path | str, cwd: Path | None = None):

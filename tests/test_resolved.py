@@ -15,20 +15,12 @@ from clusterkit.spec.resolved import JobFile, ResolvedParallelism, ResolvedResou
 from conftest import RECIPES, SHIPPED_RECIPES
 
 JOB_RECIPES = [r for r in SHIPPED_RECIPES if r not in base_recipes(SHIPPED_RECIPES)]
-HEREDOC_END = "CLUSTERKIT_EOF"
-
-
-def _job_json(script: str) -> str:
-    """The job.json text the batch script writes (a quoted heredoc: written as rendered)."""
-    _, _, rest = script.partition("""/job.json" <<'CLUSTERKIT_EOF'\n""")
-    assert rest, "the batch script writes job.json from a heredoc"
-    return rest.partition(HEREDOC_END)[0]
 
 
 @pytest.mark.parametrize("recipe", JOB_RECIPES, ids=lambda p: p.stem)
 def test_job_json_decodes_to_the_loaded_resolved_recipe(recipe: Path) -> None:
     loaded = load_recipe(recipe)
-    job = decode_job_file(_job_json(render_job(loaded).script))
+    job = decode_job_file(render_job(loaded).files["job.json"])
     assert job == JobFile(recipe=loaded.recipe, profile=loaded.profile)
     assert job.recipe.world_size == loaded.recipe.resources.nodes * loaded.recipe.resources.gpus_per_node
 

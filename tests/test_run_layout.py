@@ -1,4 +1,4 @@
-"""clusterkit.runs.layout is the one owner of the run directory's names: no other module of clusterkit
+"""clusterkit.spec.layout is the one owner of the run directory's names: no other module of clusterkit
 (or the in-job runner) spells one, and the built-in templates take them from the render context."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.runs import layout as run_layout
+from clusterkit.spec import layout as run_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 OWNER = ROOT / "clusterkit" / "run_layout.py"
@@ -116,7 +116,7 @@ def test_no_module_spells_a_layout_name(path):
         return
     found = layout_literals(path.read_text(encoding="utf-8"))
     assert not found, "\n".join(
-        f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.runs.layout" for line, text, names in found
+        f"{path.name}:{line}: {text!r} spells {names}: use clusterkit.spec.layout" for line, text, names in found
     )
 
 
@@ -127,7 +127,7 @@ def _rebound_layout_names(source: str) -> set[str]:
     imported = {
         alias.asname or alias.name
         for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.runs.layout"
+        if isinstance(node, ast.ImportFrom) and node.module == "clusterkit.spec.layout"
         for alias in node.names
     }
     assigned = {
@@ -146,7 +146,7 @@ def test_no_module_hides_an_imported_layout_name(path):
 
 
 def test_the_rebinding_check_finds_a_hidden_name():
-    source = 'from clusterkit.runs.layout import EXIT_CODE, METRICS\nA, METRICS = "a", "METRICS"\n'
+    source = 'from clusterkit.spec.layout import EXIT_CODE, METRICS\nA, METRICS = "a", "METRICS"\n'
     assert _rebound_layout_names(source) == {"METRICS"}
 
 

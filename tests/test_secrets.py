@@ -140,8 +140,8 @@ def test_a_local_job_with_requeues_still_removes_the_file_at_its_end(tmp_path: P
 
 
 # What the launch step does, as the fake srun below plays it on "SLURM" (no CLUSTERKIT_EXECUTOR):
-# completed, failed, requeued by the runner (it writes the marker, then the job is stopped), the batch
-# shell killed (SLURM's own requeue), failed with a retry queued.
+# completed, failed, requeued by the program (it writes the marker, then the job is stopped), the batch
+# shell's supervisor killed (SLURM's own requeue), failed with a retry queued.
 _FAKE_SRUN = """#!/bin/bash
 case "$OUTCOME" in
   completed) exit 0 ;;
@@ -180,8 +180,6 @@ def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(
 
     preflight = {"preflight": {"enabled": True}} if outcome == "preflight-failed" else {}
     recipe = secret_recipe(tmp_path, preemption={"max_requeues": 2, "max_retries": retries}, **preflight)
-    script = tmp_path / "job.sbatch"
-    script.write_text(render_job(load_recipe(recipe)).files["job.sbatch"])
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in _FAKE_SLURM.items():
@@ -189,6 +187,9 @@ def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(
         (bin_dir / name).chmod(0o755)
     run_dir = tmp_path / "runs" / "sec" / "4242"
     run_dir.mkdir(parents=True)
+    for name, text in render_job(load_recipe(recipe)).files.items():  # as submit writes them
+        (run_dir / name).parent.mkdir(exist_ok=True)
+        (run_dir / name).write_text(text)
     secrets = run_dir / ".secrets.env"
     secrets.write_bytes(b"HF_TOKEN=requeue-MARK\0")
     secrets.chmod(0o600)
@@ -202,36 +203,13 @@ def test_on_slurm_with_requeues_the_file_goes_when_the_run_ends_for_good(
         SLURM_SUBMIT_DIR=str(tmp_path),
         OUTCOME=outcome,
     )
-    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["bash", str(run_dir / "job.sbatch")], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
+    )
     assert done.returncode != 0 or outcome in ("completed", "stale-requeued", "requeued"), done.stderr
     assert b"launchers exited" in done.stdout or outcome in ("killed", "preflight-failed"), done.stdout + done.stderr
     assert secrets.exists() == kept, (done.stdout + done.stderr).decode()
     assert (run_dir / "requeued").exists() == (outcome == "requeued")
-
-
-def test_the_runner_marks_its_requeue_before_asking_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The batch script may reach its end before SLURM stops the requeued job: the marker is written
-    first; a requeue SLURM refused is no requeue, and the marker goes again."""
-    pytest.importorskip("torch")
-    from clusterkit.runtime.preemption import PreemptionHandler
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(
-        f"#!/bin/sh\n[ -e {tmp_path}/requeued ] && echo marked > {tmp_path}/seen\nexit $SCONTROL_RC\n"
-    )
-    (bin_dir / "scontrol").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    monkeypatch.delenv("CLUSTERKIT_EXECUTOR", raising=False)
-    for rc, marked in (("0", True), ("1", False)):
-        monkeypatch.setenv("SCONTROL_RC", rc)
-        handler = PreemptionHandler(tmp_path, None, max_requeues=2)
-        handler.stopped_at = 5
-        assert handler.finish(is_rank_zero=True) == 0
-        assert (tmp_path / "seen").read_text() == "marked\n" and (tmp_path / "requeued").exists() == marked
-        (tmp_path / "seen").unlink()
 
 
 def test_a_value_from_the_secrets_file_reaches_the_ranks(tmp_path: Path) -> None:

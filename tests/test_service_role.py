@@ -16,6 +16,7 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from conftest import REPO, run_cli
+from launch_plans import plan_of, started, task_argv
 
 SCRIPT = str(REPO / "tests" / "scripts" / "use_service.py")
 
@@ -45,16 +46,17 @@ def _http_server(port: int) -> dict:
 
 
 def test_the_allocation_holds_both_roles_and_training_runs_on_its_own_nodes(tmp_path: Path) -> None:
-    script = render_job(load_recipe(_recipe(tmp_path, {**_http_server(8123), "nodes": 2}))).script
-    assert "#SBATCH --nodes=3" in script  # 1 training node + 2 service nodes
-    assert 'SERVICE_HOSTS=$(tail -n 2 <<< "$NODES" | paste -sd,)\nNODES=$(head -n 1 <<< "$NODES")' in script
-    assert 'srun --nodes=1 --nodelist="$TRAIN_HOSTS" --ntasks=2 ' in script
-    assert 'srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist="$SERVICE_HOSTS" ' in script
-    assert (
-        script.index("export SERVICE_ADDR=")
-        < script.index('--nodelist="$TRAIN_HOSTS"')
-        < script.rindex("stop_service\n")
-    )
+    job = render_job(load_recipe(_recipe(tmp_path, {**_http_server(8123), "nodes": 2})))
+    assert "#SBATCH --nodes=3" in job.script  # 1 training node + 2 service nodes
+    plan = plan_of(job)
+    assert (plan.train_nodes, plan.service_nodes) == (1, 2)
+    train, _ = started(plan, plan.launch, "/r")  # on an allocation of node1..node3
+    service, _ = started(plan, plan.service.step, "/r")
+    assert train[:5] == ["srun", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--nodelist=node1"]
+    assert service[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=node2,node3"]
+    # One process per service node, given the node's CPUs (not a rank's share: launcher python runs 2 per node).
+    assert "--cpus-per-task=2" in service and "--cpus-per-task=1" in train
+    assert (plan.service.port, plan.service.address_env) == (8123, "SERVICE_ADDR")
 
 
 @pytest.mark.parametrize(
@@ -92,8 +94,8 @@ def test_what_a_service_role_cannot_be_is_refused(tmp_path: Path, fields: dict, 
 
 @pytest.mark.parametrize("name", ["SERVICE_ADDR", "MY_SERVER", "REDIS_URL", "OLD_SERVER", "PATHFINDER_ADDR"])
 def test_a_name_of_its_own_is_the_address_variable(tmp_path: Path, name: str) -> None:
-    script = render_job(load_recipe(_recipe(tmp_path, {**_http_server(8123), "address_env": name}))).script
-    assert f"export {name}=" in script
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, {**_http_server(8123), "address_env": name}))))
+    assert plan.service.address_env == name  # the supervisor sets it for the launch
 
 
 def test_the_local_executor_refuses_a_service_role(tmp_path: Path) -> None:
@@ -136,20 +138,10 @@ def test_a_service_that_never_answers_stops_the_job_before_training(dev_cluster:
 def test_the_service_command_reaches_srun_word_for_word(tmp_path: Path, word: str) -> None:
     """The fuzz of every string field cannot reach a service's command (a service needs a port too),
     so its words are tried here: each arrives at srun as written, and nothing in it runs."""
-    import subprocess
-
     canary = tmp_path / "canary"
     word = word.format(canary=canary)
-    script = render_job(load_recipe(_recipe(tmp_path, {"command": ["server", word], "port": 8123}))).script
-    start = script.index('srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$SERVICE_HOSTS"')
-    step = script[start : script.index(" &\n", start)]
-    stub = 'srun() { printf "%s\\0" "$@"; }'
-    done = subprocess.run(
-        ["bash", "-c", f'set -eu; RUN_DIR="{tmp_path}"; SERVICE_HOSTS=node2; {stub}\n{step}'],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert done.stdout.split("\0")[-3:-1] == ["server", word] and not canary.exists()
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, {"command": ["server", word], "port": 8123}))))
+    assert task_argv(plan.service.step, str(tmp_path)) == ["server", word]  # what the node agent runs
+    assert not canary.exists()
     with pytest.raises(RecipeError):
         load_recipe(_recipe(tmp_path, {"command": ["server", "a\nb"], "port": 8123}))

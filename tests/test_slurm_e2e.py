@@ -14,45 +14,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli
+from slurm_jobs import TINY, assert_real_data_parallel, rank_records, submit
 
 pytestmark = pytest.mark.slurm
-TINY = str(REPO / "recipes" / "tiny-gpt2-cpu.yaml")
-
-
-def _submit(workdir: Path, recipe: str, *extra: str, env: dict[str, str] | None = None) -> tuple[int, Path, str]:
-    done = run_cli("submit", recipe, "--follow", "--set", f"runs_dir={workdir / 'runs'}", *extra, cwd=REPO, env=env)
-    run_dirs = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("run dir: ")]
-    assert run_dirs, done.stdout + done.stderr
-    return done.returncode, Path(run_dirs[0]), done.stdout + done.stderr
-
-
-def _rank_records(run_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(run_dir.glob("ranks/rank-*.json"))]
-
-
-def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def _assert_real_data_parallel(run_dir: Path, world: int, nodes: set[str]) -> None:
-    ranks = _rank_records(run_dir)
-    assert sorted(r["rank"] for r in ranks) == list(range(world))
-    assert {r["world_size"] for r in ranks} == {world} and {r["dist_world_size"] for r in ranks} == {world}
-    assert {r["slurm_node"] for r in ranks} == nodes
-    first_batches = [r["batch_fingerprints"][0] for r in ranks]
-    assert len(set(first_batches)) == world, "every rank must see a different batch"
-    checksums = {round(r["parameter_checksum"], 6) for r in ranks}
-    assert len(checksums) == 1, f"parameters differ across ranks: {checksums}"
-    losses = [m["loss"] for m in _metrics(run_dir) if m["event"] == "log"]
-    assert len(losses) >= 2 and losses[-1] < losses[0], losses
-    assert {m["world_size"] for m in _metrics(run_dir)} == {world}
 
 
 def test_tiny_torchrun_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, TINY)
+    rc, run_dir, output = submit(tmp_path, TINY)
     assert rc == 0, output
     assert "slurm executor" in output and "COMPLETED" in output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     assert (run_dir / "checkpoints" / "checkpoint-30" / "trainer_state.json").is_file()
     assert (run_dir / "model" / "model.safetensors").is_file()
     assert (run_dir / "hostfile").read_text() == "node1 slots=2\nnode2 slots=2\n"
@@ -69,7 +40,7 @@ def test_tiny_torchrun_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
 
 
 def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path,
         TINY,
         "--set",
@@ -82,7 +53,7 @@ def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> Non
         "task.trainer.args.save_steps=10",
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
     assert list((run_dir / "ranks" / "node1").glob("*_rank3.log")), "DeepSpeed's per-rank logs"
 
@@ -90,7 +61,7 @@ def test_tiny_deepspeed_zero2_two_nodes(dev_cluster: str, tmp_path: Path) -> Non
 def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """launcher: python: srun starts the 4 ranks itself (no torchrun), each mapping SLURM's ids to
     RANK/LOCAL_RANK/WORLD_SIZE; the Trainer must still train one model data-parallel over both nodes."""
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path,
         TINY,
         "--set",
@@ -103,7 +74,7 @@ def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Pa
         "task.trainer.args.save_steps=10",
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     job_id = run_dir.name
     assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [
         f"{job_id}_{rank}_log.out" for rank in range(4)
@@ -112,15 +83,15 @@ def test_tiny_trainer_as_a_task_per_gpu_two_nodes(dev_cluster: str, tmp_path: Pa
 
 
 def test_single_node_ddp(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path, TINY, "--set", "resources.nodes=1", "--set", "task.trainer.args.max_steps=10"
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=2, nodes={"node1"})
+    assert_real_data_parallel(run_dir, world=2, nodes={"node1"})
 
 
 def test_user_script_env_contract(dev_cluster: str, tmp_path: Path) -> None:
-    rc, run_dir, output = _submit(tmp_path, str(REPO / "tests" / "recipes" / "env-contract.yaml"))
+    rc, run_dir, output = submit(tmp_path, str(REPO / "tests" / "recipes" / "env-contract.yaml"))
     assert rc == 0, output
     seen = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
     assert len(seen) == 4
@@ -146,12 +117,20 @@ def test_dry_run_equals_what_sbatch_received(dev_cluster: str, tmp_path: Path) -
     expected = run_cli("submit", TINY, "--dry-run", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO)
     assert submitted == expected.stdout
     assert (run_dir / "job.sbatch").read_text() == submitted
+    # And every other file of the request (the launch plan, job.json, the supervisor's code) as the
+    # dry run listed it, byte for byte, in the run directory.
+    listed = run_cli(
+        "submit", TINY, "--dry-run", "--json", "--set", runs, "--set", "task.trainer.args.max_steps=2", cwd=REPO
+    )
+    files = json.loads(listed.stdout)["files"]
+    assert {"plan.json", "job.json", "supervisor/__main__.py"} <= set(files)
+    assert {name: (run_dir / name).read_text() for name in files} == files
     run_cli("cancel", job_id, "--runs-dir", str(tmp_path / "runs"), cwd=REPO)
 
 
 def test_failing_rank_ends_the_job_promptly(dev_cluster: str, tmp_path: Path) -> None:
     started = time.time()
-    rc, run_dir, output = _submit(tmp_path, str(REPO / "tests" / "recipes" / "failing-rank.yaml"))
+    rc, run_dir, output = submit(tmp_path, str(REPO / "tests" / "recipes" / "failing-rank.yaml"))
     elapsed = time.time() - started
     assert rc != 0 and "FAILED" in output
     assert elapsed < 300, (
@@ -183,16 +162,16 @@ def test_local_executor_without_slurm(tmp_path: Path) -> None:
         assert found, tool
         (bin_dir / tool).symlink_to(found)
     env = dict(os.environ, PATH=str(bin_dir))
-    rc, run_dir, output = _submit(tmp_path, TINY, "--set", "task.trainer.args.max_steps=10", env=env)
+    rc, run_dir, output = submit(tmp_path, TINY, "--set", "task.trainer.args.max_steps=10", env=env)
     assert rc == 0, output
     assert "local executor" in output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"127.0.0.1", "127.0.0.2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"127.0.0.1", "127.0.0.2"})
 
 
 def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_path: Path) -> None:
     """launcher: accelerate: one `accelerate launch` per node with the machine rank read there; the
     Trainer must train one model data-parallel over both nodes (world 4), not four alone."""
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path,
         TINY,
         "--set",
@@ -203,7 +182,7 @@ def test_tiny_trainer_under_accelerate_launch_two_nodes(dev_cluster: str, tmp_pa
         "task.trainer.args.save_steps=10",
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
     assert rank3.returncode == 0 and "attempt_0/1/std" in rank3.stdout  # torchrun's per-rank logs, via accelerate
 
@@ -213,7 +192,7 @@ def test_tiny_trainer_under_open_mpi_mpirun_in_the_batch_shell_two_nodes(dev_clu
     srun and the 4 ranks under them; the task shim maps OMPI_COMM_WORLD_* (not the daemons' SLURM ids)
     to RANK & co. The Trainer must train one model data-parallel over both nodes, and each rank's own
     output is where `logs --rank` looks."""
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path,
         TINY,
         "--set",
@@ -231,8 +210,8 @@ def test_tiny_trainer_under_open_mpi_mpirun_in_the_batch_shell_two_nodes(dev_clu
         "env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
-    assert [r["local_rank"] for r in _rank_records(run_dir)] == [0, 1, 0, 1]
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert [r["local_rank"] for r in rank_records(run_dir)] == [0, 1, 0, 1]
     rank3 = run_cli("logs", str(run_dir), "--rank", "3", cwd=REPO)
     assert rank3.returncode == 0 and f"ranks/mpirun-{run_dir.name}/1/rank.3/stderr" in rank3.stdout
 
@@ -241,7 +220,7 @@ def test_tiny_deepspeed_launcher_in_the_batch_shell_two_nodes(dev_cluster: str, 
     """process_model: batch_launcher: DeepSpeed's launcher runs once in the batch shell and starts
     the 4 ranks with its own srun step (--launcher slurm); clusterkit's task shim maps each task's
     SLURM ids to RANK & co. The Trainer must train one model data-parallel over both nodes."""
-    rc, run_dir, output = _submit(
+    rc, run_dir, output = submit(
         tmp_path,
         TINY,
         "--set",
@@ -256,7 +235,7 @@ def test_tiny_deepspeed_launcher_in_the_batch_shell_two_nodes(dev_cluster: str, 
         "task.trainer.args.save_steps=10",
     )
     assert rc == 0, output
-    _assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
+    assert_real_data_parallel(run_dir, world=4, nodes={"node1", "node2"})
     job_id = run_dir.name
     assert sorted(p.name for p in run_dir.glob(f"{job_id}_*_log.out")) == [
         f"{job_id}_{rank}_log.out" for rank in range(4)

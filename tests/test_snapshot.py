@@ -89,7 +89,7 @@ def test_a_dirty_repository_is_copied_as_it_is_and_the_record_says_so(tmp_path: 
     request = json.loads(dry.stdout)
     head = _git(repo, "rev-parse", "HEAD").strip()
     assert request["snapshot"]["commit"] == head and request["snapshot"]["dirty"] is True
-    assert '"$RUN_DIR"/code/src/train.py' in request["files"]["job.sbatch"]
+    assert '"{run_dir}/code/src/train.py"' in request["files"]["plan.json"]
     run_dir = _submitted(run_cli("submit", str(_recipe(repo)), "--executor", "local", cwd=repo))
     assert _ran(run_dir) == "RAN script-dirty helper-dirty"
     # The copy holds exactly the files the dry run listed (the untracked recipe too: .gitignore does not exclude

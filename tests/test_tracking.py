@@ -318,7 +318,9 @@ def test_the_identity_is_fresh_per_submit_and_kept_by_resume(tmp_path: Path) -> 
     assert request.tracking.run_id != "abc-1", "--from-scratch starts at step 0 again: a new tracked run"
     script = request.files["job.sbatch"]
     assert f"export WANDB_RUN_ID={request.tracking.run_id}\n" in script and "export WANDB_MODE=offline\n" in script
-    assert f'"run_id": "{request.tracking.run_id}"' in script, "job.json, which the runner reads, names the same run"
+    assert f'"run_id": "{request.tracking.run_id}"' in request.files["job.json"], (
+        "job.json, which the runner reads, names the same run"
+    )
 
 
 def test_sync_runs_wandb_with_each_folder_as_one_argument(tmp_path: Path) -> None:

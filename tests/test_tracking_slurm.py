@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_preemption import _events, _preempt_once, _release, _scontrol, _start, _wait_done
+from slurm_jobs import events, preempt_once, release, scontrol, start, wait_done
 
 pytestmark = pytest.mark.slurm
 STEPS = (
@@ -46,13 +46,13 @@ def _logged_steps(tracker: str, tracking_dir: Path, run_id: str) -> list[int]:
 def test_two_requeues_continue_one_tracked_run(dev_cluster: str, tmp_path: Path, tracker: str) -> None:
     pytest.importorskip(tracker, reason="the [tracking] extra")
     spec = "{tracker: mlflow, offline: true}" if tracker == "mlflow" else tracker
-    job_id, run_dir = _start(tmp_path, *STEPS, "--set", f"tracking={spec}")
+    job_id, run_dir = start(tmp_path, *STEPS, "--set", f"tracking={spec}")
     for restart in range(2):
-        _preempt_once(job_id, run_dir, starts=restart + 1)
-        _release(job_id)
-    assert "COMPLETED" in _wait_done(job_id, run_dir, timeout=300)
-    assert _scontrol(job_id).get("Restarts") == "2"
-    assert len(_events(run_dir, "preempted")) == 2
+        preempt_once(job_id, run_dir, starts=restart + 1)
+        release(job_id)
+    assert "COMPLETED" in wait_done(job_id, run_dir, timeout=300)
+    assert scontrol(job_id).get("Restarts") == "2"
+    assert len(events(run_dir, "preempted")) == 2
     tracking = json.loads((run_dir / "run.json").read_text())["tracking"]
     assert tracking["tracker"] == tracker and tracking["dir"] == f"{run_dir}/tracking"
     steps = _logged_steps(tracker, run_dir / "tracking", tracking["run_id"])

@@ -65,8 +65,8 @@ class Context:
 
     @staticmethod
     def metrics(run_dir: Path) -> list[dict[str, Any]]:
-        from clusterkit.runs.layout import METRICS
         from clusterkit.runs.record import metric_records
+        from clusterkit.spec.layout import METRICS
 
         try:
             return metric_records((run_dir / METRICS).read_text(encoding="utf-8", errors="replace"))

@@ -73,7 +73,7 @@ def _recipe(ctx: Context, name: str, parallelism: dict[str, Any], steps: int, **
 
 
 def _train(ctx: Context, recipe: dict[str, Any], deadline: float, label: str) -> dict[str, Any]:
-    from clusterkit.runs.layout import rank_record
+    from clusterkit.spec.layout import rank_record
 
     loaded = load(ctx.work, recipe)
     run_dir = run_dir_for(ctx.work, loaded)

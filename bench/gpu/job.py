@@ -19,7 +19,7 @@ STEPS = 3
 def run(ctx: Context, part: dict[str, Any], budget_s: float) -> None:
     import clusterkit
     from clusterkit.errors import WaitTimeout
-    from clusterkit.runs.layout import PREFLIGHT_RESULT, rank_record
+    from clusterkit.spec.layout import PREFLIGHT_RESULT, rank_record
 
     recipe = trainer_recipe(
         "e2e-job", ctx.profile, ctx.sizes.small_model, ctx.sizes.small_seq_len, 2, 1, STEPS, preflight=True

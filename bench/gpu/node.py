@@ -74,7 +74,7 @@ def captured(ctx: Context, timeout_s: float) -> dict[str, Any]:
 
 
 def preflight(ctx: Context, timeout_s: float) -> dict[str, Any]:
-    from clusterkit.runs.layout import PREFLIGHT_RESULT
+    from clusterkit.spec.layout import PREFLIGHT_RESULT
 
     recipe = trainer_recipe(
         "preflight",

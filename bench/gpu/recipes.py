@@ -100,7 +100,7 @@ def run_dir_for(work: Path, loaded: Any) -> Path:
     import msgspec
 
     from clusterkit.render.job import render_job
-    from clusterkit.runs.layout import JOB_JSON
+    from clusterkit.spec.layout import JOB_JSON
     from clusterkit.spec.resolved import JobFile
 
     run_dir = work / "runs" / loaded.recipe.name

@@ -48,7 +48,7 @@ def _job_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> Iterable
     from pathlib import Path  # here, not at the top: --help imports this module, and pathlib costs it ~2.5 ms
 
     from clusterkit.runs.index import indexed_job_ids
-    from clusterkit.runs.layout import RUN_RECORD
+    from clusterkit.spec.layout import RUN_RECORD
 
     runs_dir = getattr(parsed_args, "runs_dir", None)
     if runs_dir is None:

@@ -23,7 +23,7 @@ from clusterkit.cli.common import (
     with_local_target,
     with_overrides,
 )
-from clusterkit.runs.layout import METRICS, PREFLIGHT_RESULT
+from clusterkit.spec.layout import METRICS, PREFLIGHT_RESULT
 
 
 def _prepare(args: argparse.Namespace, extra=(), one_job: str | None = None):
@@ -80,6 +80,25 @@ def request_json(request) -> dict:
     }
 
 
+def plan_lines(files) -> list[str]:
+    """What the job's supervisor will run, step by step (from the request's plan.json; a sweep's
+    points each have their own): the program of each task, its run-time values unfilled."""
+    from clusterkit.spec.layout import LAUNCH_PLAN
+    from clusterkit.supervisor.plan import load_plan
+
+    if LAUNCH_PLAN not in files:
+        return []
+    plan = load_plan(files[LAUNCH_PLAN])
+    steps = [plan.image_check, plan.service.step if plan.service else None, plan.preflight, plan.launch]
+    return [
+        f"# {step.name}: {step.nodes} x {step.tasks_per_node} task(s) per node"
+        + (" in the batch shell" if step.hosts == "batch" else "")
+        + f": {shlex.join(step.argv)}"
+        for step in steps
+        if step is not None
+    ]
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit import api
     from clusterkit.errors import printable
@@ -96,6 +115,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"# on cluster {request.cluster} with the {request.scheduler} executor", file=sys.stderr)
         if request.snapshot:
             print(f"# code snapshot into the run directory's code/: {request.snapshot.describe()}", file=sys.stderr)
+        for line in plan_lines(request.files):
+            print(printable(line), file=sys.stderr)
         sys.stdout.write(request.script)
         return 0
     # One adapter (one SSH connection) for submitting and following.

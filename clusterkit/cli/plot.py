@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import RUNS_DIR_HELP, print_json, with_host_keys, with_json
-from clusterkit.runs.layout import CURVES_PNG, METRICS
+from clusterkit.spec.layout import CURVES_PNG, METRICS
 
 if TYPE_CHECKING:
     from pathlib import Path

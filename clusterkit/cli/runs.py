@@ -21,7 +21,7 @@ from clusterkit.cli.common import (
     with_job,
     with_json,
 )
-from clusterkit.runs.layout import EXPORT_DIR
+from clusterkit.spec.layout import EXPORT_DIR
 
 
 def _find(args: argparse.Namespace):

@@ -20,13 +20,13 @@ from typing import Any
 from clusterkit.errors import UsageError
 from clusterkit.launch.prepare import SubmitOptions, prepare
 from clusterkit.load.loader import Override
-from clusterkit.runs.layout import JOB_JSON, METRICS
 from clusterkit.runs.logs import METRICS_LIMIT, read_run_file
 from clusterkit.runs.poll import poll
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.api import schedule, statuses
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.layout import JOB_JSON, METRICS
 from clusterkit.spec.resolved import decode_job_file
 
 

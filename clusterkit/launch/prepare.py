@@ -17,9 +17,9 @@ from clusterkit.load.sweep import load_sweep
 from clusterkit.render.job import render_job
 from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
-from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import RunRecord, read_record
 from clusterkit.schedulers.api import SubmitRequest, dry_run
+from clusterkit.spec.layout import RUN_RECORD
 from clusterkit.spec.resolved import ArrayPlacement
 
 

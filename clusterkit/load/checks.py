@@ -15,9 +15,9 @@ from clusterkit.errors import Finding, RecipeError
 from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
-from clusterkit.runs.layout import DEEPSPEED_CONFIG
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
+from clusterkit.spec.layout import DEEPSPEED_CONFIG
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Parallelism, Recipe, process_model_of

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
+from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.load.yaml_source import KeyPath
 from clusterkit.spec.arrays import array_indices
+from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
+from clusterkit.spec.sbatch_header import WRITTEN
 from clusterkit.spec.secrets import looks_secret
 from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.tracking import as_tracking
@@ -48,36 +50,14 @@ SHELL_ENV = {
 }
 _SHELL_HINT = "write such shell in setup:, where it runs once, as written, in the job script"
 
-_RESOURCES = "resources."
-# #SBATCH options clusterkit writes (render.sbatch_options) → the recipe field that sets each.
+# #SBATCH options extra_sbatch may not set -> the recipe field that sets each: those clusterkit writes
+# (spec.sbatch_header's table), and those that would undo the layout it writes.
 DERIVED_SBATCH = {
-    "job-name": "name",
-    "nodes": _RESOURCES + "nodes",
+    **WRITTEN,
     "ntasks": "resources.nodes and process_model (a launcher task per node, or a task per rank)",
-    "ntasks-per-node": "process_model and resources.gpus_per_node (a launcher task per node, or a task per rank)",
-    "cpus-per-task": _RESOURCES + "cpus_per_task",
-    "mem": _RESOURCES + "mem",
-    "time": _RESOURCES + "time",
-    "partition": _RESOURCES + "partition",
-    "account": _RESOURCES + "account",
-    "qos": _RESOURCES + "qos",
-    "constraint": _RESOURCES + "constraint",
-    "reservation": _RESOURCES + "reservation",
-    "exclusive": _RESOURCES + "exclusive",
-    "gres": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
     "gpus": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
-    "gpus-per-node": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
-    "output": "runs_dir (logs go to the run directory)",
-    "error": "runs_dir (logs go to the run directory)",
-    "open-mode": "runs_dir (the job's logs are appended to by every node)",
     "chdir": "runs_dir (the job runs where it is submitted from)",
-    "signal": "preemption.signal and preemption.grace_s",
-    "requeue": "preemption.requeue",
-    "no-requeue": "preemption.requeue",
-    "time-min": _RESOURCES + "time_min",
-    "wait-all-nodes": _RESOURCES + "wait_all_nodes",
     "export": "env (every node gets the job's environment)",
-    "array": "resources.array (a script task per index), or a sweep: block / clusterkit sweep (one point per task)",
 }
 # Options sbatch refuses beside the ones clusterkit writes, or that clusterkit cannot run yet.
 CONFLICTING_SBATCH = {

@@ -10,89 +10,14 @@ from pathlib import Path
 import yaml
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
-from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS, STEP_OWNED
+from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.launch_plan import STEP_OWNED
+from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import (
-    OTHER_PROCESS_MODELS,
-    PROCESS_MODEL,
-    EnvEdit,
-    Recipe,
-    Srun,
-    process_model_of,
-    tasks_per_node,
-)
+from clusterkit.spec.recipe import EnvEdit, Recipe, Srun, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
-from clusterkit.spec.runtime_values import NODE, RUNTIME_VALUES, TASK, placeholders
-
-_LAYOUT = "the launch step (from the allocation)"
-# Launcher flags clusterkit writes -> the field that sets them ("_" and "-" are the same flag).
-LAUNCHER_OWNED = {
-    "torchrun": {
-        "nnodes": "resources.nodes",
-        "nproc-per-node": "resources.gpus_per_node",
-        "node-rank": _LAYOUT,
-        "master-addr": _LAYOUT,
-        "master-port": "master_port",
-        "rdzv-backend": "rendezvous",
-        "rdzv-endpoint": "rendezvous",
-        "rdzv-id": "rendezvous",
-        "standalone": "resources.nodes",
-        "log-dir": "runs_dir (each rank's output is in the run directory)",
-        "module": "task.module",
-        "no-python": "launcher: command",
-        "m": "task.module",
-    },
-    "accelerate": {
-        "num-machines": "resources.nodes",
-        "num-processes": "resources.nodes and resources.gpus_per_node",
-        "machine-rank": _LAYOUT,
-        "main-process-ip": _LAYOUT,
-        "main-process-port": "master_port",
-        "config-file": "accelerate.config",
-        "multi-gpu": _LAYOUT,
-        "same-network": _LAYOUT,
-        "rdzv-backend": _LAYOUT,
-        "log-dir": "runs_dir (each rank's output is in the run directory)",
-        "module": "task.module",
-        "mixed-precision": "precision",
-        "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
-        "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)",
-        "use-fsdp": "nothing yet: not supported",
-        "cpu": "the cluster profile (accelerator)",
-        "no-python": "launcher: command",
-    },
-    "deepspeed": {
-        "hostfile": _LAYOUT,
-        "no-ssh": _LAYOUT,
-        "node-rank": _LAYOUT,
-        "master-addr": _LAYOUT,
-        "master-port": "master_port",
-        "num-nodes": "resources.nodes",
-        "num-gpus": "resources.gpus_per_node",
-        "enable-each-rank-log": "runs_dir (each rank's output is in the run directory)",
-        "include": "deepspeed.include",
-        "exclude": "deepspeed.exclude",
-        "module": "task.module",
-        "launcher": "launcher (DeepSpeed runs here as one launcher per node)",
-        "no-python": "launcher: command",
-    },
-    "mpirun": {
-        "np": "resources.nodes and resources.gpus_per_node",
-        "n": "resources.nodes and resources.gpus_per_node",
-        "c": "resources.nodes and resources.gpus_per_node",
-        "map-by": _LAYOUT,
-        "npernode": _LAYOUT,
-        "N": _LAYOUT,
-        "npersocket": _LAYOUT,
-        "hostfile": _LAYOUT,
-        "machinefile": _LAYOUT,
-        "host": _LAYOUT,
-        "H": _LAYOUT,
-        "rankfile": _LAYOUT,
-        "output-filename": "runs_dir (each rank's output is in the run directory)",
-    },
-}
+from clusterkit.spec.runtime_values import NODE, TASK, WHEN, placeholders
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
@@ -124,8 +49,8 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
     if recipe.rendezvous != "static" and launcher != "torchrun":
         error(("rendezvous",), f"rendezvous: {recipe.rendezvous} is torchrun's; launcher {launcher} has none to choose")
-    owned = LAUNCHER_OWNED.get(launcher)
-    if owned is None:
+    owned = LAUNCHERS[launcher].owned
+    if not owned:
         if recipe.launcher_args:
             where = (
                 "python: [python3, ...] for the interpreter's"
@@ -172,11 +97,11 @@ def check_accelerate_config(recipe: Recipe, error: Report) -> None:
 def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     """The launcher decides how ranks start; a process model that says otherwise is refused."""
     model = process_model_of(recipe)
-    expected = PROCESS_MODEL[recipe.launcher]
-    allowed = (expected, *OTHER_PROCESS_MODELS.get(recipe.launcher, ()))
+    allowed = LAUNCHERS[recipe.launcher].process_models
     if recipe.process_model is not None and recipe.process_model not in allowed:
-        fitting = sorted(name for name, own in PROCESS_MODEL.items() if own == recipe.process_model)
-        fitting += sorted(name for name, models in OTHER_PROCESS_MODELS.items() if recipe.process_model in models)
+        # The launchers whose own model it is first, then those that can also run under it.
+        fitting = sorted(name for name, other in LAUNCHERS.items() if other.process_model == recipe.process_model)
+        fitting += sorted(name for name, other in LAUNCHERS.items() if recipe.process_model in other.process_models[1:])
         error(
             ("process_model",),
             f"{recipe.process_model} is not how launcher {recipe.launcher} starts ranks "
@@ -331,7 +256,7 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
     ):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
     for report, key, text in places:
-        if per_rank := sorted(name for name in placeholders(text) if RUNTIME_VALUES[name][0] in late):
+        if per_rank := sorted(name for name in placeholders(text) if WHEN[name] in late):
             report(
                 key,
                 f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "

@@ -31,20 +31,3 @@ label mpi multi-prog no-allocate overlap preserve-env prolog pty quit-on-interru
 send-libs slurmd-debug task-epilog task-prolog threads unbuffered
 """.split()
 )
-
-# What the launch step's srun is given by clusterkit -> the field that sets it.
-STEP_OWNED = {
-    "nodes": "resources.nodes",
-    "ntasks": "resources.nodes and process_model",
-    "ntasks-per-node": "process_model (a launcher task per node, or a task per rank)",
-    "cpus-per-task": "resources.cpus_per_task",
-    "output": "runs_dir (each node's log is in the run directory)",
-    "error": "runs_dir (each node's log is in the run directory)",
-    "open-mode": "nothing: the node logs are appended to",
-    "kill-on-bad-exit": "srun.kill_on_bad_exit",
-    "wait": "srun.wait",
-    "mpi": "srun.mpi",
-    "distribution": "srun.distribution",
-    "cpu-bind": "srun.cpu_bind",
-    "label": "srun.label",
-}

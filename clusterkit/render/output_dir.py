@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from clusterkit.runs.layout import RENDER_MARKER as MARKER
 from clusterkit.runs.output_dir import write_output
+from clusterkit.spec.layout import RENDER_MARKER as MARKER
 
 __all__ = ["MARKER", "write_render"]
 
@@ -23,6 +23,6 @@ def write_render(files: Mapping[str, str], out_dir: Path, description: str) -> P
 
 
 def _write_file(path: Path, text: str) -> None:
-    path.parent.mkdir(exist_ok=True)  # a sweep point's files are in <index>/
+    path.parent.mkdir(parents=True, exist_ok=True)  # <index>/ (a sweep point), supervisor/
     path.write_text(text, encoding="utf-8")
     path.chmod(0o755 if path.name.endswith(".sbatch") else 0o644)

@@ -9,7 +9,7 @@ from typing import Any
 
 from clusterkit.errors import UnsafeValue
 from clusterkit.spec.recipe import LINE_BREAKING
-from clusterkit.spec.runtime_values import BATCH, NODE, PLACEHOLDER, RUNTIME_VALUES, TASK
+from clusterkit.spec.runtime_values import IN_BATCH_SHELL, PLACEHOLDER
 
 
 class Shell(str):
@@ -52,13 +52,13 @@ def comment(value: Any) -> Shell:
 
 
 def runtime_text(text: str) -> Shell:
-    """``text`` quoted, with ``{job_id}`` and ``{run_dir}`` as the batch shell's ``"$SLURM_JOB_ID"``
-    and ``"$RUN_DIR"``; a value known later (``{node_rank}``, ``{rank}``) stays as quoted text for
-    the launch step to replace (:func:`late_expansion`)."""
+    """``text`` quoted, with ``{job_id}`` and ``{run_dir}`` as the batch shell's ``"$CLUSTERKIT_JOB_ID"``
+    and ``"$RUN_DIR"``; a value known later (``{node_rank}``, ``{master_port}``) stays as quoted text
+    for the node agent to fill in (the launch plan names the variables that hold one)."""
     pieces, last = [], 0
     for match in PLACEHOLDER.finditer(text):
-        when, variable = RUNTIME_VALUES[match.group(1)]
-        if when != BATCH:
+        variable = IN_BATCH_SHELL.get(match.group(1))
+        if variable is None:
             continue
         if match.start() > last:
             pieces.append(quote(text[last : match.start()]))
@@ -67,23 +67,6 @@ def runtime_text(text: str) -> Shell:
     if last < len(text) or not pieces:
         pieces.append(quote(text[last:]))
     return Shell("".join(pieces))
-
-
-def late_expansion(env_names: Iterable[str], in_task: bool) -> Shell:
-    """Shell for the start of the launch step's body (single-quoted there, so it holds no quote of
-    its own): ``{node_rank}`` (and in a task per rank ``{rank}``, ``{local_rank}``) replaced in the
-    arguments and in the named env variables, from SLURM's variables in that node or task."""
-    names = [name for name, (when, _) in RUNTIME_VALUES.items() if when == NODE or in_task and when == TASK]
-    steps = []
-    for target in ["@", *env_names]:
-        if target != "@" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", target):
-            raise UnsafeValue(f"refusing to render {target!r} as a variable name")
-        value = "@" if target == "@" else target
-        for name in names:
-            variable = RUNTIME_VALUES[name][1]
-            replaced = f'"${{{value}//"{{{name}}}"/${variable}}}"'
-            steps.append(f"set -- {replaced}; " if target == "@" else f"export {target}={replaced}; ")
-    return Shell("".join(steps))
 
 
 def extended_value(var: Any) -> Shell:

@@ -10,7 +10,7 @@ from clusterkit.errors import Finding, RecipeError
 from clusterkit.load.sweep import SweepPoints
 from clusterkit.render.job import RenderedJob, jinja_environment, render_job, sbatch_options, template_search_path
 from clusterkit.render.template_files import checked_script, render_template
-from clusterkit.runs import layout as run_layout
+from clusterkit.spec import layout as run_layout
 from clusterkit.version import __version__
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"

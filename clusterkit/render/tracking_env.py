@@ -3,7 +3,7 @@ own code) read, so that every start of the job (a requeue, a --resume) continues
 
 from __future__ import annotations
 
-from clusterkit.runs import layout
+from clusterkit.spec import layout
 from clusterkit.spec.network import EnvVar
 from clusterkit.spec.resolved import ResolvedRecipe
 

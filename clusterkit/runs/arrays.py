@@ -10,12 +10,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from clusterkit.runs.layout import METRICS, SWEEP_POINTS
 from clusterkit.runs.logs import METRICS_LIMIT, Readable, read_run_file
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import COMPLETED, FAILED, PENDING, RUNNING, TERMINAL, JobStatus
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.spec.bounded_read import InputFileError
+from clusterkit.spec.layout import METRICS, SWEEP_POINTS
 
 
 def task_record(array: RunRecord, index: int) -> RunRecord:

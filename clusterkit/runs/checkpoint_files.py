@@ -14,7 +14,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from clusterkit.runs.layout import (
+from clusterkit.spec.layout import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     COMPLETE,

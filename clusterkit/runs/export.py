@@ -10,8 +10,8 @@ from pathlib import Path
 
 from clusterkit.errors import UserError
 from clusterkit.runs.checkpoint_files import checkpoints_dir, damage, newest_usable
-from clusterkit.runs.layout import COMPLETE, WEIGHTS
 from clusterkit.runs.output_dir import check_output_dir, write_output
+from clusterkit.spec.layout import COMPLETE, WEIGHTS
 
 
 class ExportError(UserError, RuntimeError):

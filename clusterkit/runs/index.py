@@ -28,9 +28,9 @@ from typing import IO
 import msgspec
 
 from clusterkit.errors import BadRunRecord
-from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.runs.record import JobId, RunRecord, read_record
 from clusterkit.spec.bounded_read import InputFileError, MiB, read_bounded
+from clusterkit.spec.layout import RUN_RECORD
 
 INDEX_NAME = "runs.jsonl"
 # Past this size an add rewrites the file with only the runs still on disk, the newest KEEP of them.

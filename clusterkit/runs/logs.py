@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
-from clusterkit.runs.layout import (
+from clusterkit.runs.record import RunRecord
+from clusterkit.spec.bounded_read import MiB, read_bounded
+from clusterkit.spec.layout import (
     STREAMS,
     deepspeed_rank_log,
     mpirun_output,
@@ -17,8 +19,6 @@ from clusterkit.runs.layout import (
     node_log,
     torchrun_rank_logs,
 )
-from clusterkit.runs.record import RunRecord
-from clusterkit.spec.bounded_read import MiB, read_bounded
 
 # A run's metrics.jsonl read whole (plot, a sweep's results, Run.metrics): far more than a run logs.
 METRICS_LIMIT = 256 * MiB

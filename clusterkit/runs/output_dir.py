@@ -2,7 +2,7 @@
 moving anything clusterkit did not write.
 
 A folder clusterkit wrote holds a marker naming what kind of output it is and listing its files
-(:data:`~clusterkit.runs.layout.OUTPUT_MARKERS`). Into a new or empty folder the output is written;
+(:data:`~clusterkit.spec.layout.OUTPUT_MARKERS`). Into a new or empty folder the output is written;
 an earlier output of the same kind (its marker present, nothing else in it) is replaced whole,
 atomically where the kernel can swap two directories; anything else is refused.
 """
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clusterkit.errors import OutputDirError
-from clusterkit.runs.layout import OUTPUT_MARKERS, OutputKind
 from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.layout import OUTPUT_MARKERS, OutputKind
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from clusterkit.errors import BadRunRecord, RunNotFound
-from clusterkit.runs.layout import RUN_RECORD
 from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.layout import RUN_RECORD
 from clusterkit.spec.profile import Login
 
 # A job id names files and directories and is matched in globs: one plain word, no path or pattern.

@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterkit.runs.layout import (
+from clusterkit.runs.record import RunRecord
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.layout import (
     EXIT_CODE,
     HOSTFILE,
     PREEMPTED_RECORD,
@@ -23,8 +25,6 @@ from clusterkit.runs.layout import (
     node_log,
     node_number,
 )
-from clusterkit.runs.record import RunRecord
-from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
@@ -78,7 +78,7 @@ class JobStatus:
 
 
 def exit_code_from_run_dir(run_dir: Path) -> int | None:
-    """The batch script's exit code, once it has written one."""
+    """The job's exit code, once its supervisor has written one."""
     try:
         return int(_text(run_dir / EXIT_CODE).strip())
     except ValueError:

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 from clusterkit.errors import ExternalError, MissingPackage, UsageError
-from clusterkit.runs import layout
 from clusterkit.runs.record import RunRecord
+from clusterkit.spec import layout
 
 
 def wandb_offline_runs(tracking_dir: Path, run_id: str) -> list[Path]:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable, remove_incomplete, rotate, set_aside
-from clusterkit.runs.layout import COMPLETE, LATEST, checkpoint_name
+from clusterkit.spec.layout import COMPLETE, LATEST, checkpoint_name
 
 
 def _barrier() -> None:

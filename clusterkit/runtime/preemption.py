@@ -1,31 +1,27 @@
-"""Preemption: SLURM's warning signal (``--signal=B:<SIG>@<grace>``) reaches the batch shell, which
-passes it to every rank. On it, all ranks agree to stop after the current step, save a checkpoint
-together, and rank 0 requeues the job (``scontrol requeue``) while fewer than ``max_requeues``
-restarts have happened; the requeued job resumes from that checkpoint."""
+"""Preemption: SLURM's warning signal (``--signal=B:<SIG>@<grace>``) reaches the batch shell, whose
+supervisor passes it to every rank. On it, all ranks agree to stop after the current step, save a
+checkpoint together, and end with 0 (a non-zero rank would have its launcher and srun end the other
+nodes' ranks, rank 0 perhaps before its record is written); the supervisor, seeing the record,
+requeues the job while fewer than ``max_requeues`` restarts have happened, and the requeued job
+resumes from that checkpoint."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from clusterkit.runs.layout import PREEMPTED_RECORD, REQUEUED
 from clusterkit.runtime.rank_exit import write_durably
-
-# Exit code of the ranks when the job stopped for preemption without being requeued.
-EXIT_PREEMPTED = 85
+from clusterkit.spec.layout import PREEMPTED_RECORD
 
 
 class PreemptionHandler(TrainerCallback):
-    def __init__(self, run_dir: Path, signal_name: str | None, max_requeues: int):
+    def __init__(self, run_dir: Path, signal_name: str | None):
         self.run_dir = run_dir
-        self.max_requeues = max_requeues
         self.requested = False
         self.stopped_at: int | None = None
         self.signal_name = signal_name
@@ -57,48 +53,11 @@ class PreemptionHandler(TrainerCallback):
         return self.stopped_at is not None
 
     def finish(self, is_rank_zero: bool) -> int:
-        """After training stopped for preemption: requeue (rank 0) or record why not. Returns the
-        exit code every rank should end with."""
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        job_id = os.environ.get("SLURM_JOB_ID")
-        requeue = (
-            job_id is not None and restarts < self.max_requeues and os.environ.get("CLUSTERKIT_EXECUTOR") != "local"
-        )
+        """After training stopped for preemption (a checkpoint saved): rank 0 records the step, and
+        every rank ends with 0. The job's supervisor, on the batch host, then requeues the job or
+        completes the record with why not and ends the job with EXIT_PREEMPTED (an image seldom has
+        scontrol)."""
         if is_rank_zero:
-            if requeue:
-                print(
-                    f"clusterkit: preempted at step {self.stopped_at}; requeueing job {job_id} "
-                    f"(restart {restarts + 1} of at most {self.max_requeues})",
-                    flush=True,
-                )
-                # Before the requeue: the batch script may reach its end before SLURM stops it, and
-                # must then keep what the next start reads (the secrets file).
-                write_durably(
-                    self.run_dir / REQUEUED, json.dumps({"step": self.stopped_at, "restart": restarts + 1}) + "\n"
-                )
-                if subprocess.run(["scontrol", "requeue", job_id], check=False).returncode != 0:
-                    (self.run_dir / REQUEUED).unlink(missing_ok=True)  # not started again: this was the end
-            else:
-                reason = (
-                    f"max_requeues ({self.max_requeues}) reached"
-                    if job_id and restarts >= self.max_requeues
-                    else "no SLURM job to requeue"
-                )
-                write_durably(
-                    self.run_dir / PREEMPTED_RECORD,
-                    json.dumps(
-                        {
-                            "step": self.stopped_at,
-                            "restarts": restarts,
-                            "max_requeues": self.max_requeues,
-                            "reason": reason,
-                        }
-                    )
-                    + "\n",
-                )
-                print(
-                    f"clusterkit: preempted at step {self.stopped_at}; {reason}: not requeued. "
-                    f"Continue with: clusterkit submit --resume {self.run_dir}",
-                    flush=True,
-                )
-        return 0 if requeue else EXIT_PREEMPTED
+            write_durably(self.run_dir / PREEMPTED_RECORD, json.dumps({"step": self.stopped_at}) + "\n")
+            print(f"clusterkit: preempted at step {self.stopped_at}: checkpoint saved", flush=True)
+        return 0

@@ -1,11 +1,11 @@
 """Preflight: before training, in the same allocation, every rank joins one all-reduce benchmark.
 
-``python -m clusterkit.runtime.preflight RUN_DIR/job.json`` runs on every rank (the batch script launches it
+``python -m clusterkit.runtime.preflight RUN_DIR/job.json`` runs on every rank (the supervisor launches it
 like the training entry point). Bandwidths follow nccl-tests: algbw = bytes / time, and for
 all-reduce busbw = algbw * 2(n-1)/n, which is comparable across rank counts. Each node then
 all-reduces within itself at the largest size; a node whose bus bandwidth is below
 ``preflight.slow_fraction`` of the median node's is named slow, and ``on_slow: fail`` stops the job
-before it trains on that node. Results go to ``RUN_DIR/preflight.json`` and the job log.
+before it trains on that node (``exclude`` too, and the job's retry then leaves the slow nodes out). Results go to ``RUN_DIR/preflight.json`` and the job log.
 
 The module imports torch only in :func:`run`; the rest is plain arithmetic the CLI reuses.
 """
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusterkit.runs.layout import JOB_JSON, PREFLIGHT_RESULT
 from clusterkit.runs.preflight_report import format_report
+from clusterkit.spec.layout import JOB_JSON, PREFLIGHT_RESULT
 from clusterkit.spec.resolved import decode_job_file
 
 GPU_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30)
@@ -125,14 +125,14 @@ def run(job_file: Path) -> int:
         print(format_report(result), flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    return EXIT_SLOW if slow and settings.on_slow == "fail" else 0
+    return EXIT_SLOW if slow and settings.on_slow in ("fail", "exclude") else 0
 
 
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m clusterkit.runtime.preflight")
-    parser.add_argument("job_file", type=Path, help=f"the {JOB_JSON} the batch script wrote into the run directory")
+    parser.add_argument("job_file", type=Path, help=f"the {JOB_JSON} of the run directory")
     # The DeepSpeed launcher puts --local_rank before the script's own arguments; LOCAL_RANK says the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     from clusterkit.runtime.rank_exit import finish

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator, set_seed
 
-from clusterkit.runs import layout as run_layout
 from clusterkit.runtime.applied_layout import AppliedLayout
 from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir, resume_point
 from clusterkit.runtime.data import build_dataset
@@ -27,6 +26,7 @@ from clusterkit.runtime.model import attention_implementation, build_model, buil
 from clusterkit.runtime.preemption import PreemptionHandler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
 from clusterkit.runtime.tracking import start_tracking
+from clusterkit.spec import layout as run_layout
 from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import TrainerTask
@@ -283,7 +283,7 @@ def _train(job_file: Path) -> int:
         args.per_device_train_batch_size * args.gradient_accumulation_steps * (args.world_size // recipe.parallelism.tp)
     )
     metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch, trainer_spec.dataset.seq_len, args.world_size)
-    preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal, recipe.preemption.max_requeues)
+    preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal)
     layout = AppliedLayout(recipe, args.world_size)
     publisher = CheckpointPublisher(keep_checkpoints)
     trainer = FingerprintingTrainer(

@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,12 +21,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
-from clusterkit.runs.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.runs.logs import Readable
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.code_snapshot import Inventory, take_inventory
 from clusterkit.spec.arrays import array_indices, task_job_id
+from clusterkit.spec.layout import JOB_SCRIPT, LOCAL_JOB_IDS, STAGING_PREFIX, TRACKING_DIR
 from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.spec.tracking import Tracking
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # status, ls, logs and cancel need neither the loader (YAML) 
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
 
-LOCAL_MAX_NODES = 254  # the local executor's nodes are the loopback addresses 127.0.0.1-254
 JOB_ID_FIELD = "{job_id}"  # in the local executor's argv: the id it claims when it submits
 
 
@@ -186,7 +185,32 @@ def is_this_host(name: str) -> bool:
 
 
 class SchedulerUnavailable(UserError, LookupError):
-    """The chosen executor cannot reach this cluster (reported like an unknown name: exit 2)."""
+    """The chosen executor cannot reach this cluster, or cannot run this job (exit 2)."""
+
+
+# What a job may ask of its scheduler: feature -> whether this job does (``dependency``: submit's
+# --after/--singleton). What a scheduler cannot do is data on its module: ``UNSUPPORTED`` (feature ->
+# why, formatted with the recipe) and ``MAX_NODES``, read here and nowhere else.
+JOB_FEATURES: dict[str, Callable[[LoadedRecipe, str | None], bool]] = {
+    "batch_launcher": lambda loaded, dependency: loaded.recipe.process_model == "batch_launcher",
+    "dependency": lambda loaded, dependency: bool(dependency),
+    "service": lambda loaded, dependency: loaded.recipe.service is not None,
+    "pyxis": lambda loaded, dependency: bool(loaded.recipe.container and loaded.recipe.container.runtime == "pyxis"),
+}
+
+
+def check_capabilities(loaded: LoadedRecipe, scheduler: str, dependency: str | None = None) -> None:
+    """Refuse, in one line, a job that asks for what ``scheduler`` cannot do."""
+    backend = importlib.import_module(REGISTRY[scheduler])
+    for feature, asks in JOB_FEATURES.items():
+        if feature in backend.UNSUPPORTED and asks(loaded, dependency):
+            raise SchedulerUnavailable(f"{loaded.path}: {backend.UNSUPPORTED[feature].format(recipe=loaded.recipe)}")
+    nodes = loaded.recipe.resources.nodes
+    if backend.MAX_NODES is not None and nodes > backend.MAX_NODES:
+        raise SchedulerUnavailable(
+            f"{loaded.path}: resources.nodes: the {scheduler} executor runs at most {backend.MAX_NODES} nodes "
+            f"({backend.NODES}), not {nodes}"
+        )
 
 
 def dry_run(
@@ -216,30 +240,7 @@ def dry_run(
             uploads = (script,)
     else:
         runs_root = str(Path(runs_dir).expanduser().absolute() / recipe.name)
-    if scheduler == "local" and recipe.process_model == "batch_launcher":
-        raise SchedulerUnavailable(
-            f"{loaded.path}: process_model: batch_launcher needs SLURM (launcher "
-            f"{recipe.launcher} calls srun itself); the local executor cannot run it"
-        )
-    if scheduler == "local" and dependency:
-        raise SchedulerUnavailable(
-            f"{loaded.path}: --after/--singleton need SLURM's queue; the local executor runs a job at once"
-        )
-    if scheduler == "local" and recipe.service:
-        raise SchedulerUnavailable(
-            f"{loaded.path}: service: the service role needs SLURM (its steps are placed on "
-            f"named nodes of the allocation); the local executor cannot run it"
-        )
-    if scheduler == "local" and recipe.container and recipe.container.runtime == "pyxis":
-        raise SchedulerUnavailable(
-            f"{loaded.path}: a pyxis container needs SLURM's srun (its --container-* options); "
-            f"the local executor cannot run it"
-        )
-    if scheduler == "local" and recipe.resources.nodes > LOCAL_MAX_NODES:
-        raise SchedulerUnavailable(
-            f"{loaded.path}: resources.nodes: the local executor runs at most "
-            f"{LOCAL_MAX_NODES} nodes (127.0.0.1-{LOCAL_MAX_NODES}), not {recipe.resources.nodes}"
-        )
+    check_capabilities(loaded, scheduler, dependency)
     staging = f"{runs_root}/{STAGING_PREFIX}{secrets.token_hex(6)}"
     # Listed now, so what the dry run reports is what the submit copies; the local runs_dir (an ssh
     # run's records too) is never part of it.

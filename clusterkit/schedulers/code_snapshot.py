@@ -26,8 +26,8 @@ from pathlib import Path, PurePosixPath
 
 from clusterkit.errors import BadRunRecord, SubmitError, UsageError, printable
 from clusterkit.load.snapshot import git
-from clusterkit.runs.layout import OUTPUT_MARKERS, RUN_RECORD, SECRETS_FILE, STAGING_PREFIX
 from clusterkit.runs.record import read_record
+from clusterkit.spec.layout import OUTPUT_MARKERS, RUN_RECORD, SECRETS_FILE, STAGING_PREFIX
 from clusterkit.spec.snapshot import DEFAULT_EXCLUDE, CodeSnapshot
 
 

@@ -16,7 +16,6 @@ from typing import BinaryIO
 
 from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.index import add_run
-from clusterkit.runs.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import (
@@ -41,9 +40,22 @@ from clusterkit.schedulers.local_slurm import (
     terminate,
 )
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
+from clusterkit.spec.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.spec.profile import Login
 
 SHIMS = ("srun", "scontrol")
+
+# What this executor cannot run (schedulers.api.check_capabilities reads these).
+UNSUPPORTED = {
+    "batch_launcher": "process_model: batch_launcher needs SLURM (launcher {recipe.launcher} calls srun itself); the "
+    "local executor cannot run it",
+    "dependency": "--after/--singleton need SLURM's queue; the local executor runs a job at once",
+    "service": "service: the service role needs SLURM (its steps are placed on named nodes of the allocation); the "
+    "local executor cannot run it",
+    "pyxis": "a pyxis container needs SLURM's srun (its --container-* options); the local executor cannot run it",
+}
+MAX_NODES = 254
+NODES = "127.0.0.1-254"  # its nodes are loopback addresses
 
 
 def allocate_job_id(ids_dir: Path, start: int) -> str:
@@ -77,7 +89,7 @@ def _write_shims(shim_dir: Path) -> None:
 
 def write_run_files(request: SubmitRequest, run_dir: Path) -> None:
     for file_name, text in request.files.items():
-        (run_dir / file_name).parent.mkdir(exist_ok=True)  # a sweep point's files are in <index>/
+        (run_dir / file_name).parent.mkdir(parents=True, exist_ok=True)  # <index>/ (a sweep point), supervisor/
         (run_dir / file_name).write_text(text, encoding="utf-8")
     (run_dir / request.script_name).chmod(0o755)
 

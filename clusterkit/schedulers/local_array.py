@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from clusterkit.runs.layout import LOCAL_JOB_IDS, SHIM_DIR, batch_log
 from clusterkit.schedulers.local import allocate_job_id
 from clusterkit.schedulers.local_slurm import ARRAY_MARKER, JOB_MARKER
 from clusterkit.spec.arrays import task_job_id
+from clusterkit.spec.layout import LOCAL_JOB_IDS, SHIM_DIR, batch_log
 
 
 def _start(run_dir: Path, script: str, kind: str, index: int) -> subprocess.Popen[bytes]:

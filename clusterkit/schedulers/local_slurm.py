@@ -54,6 +54,7 @@ def srun(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="srun", allow_abbrev=False)
     parser.add_argument("--kill-on-bad-exit", type=int, default=0)
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--nodelist")
     parser.add_argument("--ntasks", type=int)
     parser.add_argument("--ntasks-per-node", type=int, default=1)
     parser.add_argument("--open-mode", default="truncate")
@@ -70,7 +71,7 @@ def srun(argv: list[str]) -> int:
     if unknown:
         print(f"srun (clusterkit local executor): unsupported options {unknown}", file=sys.stderr)
         return 1
-    hosts = _hosts()
+    hosts = args.nodelist.split(",") if args.nodelist else _hosts()
     job_id = os.environ["SLURM_JOB_ID"]
     mode = "ab" if args.open_mode == "append" else "wb"
     batch_shell, step = os.getppid(), str(os.getpid())

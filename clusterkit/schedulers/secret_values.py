@@ -9,7 +9,7 @@ its owner's and readable by its owner only. No value can hold a NUL (no environm
 secret in neither, or empty, stops the submit before anything is written or queued.
 
 How they reach the ranks: the submitting adapter writes them, NUL-separated (``NAME=value\\0``),
-into :data:`~clusterkit.runs.layout.SECRETS_FILE` in the staging directory, created with mode 0600
+into :data:`~clusterkit.spec.layout.SECRETS_FILE` in the staging directory, created with mode 0600
 and O_EXCL (over SSH: under ``umask 077`` with ``set -C``, the values on the command's standard
 input, never in its command line); the rename makes it part of the run directory, still readable by
 its owner only. The batch script reads it into its environment with ``read -d ''`` and ``export``
@@ -20,13 +20,13 @@ sbatch runs as ``env -u NAME ... sbatch`` for the same reason.
 
 Why a file that stays: every later attempt of the run starts from the same script in the same run
 directory and needs the values again (a requeue after preemption, an automatic retry, a chain's
-next link, an array's other tasks). The batch script of a single job removes the file when its end
-is the run's end: with ``preemption.max_requeues: 0`` (or the local executor) whenever it exits; with
-requeues on SLURM once the launch step (or a preflight) ended and the runner did not requeue the job
-(it writes :data:`~clusterkit.runs.layout.REQUEUED` first), never when SLURM kills the shell (its own
-requeue); in either case not when a retry was queued. ``clusterkit cancel`` removes it too. Otherwise
-(an array's, a chain's) it stays, mode 0600, like ``~/.cache/huggingface/token``: an interrupted
-submit (Ctrl-C, kill -9) leaves it no more readable.
+next link, an array's other tasks). The job's supervisor removes a single job's file when its end is
+the run's end (clusterkit.supervisor.batch): the job ended and neither a requeue (its own, or one a
+program asked for and marked with :data:`~clusterkit.spec.layout.REQUEUED`) nor a retry will start it
+again; never when SLURM kills it (its own requeue). Until the supervisor runs, the batch script
+removes it if a line before fails. ``clusterkit cancel`` removes it too. Otherwise (an array's, a
+chain's) it stays, mode 0600, like ``~/.cache/huggingface/token``: an interrupted submit (Ctrl-C,
+kill -9) leaves it no more readable.
 """
 
 from __future__ import annotations

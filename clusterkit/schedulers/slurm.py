@@ -26,7 +26,6 @@ from typing import BinaryIO
 from clusterkit.errors import ExternalError, SchedulerError, SubmitError
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.index import add_run
-from clusterkit.runs.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import JobStatus, explained, slurm_status
@@ -36,7 +35,12 @@ from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
 from clusterkit.spec.arrays import task_job_id
+from clusterkit.spec.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
+
+# SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
+UNSUPPORTED: dict[str, str] = {}
+MAX_NODES = None
 
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
 
@@ -152,7 +156,7 @@ class SlurmScheduler:
         return _Asking({job_id: exit_code}, status)
 
     def _latest_retry(self, record: RunRecord) -> dict | None:
-        """The newest line of the run's retries.jsonl (each retry the batch script submitted)."""
+        """The newest line of the run's retries.jsonl (each retry the supervisor submitted)."""
         try:
             with self.host.open(f"{record.run_dir}/{RETRIES}") as handle:
                 lines = [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]

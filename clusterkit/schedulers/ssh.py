@@ -32,7 +32,6 @@ import msgspec
 from clusterkit.errors import SSHError
 from clusterkit.load.user_config import load_user_config
 from clusterkit.runs.index import add_run
-from clusterkit.runs.layout import STREAMS, node_log
 from clusterkit.runs.logs import stream
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import UNKNOWN, JobStatus
@@ -40,7 +39,12 @@ from clusterkit.schedulers.api import SubmitRequest
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.slurm import SlurmScheduler
 from clusterkit.schedulers.ssh_transport import READ_ONLY_ATTEMPTS, Session, Unreachable, command_line, connect
+from clusterkit.spec.layout import STREAMS, node_log
 from clusterkit.spec.profile import Login
+
+# SLURM on the login node runs every job clusterkit renders (schedulers.api.check_capabilities).
+UNSUPPORTED: dict[str, str] = {}
+MAX_NODES = None
 
 T = TypeVar("T")
 # The exit status of a file command whose file is not there (cat and find would say so in words).

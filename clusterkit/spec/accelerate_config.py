@@ -1,6 +1,6 @@
 """The accelerate config file clusterkit renders for ``launcher: accelerate``: what accelerate would
 ask in ``accelerate config``, answered from the resolved recipe. The per-node values (machine rank,
-main process address and port) are left to the command line, where the batch script sets them."""
+main process address and port) are left to the command line, where the launch plan sets them."""
 
 from __future__ import annotations
 

@@ -39,18 +39,24 @@ class GPU(_Struct):
     memory_gb: Annotated[float, Meta(gt=0)]
     # Dense bf16 peak per GPU; used by the planner's cost model.
     peak_tflops: Annotated[float, Meta(gt=0)] | None = None
+    # Whose GPUs: how a container runtime exposes them (Apptainer's --nv or --rocm).
+    vendor: Literal["nvidia", "amd"] = "nvidia"
 
 
 class Container(_Struct):
-    """Run every node's launcher inside a container: pyxis/enroot (srun --container-image & co.) or
-    Apptainer/Singularity (``apptainer exec`` before the launcher, ``--nv`` on GPU profiles). The
-    run directory is always mounted at its own path; the host environment passes through."""
+    """Run the job's steps inside a container (each node's launcher or each rank, the service, the
+    preflight): pyxis/enroot (srun --container-image & co.) or Apptainer/Singularity (``apptainer
+    exec`` before the launcher, ``--nv`` or ``--rocm`` by the profile's GPU vendor). The run directory
+    is always mounted at its own path; the host environment passes through."""
 
     image: NonEmptyLine
     runtime: Literal["pyxis", "apptainer"] = "pyxis"
     # host[:container[:options]], as both runtimes write them
     mounts: list[NonEmptyLine] = field(default_factory=list)
     workdir: NonEmptyLine | None = None
+    # pyxis runs every task inside the image, clusterkit's node agent too: the image's interpreter for
+    # it (any Python 3.8 or newer). Apptainer's agent runs outside, with the profile's host_python.
+    python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
 
 
 # A host name, address or ~/.ssh/config alias, and a login name, as ssh takes them: never an ssh
@@ -136,7 +142,13 @@ class ClusterProfile(_Struct, kw_only=True):
     # given to a step whose task starts a whole node's ranks (torchrun, DeepSpeed per node, mpirun).
     task_gpu_bind: Annotated[str, Meta(pattern=WORD_PATTERN)] | None = None
     runs_dir: NonEmptyLine | None = None
+    # The launchers' and ranks' interpreter (the one with torch), one word or an argv list; a recipe's
+    # python wins. Not the supervisor's: that is host_python.
     python: PythonCommand = "python3"
+    # The interpreter of clusterkit's supervisor in the batch shell, and of its node agent on each node
+    # where that runs outside a container (no container, or Apptainer): any Python 3.8 or newer, looked
+    # up after the setup lines (so a module or venv they load can provide it).
+    host_python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
     nvme_path: NonEmptyLine | None = None
     login: Login | None = None
     # Compute nodes that cannot reach the model hub: jobs run with the hub's offline switches set
@@ -144,6 +156,10 @@ class ClusterProfile(_Struct, kw_only=True):
     offline: bool = False
     # HF_HOME for every job: an absolute path on the shared filesystem (the hub cache is its hub/ folder).
     hf_home: Annotated[str, Meta(pattern=HF_HOME_PATTERN)] | None = None
+
+    @property
+    def gpu_vendor(self) -> str:
+        return self.gpu.vendor if self.gpu is not None else "nvidia"
 
 
 def expanded(text: str) -> Path:

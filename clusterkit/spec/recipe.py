@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
 from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS, Tracker, Tracking
@@ -88,24 +89,13 @@ NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet
 Precision = Literal["bf16", "fp16", "fp32"]
 # command: your own command on every node (it starts the ranks); see docs/guides/launchers.md.
 # mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
-Launcher = Literal["torchrun", "deepspeed", "accelerate", "python", "command", "mpirun"]
+Launcher = Literal[tuple(LAUNCHERS)]  # one record each in spec.launchers
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
 # batch_launcher: one launcher runs in the batch shell and starts every rank through an srun step of
 # its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
-# The process model each launcher runs under.
-PROCESS_MODEL = {
-    "torchrun": "launcher_per_node",
-    "deepspeed": "launcher_per_node",
-    "accelerate": "launcher_per_node",
-    "python": "task_per_gpu",
-    "command": "launcher_per_node",
-    "mpirun": "batch_launcher",
-}
-# Process models a launcher can also run under (besides its own above).
-OTHER_PROCESS_MODELS = {"deepspeed": ("batch_launcher",)}
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
 
@@ -290,7 +280,9 @@ class Preflight(_Struct):
     enabled: bool = True
     # A node whose intra-node all-reduce bus bandwidth is below this share of the median node's is slow.
     slow_fraction: Annotated[float, Meta(gt=0, lt=1)] = 0.8
-    on_slow: Literal["warn", "fail"] = "warn"
+    # warn: named in status and the log; fail: the job stops; exclude: it stops, and its automatic
+    # retry (preemption.max_retries) runs without the slow nodes.
+    on_slow: Literal["warn", "fail", "exclude"] = "warn"
     # Run the benchmark and stop (what `clusterkit preflight RECIPE` submits).
     only: bool = False
 
@@ -334,7 +326,7 @@ class Recipe(_Struct, kw_only=True):
     resources: Resources = field(default_factory=Resources)
     parallelism: Parallelism = field(default_factory=Parallelism)
     launcher: Launcher = "torchrun"
-    # Default: the launcher's (PROCESS_MODEL); a value that does not match it is an error.
+    # Default: the launcher's own (spec.launchers); a value that does not match it is an error.
     process_model: ProcessModel | None = None
     # More words for the launcher (torchrun / DeepSpeed), e.g. [--max-restarts=3, --role, trainer];
     # flags clusterkit writes are refused with the field that sets them.
@@ -361,7 +353,10 @@ class Recipe(_Struct, kw_only=True):
     # The profile's modules and setup lines to leave out (to drop a profile's env variable, set it to null in env).
     drop: ProfileDrops = field(default_factory=ProfileDrops)
     runs_dir: NonEmptyLine | None = None
+    # The rendezvous port on the first training node; default: 10000 + job id mod 20000, moved on
+    # while something already answers there.
     master_port: Annotated[int, Meta(ge=1024, le=65535)] | None = None
+    # The launchers' and ranks' interpreter, instead of the cluster profile's: one word or an argv list.
     python: PythonCommand | None = None
     sweep: Sweep | None = None
     # Checkpoints of an earlier run to continue from (`clusterkit submit --resume RUN_DIR` sets it).
@@ -372,7 +367,7 @@ class Recipe(_Struct, kw_only=True):
 
 def process_model_of(recipe: Recipe) -> ProcessModel:
     """The recipe's process model as written, or its launcher's own."""
-    return recipe.process_model or PROCESS_MODEL[recipe.launcher]  # type: ignore[return-value]
+    return recipe.process_model or LAUNCHERS[recipe.launcher].process_model  # type: ignore[return-value]
 
 
 def tasks_per_node(process_model: str, gpus_per_node: int) -> int:

@@ -144,7 +144,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     @property
     def job_kind(self) -> str:
         """``job``; ``array``: a task per index, each in its own run directory; ``chain``: links one
-        after another in one run directory (runs.layout names each kind's directories)."""
+        after another in one run directory (spec.layout names each kind's directories)."""
         return "job" if self.array is None else "chain" if self.array.chain else "array"
 
     @property

@@ -1,29 +1,32 @@
 """Run-time values: ``{name}`` in an env value or a script argument stands for what is known only when
-the job runs. Each is expanded where it is first known, as quoted shell:
+the job runs (the names and the expansion are the job's own: :mod:`clusterkit.supervisor.plan`):
 
-- ``{job_id}``, ``{run_dir}``: in the batch shell (``$SLURM_JOB_ID``, ``$RUN_DIR``);
-- ``{node_rank}``: on each node, in the launch step (``$SLURM_NODEID``);
+- ``{job_id}``, ``{run_dir}``: the job's (``$CLUSTERKIT_JOB_ID``: as ``clusterkit status`` names it, an
+  array task's ``<array id>_<task id>``; ``$RUN_DIR``), known in the batch shell;
+- ``{master_addr}``, ``{master_port}``: the rendezvous, once the supervisor has chosen it;
+- ``{node_rank}``, ``{hostname}``: on each node, in the launch step;
 - ``{rank}``, ``{local_rank}``: in each task (``$SLURM_PROCID``, ``$SLURM_LOCALID``), so only where
   srun starts one task per rank (launcher: python); torchrun and DeepSpeed start the ranks
   themselves, which read RANK and LOCAL_RANK from their environment.
 
-Only these five names in braces are replaced; any other text (``${HOME}``, ``{x}``) stays as written.
+Only these names in braces are replaced; any other text (``${HOME}``, ``{x}``) stays as written.
+An env value's ``{job_id}`` and ``{run_dir}`` are expanded by the batch script's own environment
+lines; every other value is filled in by the supervisor and the node agent, in one pass.
 """
 
 from __future__ import annotations
 
 import re
 
+from clusterkit.supervisor.plan import NODE_VALUES, TASK_VALUES
+from clusterkit.supervisor.plan import RUNTIME_VALUES as NAMES
+
 BATCH, NODE, TASK = "batch", "node", "task"
-# name -> (when it is known, the shell variable that holds it then)
-RUNTIME_VALUES = {
-    "job_id": (BATCH, "SLURM_JOB_ID"),
-    "run_dir": (BATCH, "RUN_DIR"),
-    "node_rank": (NODE, "SLURM_NODEID"),
-    "rank": (TASK, "SLURM_PROCID"),
-    "local_rank": (TASK, "SLURM_LOCALID"),
-}
-PLACEHOLDER = re.compile(r"\{(" + "|".join(RUNTIME_VALUES) + r")\}")
+# name -> when it is known: the batch shell (also the rendezvous, known before any step), a node, a task
+WHEN = {name: TASK if name in TASK_VALUES else NODE if name in NODE_VALUES else BATCH for name in NAMES}
+# The ones the batch script's environment lines expand themselves, and the shell variable holding each.
+IN_BATCH_SHELL = {"job_id": "CLUSTERKIT_JOB_ID", "run_dir": "RUN_DIR"}
+PLACEHOLDER = re.compile(r"\{(" + "|".join(NAMES) + r")\}")
 
 
 def placeholders(text: str) -> set[str]:
@@ -31,5 +34,6 @@ def placeholders(text: str) -> set[str]:
 
 
 def expanded_late(text: str) -> bool:
-    """Whether ``text`` holds a value known only on a node or in a task (not in the batch shell)."""
-    return any(RUNTIME_VALUES[name][0] != BATCH for name in placeholders(text))
+    """Whether ``text`` holds a value the batch script's environment lines cannot fill in (the
+    supervisor or the node agent does)."""
+    return any(name not in IN_BATCH_SHELL for name in placeholders(text))

@@ -17,4 +17,4 @@ export NCCL_SOCKET_IFNAME='^docker,lo,veth'
 # cpus_per_task / ranks per node = 192/8: no oversubscribed cores
 export OMP_NUM_THREADS=24
 # cluster profile 'aws-efa' network_env
-export LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib:/usr/local/cuda/lib64
+export LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib:/usr/local/cuda/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

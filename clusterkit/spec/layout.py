@@ -2,7 +2,8 @@
 few clusterkit keeps beside it), owned here and nowhere else.
 
 The CLI, the scheduler adapters, the in-job runner and, through the render context (``layout``),
-the batch script all take the names from this module, so a name changes in one place and the
+the batch script all take the names from this module (those of the job's supervisor are defined
+beside it, in clusterkit.supervisor.run_files, and imported here), so a name changes in one place and the
 writer and its readers cannot drift apart. Each name says who writes it and who reads it. Names
 are plain words (no quote, space or shell character: a test holds them to that) because the
 templates put them inside double quotes as they are. Nothing here imports anything heavy.
@@ -12,17 +13,35 @@ from __future__ import annotations
 
 from typing import Literal
 
+# The names the job's supervisor writes or reads are defined beside it (it imports nothing of clusterkit).
+from clusterkit.supervisor.run_files import (  # noqa: F401
+    EXIT_CODE,
+    HOSTFILE,
+    JOB_SCRIPT,
+    LAUNCH_PLAN,
+    PREEMPTED_RECORD,
+    PREFLIGHT_RESULT,
+    RANKS_DIR,
+    REQUEUED,
+    RETRIES,
+    SUPERVISOR_DIR,
+    batch_log,
+    node_dir,
+    node_exit,
+    node_log,
+)
+
 Stream = Literal["out", "err"]  # the two log files of each node (srun --output / --error)
 STREAMS: tuple[Stream, ...] = ("out", "err")
 
 # --- Written by `clusterkit submit` before the job may start (it is held until they exist) ---
-JOB_SCRIPT = "job.sbatch"  # render; run by sbatch, by the local executor, by `submit --bundle` on a login node
+# (also JOB_SCRIPT, LAUNCH_PLAN and SUPERVISOR_DIR, above)
 SWEEP_SCRIPT = "sweep.sbatch"  # render (a sweep), in the array's directory; run by sbatch: starts task i's point
 SWEEP_POINTS = "sweep.json"  # render (a sweep), in the array's directory: each point's values; read by status
 ENV_SCRIPT = "env.sh"  # render; read by people (job.sbatch holds the same lines)
-TASK_SHIM = "task_shim.py"  # render (a launcher in the batch shell); run by each rank: maps its ids to RANK & co.
-ACCELERATE_CONFIG = "accelerate_config.yaml"  # render and the batch script; read by accelerate launch
-DEEPSPEED_CONFIG = "ds_config.json"  # render and the batch script; read by the runner (TrainingArguments.deepspeed)
+JOB_JSON = "job.json"  # render: the resolved recipe and profile; read by the runner, preflight and bench
+ACCELERATE_CONFIG = "accelerate_config.yaml"  # render; read by accelerate launch
+DEEPSPEED_CONFIG = "ds_config.json"  # render; read by the runner (TrainingArguments.deepspeed)
 RESOLVED_RECIPE = "recipe.resolved.yaml"  # render; read by people: the recipe as it was run
 RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by status, logs, cancel, ls, --resume
 # The script's code as it was when submitted (snapshot:): its git tree or folder; the job runs the
@@ -30,30 +49,17 @@ RUN_RECORD = "run.json"  # the scheduler adapters (runs.RunRecord); read by stat
 SNAPSHOT_DIR = "code"
 SHIM_DIR = ".local-bin"  # the local executor: its srun/scontrol stand-ins, first on the job's PATH
 # The adapters at submit (mode 0600; an array's in its top directory): the recipe's secrets, NAME=value\0
-# each; read by the batch script (schedulers.secret_values says why and when it is removed).
+# each; read by the batch script, removed by the supervisor (schedulers.secret_values says when).
 SECRETS_FILE = ".secrets.env"
 
-# --- Written by the batch script ---
-HOSTFILE = "hostfile"  # at start, from the allocation; read by the DeepSpeed launcher and status (host names)
-JOB_JSON = "job.json"  # at start: the resolved recipe and profile; read by the runner, preflight and bench
-EXIT_CODE = "exit_code"  # when the launchers have exited; read by status once SLURM forgot the job
+# The job's supervisor writes HOSTFILE, EXIT_CODE and RETRIES, the node agents RANKS_DIR's node<N>.exit.
 
 # --- Written by the ranks ---
 METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow and bench
-PREFLIGHT_RESULT = "preflight.json"  # preflight, rank 0; read by `clusterkit preflight` and status (slow nodes)
-# The runner, rank 0, when a preempted job is not requeued; read by the batch script (no retry) and status.
-PREEMPTED_RECORD = "preempted.json"
-# The runner, rank 0, just before it requeues the job (scontrol requeue): this job starts again; read by
-# the batch script, which then keeps the secrets file for that start (removed at each start).
-REQUEUED = "requeued"
-# The batch script, when it retries a failed run as a new job excluding the failing node: one JSON
-# line per retry (job_id, after_job, excluded host, node); read by status, which follows the newest.
-RETRIES = "retries.jsonl"
 # A saved model's weights (transformers' save_pretrained): in model/, and in an AutoTP checkpoint
 # beside DeepSpeed's shards (the runner gathers them); read by export.
 WEIGHTS = "model.safetensors"
 MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
-RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the batch script and the runner
 
 # --- Checkpoints: the Trainer's output_dir ---
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer; read by resume, `submit --resume` and export
@@ -103,22 +109,9 @@ RUN_DIR_SHELL = {
 JOB_ID_SHELL = {"job": "$SLURM_JOB_ID", "array": _TASK_ID, "chain": _TASK_ID}
 
 
-def node_dir(node: int | str) -> str:
-    """``ranks/node<N>``: the node's launcher writes each rank's own output there (torchrun
-    --log-dir, DeepSpeed --enable_each_rank_log); read by logs --rank and status. ``node`` is a
-    number, or in the batch script the shell expansion that holds it (``$SLURM_NODEID``)."""
-    return f"{RANKS_DIR}/node{node}"
-
-
 def node_number(name: str) -> int:
     """N from a ``node<N>`` folder name (or a ``node<N>.exit`` stem); ValueError for anything else."""
     return int(name.removeprefix("node"))
-
-
-def node_exit(node: int | str) -> str:
-    """``ranks/node<N>.exit``: the batch script's clusterkit_node, when and how the node's launcher
-    ended; read by status (the earliest failure names the failing node)."""
-    return f"{node_dir(node)}.exit"
 
 
 def rank_record(rank: int | str) -> str:
@@ -126,20 +119,9 @@ def rank_record(rank: int | str) -> str:
     return f"{RANKS_DIR}/rank-{rank}.json"
 
 
-def node_log(job_id: str, node: int | str, stream: Stream) -> str:
-    """``<job id>_<node>_log.out|err``: srun's per-node output (SLURM fills in ``%j``/``%t``); read by
-    logs and status (torchrun's root cause)."""
-    return f"{job_id}_{node}_log.{stream}"
-
-
 def service_log(task: int | str, stream: Stream) -> str:
     """``service_<task>.out|err``: the service role's output, one file per service node (srun's %t)."""
     return f"service_{task}.{stream}"
-
-
-def batch_log(job_id: str, stream: Stream) -> str:
-    """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
-    return node_log(job_id, 0, stream)
 
 
 def checkpoint_name(step: int) -> str:

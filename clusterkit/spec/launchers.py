@@ -1,0 +1,269 @@
+"""One record per launcher: the process models it runs under, the Python package it runs from, the
+flags it owns, and how its command is built. Everything clusterkit knows of a launcher is here; the
+launch plan (:mod:`clusterkit.spec.launch_plan`), the image check and the recipe checks read it.
+
+Commands are :class:`Words`: each word is literal unless marked as holding run-time values
+(``{node_rank}``, ``{master_port}``, ...: :mod:`clusterkit.supervisor.plan`), which the job fills in
+where they are known. Nothing is ever shell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clusterkit.spec.resolved import ResolvedRecipe
+
+LAUNCHER_PER_NODE, TASK_PER_GPU, BATCH_LAUNCHER = "launcher_per_node", "task_per_gpu", "batch_launcher"
+RANKS_DIR = "ranks"  # clusterkit.spec.layout (spec imports nothing above it)
+
+
+@dataclass
+class Words:
+    """A command being built: its words, and which of them hold run-time values."""
+
+    words: list[str] = field(default_factory=list)
+    expand: list[int] = field(default_factory=list)
+
+    def add(self, *words: str) -> Words:
+        self.words += words
+        return self
+
+    def runtime(self, *words: str) -> Words:
+        """Words with run-time values to fill in."""
+        self.expand += range(len(self.words), len(self.words) + len(words))
+        self.words += words
+        return self
+
+    def extend(self, other: Words) -> Words:
+        self.expand += [len(self.words) + index for index in other.expand]
+        self.words += other.words
+        return self
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the ranks run: a script or module and its arguments (``args`` already a Words: a user's
+    argument may hold run-time values)."""
+
+    entry: Words
+    module: bool
+    args: Words
+
+    def words(self, module_flag: str) -> Words:
+        return Words().add(*([module_flag] if self.module else [])).extend(self.entry).extend(self.args)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    process_models: tuple[str, ...]  # the first is the launcher's own
+    package: str | None  # the Python package it runs from (None: none of its own)
+    # Flags clusterkit sets for this launcher -> the recipe field that sets them (also flags that
+    # would fight what clusterkit sets): refused in launcher_args with that field.
+    owned: Mapping[str, str]
+    # The command of one node (or, with a task per rank, one rank): launcher_per_node, task_per_gpu.
+    command: Callable[[ResolvedRecipe, Program], Words] | None
+    # The command run once in the batch shell, which starts every rank itself: batch_launcher.
+    batch_command: Callable[[ResolvedRecipe, Program], Words] | None = None
+    # Flags it writes as a default that launcher_args may set again (the later one wins).
+    defaults: frozenset[str] = frozenset()
+    ranks: str = "none"  # which rank variables the node agent sets (supervisor.plan.Step.ranks)
+    signal_to_launcher: bool = False  # supervisor.plan.Step.signal_to_launcher
+
+    @property
+    def process_model(self) -> str:
+        return self.process_models[0]
+
+
+_LAYOUT = "the launch step (from the allocation)"
+_LOGS = "runs_dir (each rank's output is in the run directory)"
+_NODE_LOGS = "{run_dir}/" + RANKS_DIR + "/node{node_rank}"
+
+
+def _torchrun(recipe: ResolvedRecipe, program: Program) -> Words:
+    words = (
+        Words()
+        .add(*recipe.python, "-m", "torch.distributed.run")
+        .runtime("--node-rank={node_rank}", f"--log-dir={_NODE_LOGS}")
+    )
+    words.add(f"--nnodes={recipe.resources.nodes}", f"--nproc-per-node={recipe.resources.gpus_per_node}")
+    if recipe.rendezvous == "c10d":
+        words.add("--rdzv-backend=c10d").runtime("--rdzv-endpoint={master_addr}:{master_port}", "--rdzv-id={job_id}")
+    else:
+        words.runtime("--master-addr={master_addr}", "--master-port={master_port}")
+    return words.add("--tee=3", *recipe.launcher_args).extend(program.words("-m"))
+
+
+def _deepspeed(recipe: ResolvedRecipe, program: Program) -> Words:
+    words = (
+        Words()
+        .add(*recipe.python, "-m", "deepspeed.launcher.runner")
+        .runtime("--node_rank={node_rank}", f"--enable_each_rank_log={_NODE_LOGS}", "--hostfile={run_dir}/hostfile")
+    )
+    words.add("--no_ssh").runtime("--master_addr={master_addr}", "--master_port={master_port}")
+    if recipe.deepspeed.include:
+        words.add(f"--include={recipe.deepspeed.include}")
+    if recipe.deepspeed.exclude:
+        words.add(f"--exclude={recipe.deepspeed.exclude}")
+    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+
+
+def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
+    words = (
+        Words()
+        .add(*recipe.python, "-m", "accelerate.commands.launch")
+        .runtime("--machine_rank={node_rank}", f"--log_dir={_NODE_LOGS}")
+    )
+    if recipe.accelerate.config:
+        words.add(f"--config_file={recipe.accelerate.config}")
+    else:
+        words.runtime("--config_file={run_dir}/accelerate_config.yaml")
+    words.add(
+        "--multi_gpu",
+        f"--num_machines={recipe.resources.nodes}",
+        f"--num_processes={recipe.world_size}",
+        "--same_network",
+        "--rdzv_backend=static",
+    )
+    words.runtime("--main_process_ip={master_addr}", "--main_process_port={master_port}")
+    return words.add("--tee=3", *recipe.launcher_args).extend(program.words("--module"))
+
+
+def _python(recipe: ResolvedRecipe, program: Program) -> Words:
+    return Words().add(*recipe.python).extend(program.words("-m"))
+
+
+def _command(recipe: ResolvedRecipe, program: Program) -> Words:
+    return Words().extend(program.entry).extend(program.args)
+
+
+def _deepspeed_batch(recipe: ResolvedRecipe, program: Program) -> Words:
+    """DeepSpeed's launcher in the batch shell (``--launcher slurm``): its own srun starts a task per
+    rank, each running ``python -u <rank program> ...``; the srun options are added by the plan."""
+    words = Words().add(*recipe.python, "-m", "deepspeed.launcher.runner", "--launcher=slurm", "--no_ssh_check")
+    words.runtime("--hostfile={run_dir}/hostfile", "--master_addr={master_addr}", "--master_port={master_port}")
+    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+
+
+def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
+    """Open MPI's mpirun in the batch shell: a daemon per node through its own srun, the node's ranks
+    under it, ranked contiguously per node (ppr), unbound (a --bind-to in launcher_args comes later
+    and wins); each rank's output below ranks/mpirun-<job id>."""
+    words = (
+        Words()
+        .add(
+            "mpirun",
+            "--np",
+            str(recipe.world_size),
+            "--map-by",
+            f"ppr:{recipe.ranks_per_node}:node",
+            "--bind-to",
+            "none",
+            "--output-filename",
+        )
+        .runtime("{run_dir}/" + RANKS_DIR + "/mpirun-{job_id}")
+    )
+    return words.add(*recipe.launcher_args, *recipe.python, "-u").extend(program.words("--module"))
+
+
+_TORCHRUN_OWNED = {
+    "nnodes": "resources.nodes",
+    "nproc-per-node": "resources.gpus_per_node",
+    "node-rank": _LAYOUT,
+    "master-addr": _LAYOUT,
+    "master-port": "master_port",
+    "rdzv-backend": "rendezvous",
+    "rdzv-endpoint": "rendezvous",
+    "rdzv-id": "rendezvous",
+    "standalone": "resources.nodes",
+    "log-dir": _LOGS,
+    "module": "task.module",
+    "no-python": "launcher: command",
+    "m": "task.module",
+    "tee": "nothing: each rank's output is kept",
+}
+_ACCELERATE_OWNED = {
+    "num-machines": "resources.nodes",
+    "num-processes": "resources.nodes and resources.gpus_per_node",
+    "machine-rank": _LAYOUT,
+    "main-process-ip": _LAYOUT,
+    "main-process-port": "master_port",
+    "config-file": "accelerate.config",
+    "multi-gpu": _LAYOUT,
+    "same-network": _LAYOUT,
+    "rdzv-backend": _LAYOUT,
+    "log-dir": _LOGS,
+    "module": "task.module",
+    "mixed-precision": "precision",
+    "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
+    "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)",
+    "use-fsdp": "nothing yet: not supported",
+    "cpu": "the cluster profile (accelerator)",
+    "no-python": "launcher: command",
+    "tee": "nothing: each rank's output is kept",
+}
+_DEEPSPEED_OWNED = {
+    "hostfile": _LAYOUT,
+    "no-ssh": _LAYOUT,
+    "node-rank": _LAYOUT,
+    "master-addr": _LAYOUT,
+    "master-port": "master_port",
+    "num-nodes": "resources.nodes",
+    "num-gpus": "resources.gpus_per_node",
+    "enable-each-rank-log": _LOGS,
+    "include": "deepspeed.include",
+    "exclude": "deepspeed.exclude",
+    "module": "task.module",
+    "launcher": "launcher (DeepSpeed runs here as one launcher per node)",
+    "no-python": "launcher: command",
+    "no-ssh-check": _LAYOUT,
+    "launcher-args": "srun: (the options of the step DeepSpeed starts)",
+}
+_MPIRUN_OWNED = {
+    "np": "resources.nodes and resources.gpus_per_node",
+    "n": "resources.nodes and resources.gpus_per_node",
+    "c": "resources.nodes and resources.gpus_per_node",
+    "map-by": _LAYOUT,
+    "npernode": _LAYOUT,
+    "N": _LAYOUT,
+    "npersocket": _LAYOUT,
+    "hostfile": _LAYOUT,
+    "machinefile": _LAYOUT,
+    "host": _LAYOUT,
+    "H": _LAYOUT,
+    "rankfile": _LAYOUT,
+    "output-filename": _LOGS,
+}
+
+LAUNCHERS: dict[str, Launcher] = {
+    launcher.name: launcher
+    for launcher in (
+        Launcher("torchrun", (LAUNCHER_PER_NODE,), "torch", _TORCHRUN_OWNED, _torchrun),
+        Launcher(
+            "deepspeed",
+            (LAUNCHER_PER_NODE, BATCH_LAUNCHER),
+            "deepspeed",
+            _DEEPSPEED_OWNED,
+            _deepspeed,
+            batch_command=_deepspeed_batch,
+        ),
+        Launcher("accelerate", (LAUNCHER_PER_NODE,), "accelerate", _ACCELERATE_OWNED, _accelerate),
+        # srun is the launcher: a task per rank, its ids mapped to RANK & co. by the node agent, and the
+        # preemption signal left at its default so that the rank's framework can install its handler.
+        Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True),
+        # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
+        Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
+        Launcher(
+            "mpirun",
+            (BATCH_LAUNCHER,),
+            None,
+            _MPIRUN_OWNED,
+            None,
+            batch_command=_mpirun,
+            defaults=frozenset({"bind-to"}),
+        ),
+    )
+}

@@ -1,0 +1,189 @@
+"""The batch shell's part of the job, after its environment and setup lines: the plan carried out.
+
+In order: the run directory made ready (an earlier attempt's outcome cleared, an array task's files
+brought in), the allocation's hosts and the rendezvous, the hostfile, the ``pre_launch`` hooks, the
+image check, the service and its readiness, the preflight, the launch, then the outcome: the exit
+code, the ``post_run`` hooks, a requeue or a retry, and the secrets file's end when the run ends.
+The preemption signal SLURM sends this process is passed to whichever step is running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from . import hooks, recovery
+from .environment import JobEnvironment
+from .plan import PLAN_FORMAT, LaunchPlan, Step
+from .processes import signal_number
+from .run_files import EXIT_CODE, HOSTFILE, LAUNCH_PLAN, PREEMPTED_RECORD, REQUEUED, SUPERVISOR_DIR
+from .steps import Running, free_port, start, step_hosts, wait_until_ready
+
+
+class Supervisor:
+    def __init__(self, plan: LaunchPlan, job: JobEnvironment, files_dir: Path, run_dir: Path) -> None:
+        self.plan, self.job, self.files_dir, self.run_dir = plan, job, files_dir, run_dir
+        self.env: Dict[str, str] = dict(job.environ)
+        self.hosts: List[str] = []
+        self.running: Optional[Running] = None
+        self.preempt_signal = signal_number(plan.recovery.signal)
+        self.preempted = False  # the signal came: every step started from now on gets it too
+
+    def run(self) -> int:
+        signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
+        self._prepare_run_dir()
+        self.hosts = self.job.hosts()
+        train = step_hosts(self.plan, self.plan.launch, self.hosts)
+        if len(self.hosts) < self.plan.train_nodes + self.plan.service_nodes:
+            print(
+                f"clusterkit: the allocation has {len(self.hosts)} nodes, the plan needs "
+                f"{self.plan.train_nodes + self.plan.service_nodes}: not training",
+                flush=True,
+            )
+            return self._end(1)
+        master = train[0]
+        port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
+        # What the ranks (and a script of the user's) are told: the rendezvous, and the preemption
+        # signal they may handle and how many requeues the run has.
+        self.env.update(
+            RUN_DIR=str(self.run_dir),
+            CLUSTERKIT_RUN_DIR=str(self.run_dir),
+            CLUSTERKIT_JOB_ID=self.job.job_id,
+            MASTER_ADDR=master,
+            MASTER_PORT=str(port),
+            CLUSTERKIT_PREEMPT_SIGNAL=self.plan.recovery.signal,
+            CLUSTERKIT_MAX_REQUEUES=str(self.plan.recovery.max_requeues),
+        )
+        (self.run_dir / HOSTFILE).write_text(
+            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
+        )
+        print(
+            f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
+            f"run dir {self.run_dir}",
+            flush=True,
+        )
+        print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
+
+        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
+        if code:
+            print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
+            return self._end(code)
+        if self.plan.image_check is not None:
+            code = self._run(self.plan.image_check)
+            if code:
+                print(
+                    f"clusterkit: the container image cannot run what the launch needs ({code}): not training",
+                    flush=True,
+                )
+                return self._end(code)
+        service = self._start_service()
+        if service is False:
+            return self._end(1)
+        try:
+            if self.plan.preflight is not None:
+                code = self._run(self.plan.preflight)
+                if code:
+                    print(f"clusterkit: preflight failed with {code}: not training", flush=True)
+                    slow = recovery.slow_hosts(self.run_dir, train)
+                    # Slow nodes named: on_slow: exclude retries without them; on_slow: fail stops here.
+                    return self._end(code, retry=not slow or self.plan.recovery.slow_nodes_excluded, slow=slow)
+                if self.plan.preflight_only:
+                    print("clusterkit: preflight only (preflight.only: true): done", flush=True)
+                    return self._end(0)
+            code = self._run(self.plan.launch)
+        finally:
+            if service:
+                service.stop()
+                print("clusterkit: service stopped", flush=True)
+        print(f"clusterkit: launchers exited with {code}", flush=True)
+        if self.job.can_requeue and (self.run_dir / REQUEUED).exists():
+            # A program that requeued its own job (Lightning's auto-requeue): SLURM starts it again.
+            print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
+            return code
+        preempted = recovery.preempted_step(self.run_dir)
+        if preempted is None:
+            return self._end(code, retry=True)
+        if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
+            return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
+        return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
+
+    def _prepare_run_dir(self) -> None:
+        # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
+        # link) is not how this one ends.
+        for name in (EXIT_CODE, PREEMPTED_RECORD, REQUEUED):
+            try:
+                (self.run_dir / name).unlink()
+            except FileNotFoundError:
+                pass
+        if self.files_dir.resolve() == self.run_dir.resolve():
+            return
+        # An array task runs in <array dir>/<task>: what its ranks and nodes read is copied in.
+        for name in (*self.plan.rank_files, LAUNCH_PLAN):
+            shutil.copyfile(self.files_dir / name, self.run_dir / name)
+        shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
+
+    def _pass_on(self, signum: int, _frame: object) -> None:
+        self.preempted = True
+        if self.running is not None:
+            self.running.preempt(signum)
+
+    def _run(self, step: Step) -> int:
+        # A signal that came before this step: its node agents pass it on once the ranks handle it.
+        env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
+        self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), env)
+        try:
+            return self.running.wait()
+        finally:
+            self.running = None
+
+    def _start_service(self):  # -> Running | None | False (False: it never answered)
+        service = self.plan.service
+        if service is None:
+            return None
+        running = start(self.plan, service.step, self.job, self.hosts, str(self.run_dir), self.env)
+        host = step_hosts(self.plan, service.step, self.hosts)[0]
+        address = f"{host}:{service.port}"
+        self.env[service.address_env] = address
+        print(f"clusterkit: waiting up to {service.ready_timeout_s} s for the service at {address}", flush=True)
+        why = wait_until_ready(host, service.port, service.ready_timeout_s, running)
+        if why is not None:
+            print(f"clusterkit: the service at {address} did not answer ({why}): not training", flush=True)
+            running.stop()
+            print("clusterkit: service stopped", flush=True)
+            return False
+        print(f"clusterkit: the service answers at {address}", flush=True)
+        return running
+
+    def _end(self, code: int, retry: bool = False, slow: Sequence[str] = ()) -> int:
+        """The attempt's end: its exit code recorded, the post_run hooks, a retry where one is due
+        (``retry``: a failure on a node, of the launch or the preflight; not one of the job's own
+        making, such as a hook, the image or the service), and the secrets file removed where
+        nothing will start this run again."""
+        (self.run_dir / EXIT_CODE).write_text(f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
+        failed = hooks.post_run(self.plan.post_run, self.env, code)
+        if failed is not None:
+            print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
+        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, slow)
+        if not again and self.plan.secrets_file:
+            recovery.end_secrets(self.files_dir / self.plan.secrets_file)
+        return code
+
+
+def main(plan_path: str) -> int:
+    from .environment import current
+    from .plan import PlanError, load_plan
+
+    path = Path(plan_path)
+    try:
+        plan = load_plan(path.read_text())
+    except (OSError, PlanError) as exc:
+        print(
+            f"clusterkit: cannot read the launch plan {path}: {exc} (this supervisor reads format {PLAN_FORMAT})",
+            flush=True,
+        )
+        return 1
+    run_dir = Path(os.environ["RUN_DIR"])
+    return Supervisor(plan, current(), path.parent, run_dir).run()

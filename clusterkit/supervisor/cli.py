@@ -1,0 +1,41 @@
+"""``python3 <run dir>/supervisor COMMAND ...``:
+
+- ``batch PLAN``: the batch shell's part of the job (:mod:`.batch`);
+- ``node PLAN STEP``: one task of a step, around its program (:mod:`.node`);
+- ``rank [--module] ENTRY ARGS...``: one rank started by a launcher in the batch shell (:mod:`.ranks`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List
+
+USAGE = "usage: supervisor batch PLAN | node PLAN STEP | rank [--module] ENTRY [ARGS...]"
+
+
+def main(argv: List[str]) -> int:
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    if command == "batch" and len(args) == 1:
+        from .batch import main as batch
+
+        return batch(args[0])
+    if command == "node" and len(args) == 2:
+        from .node import run_task
+        from .plan import load_plan
+
+        plan = load_plan(Path(args[0]).read_text())
+        steps = {
+            step.name: step
+            for step in (plan.launch, plan.preflight, plan.image_check, plan.service.step if plan.service else None)
+            if step
+        }
+        return run_task(plan, steps[args[1]], os.environ)
+    if command == "rank" and args:
+        from .ranks import run_as_rank
+
+        run_as_rank(args)
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2

@@ -1,0 +1,122 @@
+"""The node agent: each task of a step runs ``supervisor node PLAN STEP`` (srun starts it on every
+node, or once per rank), which runs the step's program and stays its parent:
+
+- the rank variables and run-time values this node or task knows are filled in (no shell: the
+  program's words are passed to it exactly, only the marked ones expanded);
+- the preemption signal is passed on to every process below that handles it (launchers such as
+  torchrun do not pass it to their ranks); the launcher itself starts with it ignored where the step
+  says so (one that would end on it), a rank started directly keeps the default (so a framework that
+  arms its own handler only where none was set, as Lightning does, arms it);
+- SIGTERM and SIGINT (the step being ended) are passed to the program, so that it can stop its own;
+- when the program ends, when and how is recorded (``ranks/node<N>.exit``): the earliest failure
+  names the failing node for status and the retry.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Set
+
+from .plan import LaunchPlan, Step, expand
+from .processes import descendants, exit_status, signal_catchers, signal_number
+from .ranks import node_ids, runtime_values, task_ids
+from .run_files import node_exit
+
+NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell reports a program it cannot start
+PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
+
+
+def task_environment(step: Step, environ: Mapping[str, str]) -> Dict[str, str]:
+    """The program's environment: the inherited one, the rank variables the step asks for, and the
+    step's env values with their run-time values filled in."""
+    env = dict(environ)
+    env.update(task_ids(env) if step.ranks == "task" else node_ids(env) if step.ranks == "node" else {})
+    values = runtime_values(env)
+    for name in step.env_expand:
+        if name in env:
+            env[name] = expand(env[name], values)
+    return env
+
+
+def task_argv(step: Step, environ: Mapping[str, str]) -> List[str]:
+    values = runtime_values(environ)
+    return [expand(word, values) if index in step.expand else word for index, word in enumerate(step.argv)]
+
+
+def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
+    env = task_environment(step, environ)
+    argv = task_argv(step, env)
+    preempt = signal_number(plan.recovery.signal)
+    started: List[subprocess.Popen] = []  # the program, once it runs
+    # The preemption signal, once it came (or before this task started: the supervisor says so):
+    # passed to each process below that handles it, also to one that installs its handler later.
+    preempted = [env.get("CLUSTERKIT_PREEMPTED") == "1"]
+    told: Set[int] = set()
+
+    def pass_on(signum: int, _frame: object) -> None:
+        preempted[0] = True
+        tell()
+
+    def tell() -> None:
+        for child in started:
+            waiting = [pid for pid in [child.pid, *descendants(child.pid)] if pid not in told]
+            told.update(signal_catchers(waiting, preempt))
+
+    def stop(signum: int, _frame: object) -> None:
+        for child in started:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    # Installed before the program starts, so that no signal finds this process without them; the
+    # program itself starts with the preemption signal ignored or at its default (a handler would
+    # not survive exec anyway), set in the child between fork and exec.
+    signal.signal(preempt, pass_on)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signum != preempt:
+            signal.signal(signum, stop)
+    start_with = signal.SIG_DFL if step.signal_to_launcher else signal.SIG_IGN
+    try:
+        started.append(subprocess.Popen(argv, env=env, preexec_fn=lambda: signal.signal(preempt, start_with)))
+    except OSError as exc:
+        code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+        print(
+            f"clusterkit: cannot start {argv[0]!r} on {env.get('SLURMD_NODENAME', 'this node')}: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        _record_end(env, code)
+        return code
+    child = started[0]
+    while True:
+        try:
+            returncode = child.wait(timeout=PASS_ON_EVERY_S)
+            break
+        except subprocess.TimeoutExpired:
+            if preempted[0]:
+                tell()  # a rank that has installed its handler since
+    code = exit_status(returncode)
+    _record_end(env, code)
+    return code
+
+
+def _record_end(env: Mapping[str, str], code: int) -> None:
+    run_dir, node = env.get("RUN_DIR"), env.get("SLURM_NODEID")
+    if not run_dir or node is None:
+        return
+    path = Path(run_dir) / node_exit(node)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_name(f".{path.name}.{os.getpid()}")
+        staging.write_text(f"{time.time():.6f} {code}\n")
+        os.replace(staging, path)  # tasks of one node write the same record: each whole
+    except OSError as exc:
+        print(
+            f"clusterkit: cannot record how node {node}'s program ended in {path}: {exc.strerror}",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -1,0 +1,155 @@
+"""The launch plan: what the job runs, where and how many times, computed once by clusterkit from the
+resolved recipe (``clusterkit.spec.launch_plan`` builds these classes) and read back here from
+``plan.json``. One definition for both sides: the renderer and the job share these dataclasses.
+
+Words that hold run-time values (``{rank}``, ``{run_dir}``, ...) are marked by position
+(``Step.expand``, ``Step.env_expand``): any other word is passed exactly as written, braces and all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Dict, Optional, Tuple
+
+PLAN_FORMAT = 1
+
+# Run-time values: name -> where it is first known. The batch shell knows the job's; a node or task
+# also knows its own. One pass replaces them (a value that itself holds braces is not expanded again).
+BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port")
+NODE_VALUES = ("node_rank", "hostname")
+TASK_VALUES = ("rank", "local_rank")
+RUNTIME_VALUES = BATCH_VALUES + NODE_VALUES + TASK_VALUES
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(RUNTIME_VALUES) + r")\}")
+
+
+def expand(text: str, values: Dict[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced, in one pass; other braces stay."""
+    return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One srun step of the job (or, with ``hosts == "batch"``, a program run in the batch shell
+    that starts the ranks itself). Each task runs the node agent (:mod:`.node`), which runs ``argv``."""
+
+    name: str  # preflight | service | launch | image-check: logs and messages say it
+    hosts: str  # train: the allocation's first train_nodes; service: the last service_nodes; first; batch
+    nodes: int
+    tasks_per_node: int
+    argv: Tuple[str, ...]
+    srun: Tuple[str, ...] = ()  # srun's options besides the layout and the logs, as words
+    logs: Tuple[str, str] = ("", "")  # srun --output/--error below the run directory (%j, %t as srun fills in)
+    expand: Tuple[int, ...] = ()  # argv positions that hold run-time values
+    srun_expand: Tuple[int, ...] = ()  # srun positions that hold run-time values (batch ones only)
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)  # set for this step's tasks
+    env_expand: Tuple[str, ...] = ()  # names in env whose values hold run-time values
+    # Which torch.distributed variables the node agent sets from SLURM's: none (the launcher sets
+    # them), node (NODE_RANK: a launcher per node), task (RANK, LOCAL_RANK, NODE_RANK: a task per rank).
+    ranks: str = "none"
+    # The node agent's interpreter where the task runs inside the image (pyxis); () = the supervisor's own.
+    agent_python: Tuple[str, ...] = ()
+    # The preemption signal reaches the launcher: False for a launcher that would end on it (torchrun,
+    # DeepSpeed's and accelerate's ignore it, and their ranks install a handler to receive it).
+    signal_to_launcher: bool = True
+    agent: bool = True  # each task runs the node agent around argv (a bare check runs without)
+    # A launcher in the batch shell that runs srun itself and takes its options as one argument
+    # (DeepSpeed's --launcher_args): the flag, and the argv position the word goes to.
+    srun_flag: str = ""
+    srun_at: int = -1
+
+    @property
+    def ntasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """The service role: ``step`` on the service nodes, ready once a TCP connect to the first one's
+    ``port`` succeeds; training gets ``<host>:<port>`` in ``address_env``."""
+
+    step: Step
+    port: int
+    ready_timeout_s: int
+    address_env: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Recovery:
+    """What the job does about preemption and failures."""
+
+    signal: str  # the preemption signal's name without SIG (SLURM's --signal=B:<name>@<grace>)
+    max_requeues: int
+    max_retries: int
+    exclude: Tuple[str, ...] = ()  # the recipe's own --exclude hosts: a retry keeps them excluded
+    slow_nodes_excluded: bool = False  # preflight.on_slow: exclude: a retry leaves the slow nodes out
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    job_name: str
+    job_kind: str  # job | array | chain (clusterkit.spec.layout names each kind's directories)
+    train_nodes: int
+    slots_per_node: int  # the hostfile's slots=: ranks per node
+    launch: Step
+    recovery: Recovery
+    service_nodes: int = 0
+    master_port: Optional[int] = None  # the recipe's; None: derived from the job id, moved off a busy one
+    # Rendered files the ranks read from the run directory; an array task's are copied there from the array's.
+    rank_files: Tuple[str, ...] = ()
+    image_check: Optional[Step] = None
+    service: Optional[Service] = None
+    preflight: Optional[Step] = None
+    preflight_only: bool = False
+    pre_launch: Tuple[str, ...] = ()  # shell lines written on purpose (hooks), run by bash
+    post_run: Tuple[str, ...] = ()
+    secrets_file: Optional[str] = None  # beside the job script: the 0600 file the batch shell read
+    secrets: Tuple[str, ...] = ()  # the names it holds (never their values)
+    format: int = PLAN_FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+
+class PlanError(ValueError):
+    """plan.json is not one this supervisor can read (damaged, or written by another version)."""
+
+
+def _build(cls: Any, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise PlanError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise PlanError(f"{cls.__name__}: unknown fields {unknown}")
+    values = {}
+    for name, value in data.items():
+        kind = str(known[name].type)
+        if kind.startswith("Optional[") and value is not None:
+            kind = kind[len("Optional[") : -1]
+        nested = _NESTED.get(kind)
+        if nested is not None and value is not None:
+            value = _build(nested, value)
+        elif kind.startswith("Tuple[") and isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise PlanError(f"{cls.__name__}: {exc}") from None
+
+
+_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery}
+
+
+def load_plan(text: str) -> LaunchPlan:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PlanError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise PlanError(
+            f"format {data.get('format') if isinstance(data, dict) else None!r}, this supervisor reads {PLAN_FORMAT}"
+        )
+    return _build(LaunchPlan, data)

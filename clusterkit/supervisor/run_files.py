@@ -1,0 +1,54 @@
+"""The run directory's names that the job's supervisor writes or reads. clusterkit.spec.layout, which
+owns every name of the run directory, takes these from here (this package imports nothing of
+clusterkit, so the names are defined on this side)."""
+
+from __future__ import annotations
+
+from typing import Union
+
+JOB_SCRIPT = "job.sbatch"  # render; the retry submits it again
+SUPERVISOR_DIR = "supervisor"  # render: this package, copied as it is
+LAUNCH_PLAN = "plan.json"  # render: the launch plan
+HOSTFILE = "hostfile"  # the supervisor, from the allocation; read by the DeepSpeed launcher and status (host names)
+EXIT_CODE = "exit_code"  # the supervisor, when the launch has ended; read by status once SLURM forgot the job
+PREFLIGHT_RESULT = (
+    "preflight.json"  # preflight, rank 0; read by `clusterkit preflight`, status and a retry (slow nodes)
+)
+# The runner, rank 0, when it stopped for preemption (the step); the supervisor requeues the job and
+# removes it, or adds why not; read by status (a stopped run, to resume).
+PREEMPTED_RECORD = "preempted.json"
+# Written just before this job is requeued (scontrol requeue): by the supervisor, or by a script of the
+# user's that requeues its own job (Lightning's auto-requeue does). This job starts again: the
+# supervisor keeps the secrets file for that start and records no outcome. Removed at each start.
+REQUEUED = "requeued"
+# The supervisor, when it retries a failed run as a new job excluding the failing node: one JSON
+# line per retry (job_id, after_job, excluded hosts, node); read by status, which follows the newest,
+# and by the retry itself before it takes the run over.
+RETRIES = "retries.jsonl"
+RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the node agents and the runner
+
+Node = Union[int, str]
+
+
+def node_dir(node: Node) -> str:
+    """``ranks/node<N>``: the node's launcher writes each rank's own output there (torchrun
+    --log-dir, DeepSpeed --enable_each_rank_log); read by logs --rank and status. ``node`` is a
+    number, or a pattern or run-time value that stands for one (``*``, ``{node_rank}``)."""
+    return f"{RANKS_DIR}/node{node}"
+
+
+def node_exit(node: Node) -> str:
+    """``ranks/node<N>.exit``: the node agent's record of when and how the node's program ended;
+    read by status and the retry (the earliest failure names the failing node)."""
+    return f"{node_dir(node)}.exit"
+
+
+def node_log(job_id: str, node: Node, stream: str) -> str:
+    """``<job id>_<node>_log.out|err``: srun's per-node output (SLURM fills in ``%j``/``%t``); read by
+    logs and status (torchrun's root cause)."""
+    return f"{job_id}_{node}_log.{stream}"
+
+
+def batch_log(job_id: str, stream: str) -> str:
+    """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
+    return node_log(job_id, 0, stream)
