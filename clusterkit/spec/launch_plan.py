@@ -18,7 +18,8 @@ from clusterkit.spec import layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
-from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step
+from clusterkit.spec.watchdog import seconds
+from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -312,4 +313,7 @@ def launch_plan(
         # Only a single job's end is the run's: an array's tasks share the file, a chain's links read it in turn.
         secrets_file=layout.SECRETS_FILE if recipe.secrets and recipe.job_kind == "job" else None,
         secrets=tuple(recipe.secrets),
+        watchdog=Watchdog(seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action)
+        if recipe.watchdog
+        else None,
     )

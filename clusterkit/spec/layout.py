@@ -16,14 +16,18 @@ from typing import Literal
 # The names the job's supervisor writes or reads are defined beside it (it imports nothing of clusterkit).
 from clusterkit.supervisor.run_files import (  # noqa: F401
     EXIT_CODE,
+    HANG_RECORD,
+    HEARTBEAT,
     HOSTFILE,
     JOB_SCRIPT,
     LAUNCH_PLAN,
+    METRICS,
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
     RANKS_DIR,
     REQUEUED,
     RETRIES,
+    STACKS_DIR,
     SUPERVISOR_DIR,
     batch_log,
     node_dir,
@@ -55,7 +59,6 @@ SECRETS_FILE = ".secrets.env"
 # The job's supervisor writes HOSTFILE, EXIT_CODE and RETRIES, the node agents RANKS_DIR's node<N>.exit.
 
 # --- Written by the ranks ---
-METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow and bench
 # A saved model's weights (transformers' save_pretrained): in model/, and in an AutoTP checkpoint
 # beside DeepSpeed's shards (the runner gathers them); read by export.
 WEIGHTS = "model.safetensors"

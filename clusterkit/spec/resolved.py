@@ -51,6 +51,7 @@ from clusterkit.spec.recipe import (
 )
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
+from clusterkit.spec.watchdog import Watchdog
 
 DEFAULT_RUNS_DIR = "./runs"
 
@@ -129,6 +130,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     setup: list[Line]
     srun: Srun
     service: Service | None
+    watchdog: Watchdog | None
     container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -254,6 +256,7 @@ def resolve(
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
+        watchdog=recipe.watchdog,
         container=(
             msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
             if profile.container

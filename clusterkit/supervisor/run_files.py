@@ -26,6 +26,13 @@ REQUEUED = "requeued"
 # and by the retry itself before it takes the run over.
 RETRIES = "retries.jsonl"
 RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the node agents and the runner
+METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow, bench and the watchdog
+# Touched by a script's ranks at each step (the watchdog's other sign of progress): $CLUSTERKIT_HEARTBEAT.
+HEARTBEAT = "heartbeat"
+# Below RANKS_DIR: each Python process's stacks, dumped when asked (site/sitecustomize.py, stacks.py).
+STACKS_DIR = "ranks/stacks"
+# The supervisor's watchdog, when the launch made no progress: when, why, and where each rank was.
+HANG_RECORD = "hang.json"
 
 Node = Union[int, str]
 

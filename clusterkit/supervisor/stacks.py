@@ -1,0 +1,175 @@
+"""Every rank's Python stacks, on demand: each Python process of the job has faulthandler registered
+on :data:`STACKS_SIGNAL` (``site/sitecustomize.py``, put on its path by the node agent), writing
+all its threads' stacks into the run directory's ``ranks/stacks/`` (one file per process, named by
+rank, node and pid). Asking is sending that signal to the job's processes (SIGWINCH, whose default
+action is to ignore it: a process that has not registered is untouched); the dumps that grew since
+are read back and summarised, ranks grouped by the innermost frame of their main thread, the odd
+ones named with their node ("3 of 4 ranks wait in all_reduce at train.py:88; rank 1 on node 1 is in
+data.py:40"). Used by the supervisor's watchdog and by ``clusterkit stacks``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+STACKS_SIGNAL = signal.SIGWINCH
+# rank<R>-node<N>-pid<P>.txt; a process that is not a rank's own (a launcher, a data loader) is "child"
+_FILE = re.compile(r"^rank(?P<rank>\d+|-)-node(?P<node>\d+|-)-pid(?P<pid>\d+)(?P<child>-child)?\.txt$")
+_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+
+Frame = Tuple[str, int, str]  # file, line, function
+
+
+@dataclass
+class Sample:
+    """One process's dump: its rank and node (from the file name), and each thread's frames,
+    innermost first (faulthandler writes the most recent call first)."""
+
+    rank: Optional[int]
+    node: Optional[int]
+    pid: int
+    child: bool
+    threads: List[Tuple[bool, List[Frame]]] = field(default_factory=list)  # (current, frames)
+
+    @property
+    def where(self) -> Optional[Frame]:
+        """The innermost frame of the thread that took the signal (the main thread)."""
+        for current, frames in self.threads:
+            if current and frames:
+                return frames[0]
+        return self.threads[0][1][0] if self.threads and self.threads[0][1] else None
+
+
+def parse(text: str) -> List[Tuple[bool, List[Frame]]]:
+    """The threads of a faulthandler dump (the last dump, where the text holds several)."""
+    threads: List[Tuple[bool, List[Frame]]] = []
+    for line in text.splitlines():
+        thread = _THREAD.match(line)
+        if thread:
+            if thread.group("current") == "Current thread" and threads and any(c for c, _ in threads):
+                threads = []  # a newer dump starts: its threads replace the older one's
+            threads.append((thread.group("current") == "Current thread", []))
+            continue
+        frame = _FRAME.match(line)
+        if frame and threads:
+            threads[-1][1].append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+    return threads
+
+
+def _number(text: str) -> Optional[int]:
+    return None if text == "-" else int(text)
+
+
+def sizes(folder: Path) -> Dict[str, int]:
+    """How long each dump file is now (what a request adds is read after this)."""
+    try:
+        return {entry.name: entry.stat().st_size for entry in os.scandir(folder) if _FILE.match(entry.name)}
+    except OSError:
+        return {}
+
+
+def collect(
+    folder: Path,
+    request: Callable[[], None],
+    ranks: int,
+    timeout_s: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> List[Sample]:
+    """Ask for every process's stacks (``request`` sends the signal) and read what each wrote,
+    waiting until ``ranks`` rank processes have answered or ``timeout_s`` has passed."""
+    before = sizes(folder)
+    request()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        grown = {name: size for name, size in sizes(folder).items() if size > before.get(name, 0)}
+        answered = sum(1 for name in grown if not _FILE.match(name).group("child"))  # type: ignore[union-attr]
+        if answered >= ranks or time.monotonic() >= deadline:
+            break
+        sleep(0.2)
+    sleep(0.3)  # a dump being written: let it end
+    samples = []
+    for name in sorted(sizes(folder)):
+        start = before.get(name, 0)
+        try:
+            with open(folder / name, "rb") as dump:
+                dump.seek(start)
+                text = dump.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            continue
+        if not text.strip():
+            continue
+        match = _FILE.match(name)
+        samples.append(
+            Sample(
+                _number(match.group("rank")),  # type: ignore[union-attr]
+                _number(match.group("node")),  # type: ignore[union-attr]
+                int(match.group("pid")),  # type: ignore[union-attr]
+                bool(match.group("child")),  # type: ignore[union-attr]
+                parse(text),
+            )
+        )
+    return samples
+
+
+def _frame_text(frame: Optional[Frame]) -> str:
+    if frame is None:
+        return "no Python frame"
+    return f"{frame[2]} at {os.path.basename(frame[0])}:{frame[1]}"
+
+
+@dataclass
+class Summary:
+    """Ranks grouped by where they are; ``odd`` the ranks outside the largest group."""
+
+    groups: List[Tuple[str, List[int]]]  # (where, ranks), the largest first
+    odd: List[Tuple[int, Optional[int], str]]  # (rank, node, where)
+    missing: List[int]  # ranks that wrote no stacks (not a Python process, or gone)
+    line: str
+
+    def to_dict(self) -> dict:
+        return {
+            "line": self.line,
+            "groups": [{"where": where, "ranks": ranks} for where, ranks in self.groups],
+            "odd": [{"rank": rank, "node": node, "where": where} for rank, node, where in self.odd],
+            "missing": self.missing,
+        }
+
+
+def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = ()) -> Summary:
+    """One line a person reads first, and the groups behind it."""
+    ranks: "OrderedDict[int, Sample]" = OrderedDict()
+    for sample in samples:
+        if sample.rank is not None and not sample.child:
+            ranks[sample.rank] = sample
+    by_where: Dict[str, List[int]] = {}
+    for rank in sorted(ranks):
+        by_where.setdefault(_frame_text(ranks[rank].where), []).append(rank)
+    groups = sorted(by_where.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    missing = [rank for rank in range(world) if rank not in ranks]
+    odd = [
+        (rank, ranks[rank].node, where)
+        for where, members in groups[1:]
+        for rank in members
+    ]
+
+    def node_name(node: Optional[int]) -> str:
+        if node is None:
+            return "an unknown node"
+        return hosts[node] if node < len(hosts) else f"node {node}"
+
+    parts = []
+    if groups:
+        where, members = groups[0]
+        parts.append(f"{len(members)} of {world} ranks are in {where}")
+    parts += [f"rank {rank} on {node_name(node)} is in {where}" for rank, node, where in odd]
+    if missing:
+        parts.append(f"no stacks from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+    return Summary(groups, odd, missing, "; ".join(parts) or "no stacks came back")
