@@ -84,3 +84,53 @@ def test_training_settings_on_gpu(tmp_path: Path) -> None:
     assert settings["gradient_checkpointing"] is True
     assert settings["deepspeed"] == str(tmp_path / "ds_config.json")
     assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] * 16 == 512
+
+
+class _Recorder:
+    """What save_model asked of a Trainer, its accelerator and its model (the FSDP and AutoTP paths
+    need GPUs or DeepSpeed engines; their shape is what is checked here, their run in bench/gpu)."""
+
+    def __init__(self, *, fsdp: bool = False, autotp: int = 1) -> None:
+        self.calls: list[tuple] = []
+        self.is_fsdp_enabled = fsdp
+        recorder = self
+
+        class Model:
+            def save_pretrained(self, out_dir: str, state_dict: dict) -> None:
+                recorder.calls.append(("save_pretrained", out_dir, state_dict))
+
+        class Engine:
+            def autotp_size(self) -> int:
+                return autotp
+
+            def _consolidated_16bit_state_dict(self) -> dict:
+                recorder.calls.append(("gather_autotp",))
+                return {"w": "autotp"}
+
+        class Accelerator:
+            def get_state_dict(self, model: object) -> dict:
+                recorder.calls.append(("gather_fsdp",))
+                return {"w": "full"}
+
+            def unwrap_model(self, model: object) -> object:
+                return model
+
+        self.model, self.model_wrapped, self.accelerator = Model(), Engine(), Accelerator()
+
+    def save_model(self, out_dir: str) -> None:
+        self.calls.append(("trainer.save_model", out_dir))
+
+
+@pytest.mark.parametrize("rank_zero", [True, False])
+def test_final_model_gathered_where_ranks_hold_shards(rank_zero: bool) -> None:
+    """FSDP with sharded checkpoints: the Trainer's save_model writes no weights (found on an H100);
+    every rank gathers (a collective) and rank 0 alone writes the full model."""
+    from clusterkit.runtime.train import save_model
+
+    for trainer, gathered in ((_Recorder(fsdp=True), ("gather_fsdp",)), (_Recorder(autotp=2), ("gather_autotp",))):
+        save_model(trainer, Path("out"), rank_zero)
+        written = [("save_pretrained", "out", {"w": "full" if trainer.is_fsdp_enabled else "autotp"})]
+        assert trainer.calls == [gathered, *(written if rank_zero else [])]
+    plain = _Recorder()
+    save_model(plain, Path("out"), rank_zero)
+    assert plain.calls == [("trainer.save_model", "out")]

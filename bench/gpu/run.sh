@@ -15,6 +15,12 @@ mkdir -p "$OUT" || exit 1
 exec > >(tee -a "$OUT/log.txt") 2>&1
 
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# recipes/ is the package clusterkit.recipes in the wheel (pyproject's package-dir); without an install
+# (the device image), a link for this run gives the checkout the same layout.
+if [ ! -e clusterkit/recipes ]; then
+    ln -s ../recipes clusterkit/recipes || { echo "bench: FAILED: linking clusterkit/recipes"; exit 1; }
+    trap 'rm -f clusterkit/recipes' EXIT
+fi
 site=${BENCH_SITE:-/tmp/clusterkit-bench-site}
 # The wheels are for the device image's CPython 3.12 (prepare-wheels.sh checks that they install there).
 if compgen -G ".whl/*.whl" >/dev/null && ! python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then

@@ -217,16 +217,20 @@ def _check_world(args: TrainingArguments, expected: int) -> None:
 
 
 def save_model(trainer: Trainer, out_dir: Path, is_rank_zero: bool) -> None:
-    """The final model, loadable with from_pretrained. Under AutoTP every rank holds a shard of each
-    layer and the Trainer's save_model writes no weights: DeepSpeed gathers the full state dict
+    """The final model, loadable with from_pretrained. Where every rank holds a shard of each layer
+    the Trainer's save_model writes no weights: under AutoTP, and under FSDP with sharded checkpoints
+    (it saves only a FULL_STATE_DICT; first seen on a GPU, bench/gpu). The full state dict is gathered
     (a collective: every rank calls it) and rank 0 saves it."""
     engine = trainer.model_wrapped
     if getattr(engine, "autotp_size", lambda: 1)() > 1:
         state = engine._consolidated_16bit_state_dict()
-        if is_rank_zero:
-            trainer.model.save_pretrained(str(out_dir), state_dict=state)
+    elif trainer.is_fsdp_enabled:
+        state = trainer.accelerator.get_state_dict(trainer.model)
+    else:
+        trainer.save_model(str(out_dir))
         return
-    trainer.save_model(str(out_dir))
+    if is_rank_zero:
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(str(out_dir), state_dict=state)
 
 
 def main(job_file: Path) -> int:
