@@ -77,6 +77,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit cancel 4242",
         "clusterkit cancel runs/llama-7b-zero3/4242",
     ),
+    "stacks": (
+        "clusterkit stacks 4242               # every rank, grouped: who waits where, the odd ones named",
+        "clusterkit stacks 4242 --rank 3      # rank 3's threads (and its data-loader workers)",
+        "clusterkit stacks 4242 --node node2 --json",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",

@@ -13,6 +13,7 @@ from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.layout import (
     EXIT_CODE,
+    HANG_RECORD,
     HOSTFILE,
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
@@ -111,9 +112,25 @@ def explained(record: RunRecord, status: JobStatus) -> JobStatus:
             f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
             f"continue with: clusterkit submit --resume {record.run_dir}",
         )
+    hang = _hang_record(record.path)
+    if hang and status.state in (RUNNING, FAILED, TIMEOUT, CANCELLED, UNKNOWN):
+        # The watchdog's verdict: which ranks were where (the failure is the hang, not a rank's error).
+        reason = f"HUNG: {hang}" + (f"; {status.reason}" if status.reason else "")
+        return JobStatus(status.state, status.exit_code, reason)
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
         return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
     return status
+
+
+def _hang_record(run_dir: Path) -> str | None:
+    """What the watchdog found, as one line: why, and where the ranks were."""
+    try:
+        hang = json.loads(_text(run_dir / HANG_RECORD))
+    except ValueError:
+        return None
+    if not isinstance(hang, dict):
+        return None
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", f"{hang.get('why')}: {hang.get('line')}")
 
 
 def _preempted_record(run_dir: Path) -> dict | None:

@@ -89,7 +89,8 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
 
 
 class MetricsWriter(TrainerCallback):
-    """Rank 0 appends one JSON line per log step: step, loss, samples/s, tokens/s, world size."""
+    """Rank 0 appends one JSON line per log step: step, loss, samples/s, tokens/s, world size; and
+    touches the supervisor's heartbeat file at every step."""
 
     def __init__(self, path: Path, global_batch: int, seq_len: int, world_size: int):
         self.path = path
@@ -144,6 +145,12 @@ class MetricsWriter(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.record({"event": "end", "time": time.time(), "step": state.global_step, "world_size": self.world_size})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # The watchdog's sign of progress at every step (metrics lines come only every logging_steps).
+        heartbeat = os.environ.get("CLUSTERKIT_HEARTBEAT")
+        if heartbeat and state.is_world_process_zero:
+            Path(heartbeat).touch()
 
 
 class FingerprintingTrainer(Trainer):

@@ -137,6 +137,9 @@ class Scheduler(Protocol):
     def run_file(self, record: RunRecord, name: str) -> Readable:
         """A file of the run directory, wherever the run lives."""
 
+    def ask_stacks(self, record: RunRecord) -> None:
+        """Ask the running job's supervisor to take every rank's stacks (it writes STACKS_SUMMARY)."""
+
 
 # name -> the module whose ``open_scheduler(login, accept_new_host_key)`` context gives the adapter;
 # imported on first use, so a local run never imports paramiko.

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from clusterkit.errors import SchedulerError
 from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.index import add_run
 from clusterkit.runs.logs import Readable, stream_run
@@ -42,6 +43,7 @@ from clusterkit.schedulers.local_slurm import (
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
 from clusterkit.spec.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.stacks import STACKS_SIGNAL
 
 SHIMS = ("srun", "scontrol")
 
@@ -204,6 +206,12 @@ class LocalScheduler:
             (f"{ARRAY_MARKER}={record.run_dir}",) if record.tasks or record.links else job_markers(record.run_dir),
             grace_s,
         )
+
+    def ask_stacks(self, record: RunRecord) -> None:
+        # The batch process is the supervisor (the script execs it), if that pid is still it.
+        if not (record.pid and carries(record.pid, job_markers(record.run_dir))):
+            raise SchedulerError(f"job {record.job_id}: its supervisor is not running")
+        os.kill(record.pid, STACKS_SIGNAL)
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)

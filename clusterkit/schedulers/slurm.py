@@ -37,6 +37,7 @@ from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.spec.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.stacks import STACKS_SIGNAL_NAME
 
 # SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
 UNSUPPORTED: dict[str, str] = {}
@@ -181,6 +182,16 @@ class SlurmScheduler:
         except SchedulerError as exc:
             raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
         self.host.remove_tree(f"{record.run_dir}/{SECRETS_FILE}")  # no later attempt needs them
+
+    def ask_stacks(self, record: RunRecord) -> None:
+        # The batch step's process is the supervisor (the script execs it); not the job's steps:
+        # their ranks dump only when the supervisor asks, so that it knows when to read.
+        retry = self._latest_retry(record)
+        job_id = retry["job_id"] if retry else record.job_id
+        try:
+            checked(self.host, ["scancel", "--batch", f"--signal={STACKS_SIGNAL_NAME}", job_id])
+        except SchedulerError as exc:
+            raise SchedulerError(f"cannot ask job {record.job_id} for its stacks: {exc}") from None
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)

@@ -231,6 +231,10 @@ class SSHScheduler(SlurmScheduler):
         self._connected()
         super().cancel(record)
 
+    def ask_stacks(self, record: RunRecord) -> None:
+        self._connected()
+        super().ask_stacks(record)
+
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         """The run's logs printed here, as they grow with ``follow`` (not retried then: output would repeat)."""
         host = self._connected()

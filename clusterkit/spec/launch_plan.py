@@ -313,7 +313,9 @@ def launch_plan(
         # Only a single job's end is the run's: an array's tasks share the file, a chain's links read it in turn.
         secrets_file=layout.SECRETS_FILE if recipe.secrets and recipe.job_kind == "job" else None,
         secrets=tuple(recipe.secrets),
-        watchdog=Watchdog(seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action)
+        watchdog=Watchdog(
+            seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action
+        )
         if recipe.watchdog
         else None,
     )

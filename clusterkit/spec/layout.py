@@ -28,6 +28,7 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     REQUEUED,
     RETRIES,
     STACKS_DIR,
+    STACKS_SUMMARY,
     SUPERVISOR_DIR,
     batch_log,
     node_dir,

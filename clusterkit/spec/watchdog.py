@@ -17,8 +17,8 @@ from msgspec import Meta
 
 from clusterkit.spec.text import END
 
-DURATION_PATTERN = rf"^\d+(s|m|h)?{END}"
-DURATION_HINT = "seconds, or a number with s, m or h (e.g. 90, 30s, 15m, 2h)"
+DURATION_PATTERN = rf"^[1-9][0-9]{{0,5}}(s|m|h)?{END}"  # at least a second; the Meta below caps an int
+DURATION_HINT = "seconds, or a whole number with s, m or h (e.g. 90, 30s, 15m, 2h)"
 Duration = Union[Annotated[int, Meta(ge=1, le=7 * 86_400)], Annotated[str, Meta(pattern=DURATION_PATTERN)]]
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600}
 

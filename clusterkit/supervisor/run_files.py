@@ -31,6 +31,12 @@ METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; rea
 HEARTBEAT = "heartbeat"
 # Below RANKS_DIR: each Python process's stacks, dumped when asked (site/sitecustomize.py, stacks.py).
 STACKS_DIR = "ranks/stacks"
+# The supervisor, each time it took every rank's stacks (asked by `clusterkit stacks`, or its
+# watchdog): the summary and each rank's frames, rewritten whole; read by `clusterkit stacks`.
+STACKS_SUMMARY = "ranks/stacks/summary.json"
+# Beside the supervisor: the folder put first on the ranks' PYTHONPATH (its sitecustomize registers
+# the stack dumps).
+SITE_DIR = "site"
 # The supervisor's watchdog, when the launch made no progress: when, why, and where each rank was.
 HANG_RECORD = "hang.json"
 

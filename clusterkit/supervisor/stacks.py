@@ -10,6 +10,7 @@ data.py:40"). Used by the supervisor's watchdog and by ``clusterkit stacks``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 STACKS_SIGNAL = signal.SIGWINCH
+STACKS_SIGNAL_NAME = "WINCH"  # as scancel --signal names it
 # rank<R>-node<N>-pid<P>.txt; a process that is not a rank's own (a launcher, a data loader) is "child"
 _FILE = re.compile(r"^rank(?P<rank>\d+|-)-node(?P<node>\d+|-)-pid(?P<pid>\d+)(?P<child>-child)?\.txt$")
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
@@ -38,6 +40,20 @@ class Sample:
     pid: int
     child: bool
     threads: List[Tuple[bool, List[Frame]]] = field(default_factory=list)  # (current, frames)
+
+    def to_dict(self, hosts: Sequence[str] = ()) -> dict:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "host": node_name(self.node, hosts),
+            "pid": self.pid,
+            "child": self.child,
+            "where": _frame_text(self.where),
+            "threads": [
+                {"current": current, "frames": [{"file": f, "line": n, "function": fn} for f, n, fn in frames]}
+                for current, frames in self.threads
+            ],
+        }
 
     @property
     def where(self) -> Optional[Frame]:
@@ -62,6 +78,12 @@ def parse(text: str) -> List[Tuple[bool, List[Frame]]]:
         if frame and threads:
             threads[-1][1].append((frame.group("file"), int(frame.group("line")), frame.group("func")))
     return threads
+
+
+def _is_rank(name: str) -> bool:
+    """A rank's own process (not a launcher, node agent or a rank's child)."""
+    match = _FILE.match(name)
+    return bool(match) and match.group("rank") != "-" and not match.group("child")  # type: ignore[union-attr]
 
 
 def _number(text: str) -> Optional[int]:
@@ -90,7 +112,7 @@ def collect(
     deadline = time.monotonic() + timeout_s
     while True:
         grown = {name: size for name, size in sizes(folder).items() if size > before.get(name, 0)}
-        answered = sum(1 for name in grown if not _FILE.match(name).group("child"))  # type: ignore[union-attr]
+        answered = sum(1 for name in grown if _is_rank(name))
         if answered >= ranks or time.monotonic() >= deadline:
             break
         sleep(0.2)
@@ -143,8 +165,15 @@ class Summary:
         }
 
 
-def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = ()) -> Summary:
-    """One line a person reads first, and the groups behind it."""
+def node_name(node: Optional[int], hosts: Sequence[str]) -> str:
+    if node is None:
+        return "an unknown node"
+    return hosts[node] if 0 <= node < len(hosts) else f"node {node}"
+
+
+def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = (), ranks_per_node: int = 0) -> Summary:
+    """One line a person reads first, and the groups behind it. A rank that wrote nothing (stopped,
+    stuck in the kernel, or no Python) is named with the node its place in the layout puts it on."""
     ranks: "OrderedDict[int, Sample]" = OrderedDict()
     for sample in samples:
         if sample.rank is not None and not sample.child:
@@ -154,22 +183,45 @@ def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = ()) 
         by_where.setdefault(_frame_text(ranks[rank].where), []).append(rank)
     groups = sorted(by_where.items(), key=lambda item: (-len(item[1]), item[1][0]))
     missing = [rank for rank in range(world) if rank not in ranks]
-    odd = [
-        (rank, ranks[rank].node, where)
-        for where, members in groups[1:]
-        for rank in members
-    ]
-
-    def node_name(node: Optional[int]) -> str:
-        if node is None:
-            return "an unknown node"
-        return hosts[node] if node < len(hosts) else f"node {node}"
+    odd = [(rank, ranks[rank].node, where) for where, members in groups[1:] for rank in members]
 
     parts = []
     if groups:
         where, members = groups[0]
         parts.append(f"{len(members)} of {world} ranks are in {where}")
-    parts += [f"rank {rank} on {node_name(node)} is in {where}" for rank, node, where in odd]
+    parts += [f"rank {rank} on {node_name(node, hosts)} is in {where}" for rank, node, where in odd]
     if missing:
-        parts.append(f"no stacks from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+        where = ""
+        if ranks_per_node and hosts:
+            nodes = dict.fromkeys(node_name(rank // ranks_per_node, hosts) for rank in missing)
+            where = f" (on {', '.join(nodes)})"
+        parts.append(f"no stacks from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}{where}")
     return Summary(groups, odd, missing, "; ".join(parts) or "no stacks came back")
+
+
+METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize in every Python process)"
+
+
+def record(
+    path: Path, samples: Sequence[Sample], summary: Summary, hosts: Sequence[str], reason: str, serial: int
+) -> None:
+    """The summary and every process's frames, written whole (``clusterkit stacks`` reads it)."""
+    data = {
+        "serial": serial,  # grows with each taking: a reader waits for a new one
+        "time": time.time(),
+        "reason": reason,
+        "method": METHOD,
+        "summary": summary.to_dict(),
+        "processes": [sample.to_dict(hosts) for sample in samples],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(staging, path)
+
+
+def last_serial(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_text()).get("serial", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0

@@ -1,18 +1,29 @@
-"""The watchdog of the launch step: is it making progress?
+"""The launch step, watched: every rank's stacks taken when asked, and a launch that stops making
+progress found, named and ended.
 
-Progress is a change of ``metrics.jsonl`` (a new step line) or of the heartbeat file (a script's
-ranks touch ``$CLUSTERKIT_HEARTBEAT``). Before the first change the plan's ``startup_s`` applies,
-after it ``no_progress_s``. What an earlier attempt left in those files is where this one starts from.
+Progress is a change of ``metrics.jsonl`` (a new step line) or of the heartbeat file (the runner's
+rank 0, or a script's ranks, touch ``$CLUSTERKIT_HEARTBEAT`` at each step). Before the first change
+the plan's ``startup_s`` applies, after it ``no_progress_s``. What an earlier attempt left in those
+files is where this one starts from: only a change counts.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from .plan import Watchdog
-from .run_files import HEARTBEAT, METRICS
+from . import stacks
+from .environment import JobEnvironment
+from .plan import LaunchPlan, Watchdog
+from .run_files import HANG_RECORD, HEARTBEAT, METRICS, STACKS_DIR, STACKS_SUMMARY
+from .steps import Running
+
+EXIT_HUNG = 124  # the launch's exit code when the watchdog ended it (as timeout(1) reports one)
+WATCH_EVERY_S = 0.5  # how often a stacks request is looked for while the launch runs
 
 Mark = Tuple[Optional[Tuple[int, int]], ...]
 
@@ -56,3 +67,86 @@ class Progress:
     def poll_s(self) -> float:
         """How often to look: often enough for the limit, not busily."""
         return max(0.5, min(10.0, min(self.watchdog.no_progress_s, self.watchdog.startup_s) / 10))
+
+
+@dataclass(frozen=True)
+class Hang:
+    """The watchdog ended the launch: retried (``retry``) without the hosts in ``exclude``, or not."""
+
+    retry: bool
+    exclude: Tuple[str, ...]
+
+
+class Watcher:
+    """Watches a started launch until it ends: the stacks when asked (``asked``, set by the
+    supervisor's SIGWINCH handler), and the watchdog's verdicts."""
+
+    def __init__(self, plan: LaunchPlan, job: JobEnvironment, run_dir: Path, hosts: Sequence[str]) -> None:
+        self.plan, self.job, self.run_dir, self.hosts = plan, job, run_dir, list(hosts)
+        self.world = plan.train_nodes * plan.slots_per_node
+        self.asked = False
+        self.hang: Optional[Hang] = None
+
+    def watch(self, running: Running, clock: Callable[[], float] = time.monotonic) -> int:
+        watchdog = self.plan.watchdog
+        progress = Progress(self.run_dir, watchdog, clock) if watchdog else None
+        hung_at: Optional[Mark] = None  # the progress files when a hang was recorded and the launch went on
+        every = min(WATCH_EVERY_S, progress.poll_s) if progress else WATCH_EVERY_S
+        while True:
+            code = running.poll(every)
+            if code is not None:
+                return code
+            if self.asked:
+                self.asked = False
+                self.take("asked (clusterkit stacks)")
+            if progress is None:
+                continue
+            why = progress.stalled()
+            if hung_at is not None and progress.mark != hung_at:
+                hung_at = None
+                _remove(self.run_dir / HANG_RECORD)
+                print("clusterkit: the launch makes progress again", flush=True)
+            if why is None:
+                continue
+            summary = self.take(f"watchdog: {why}")
+            odd = sorted({stacks.node_name(node, self.hosts) for _, node, _ in summary.odd if node is not None})
+            self._record(why, summary, odd)
+            print(f"clusterkit: HUNG: {why}: {summary.line}", flush=True)
+            if watchdog.action == "stacks":
+                hung_at = progress.mark
+                progress.rearm()
+                continue
+            self.hang = Hang(retry=watchdog.action == "retry", exclude=tuple(odd))
+            print(f"clusterkit: ending the hung launch (watchdog.action: {watchdog.action})", flush=True)
+            running.stop()
+            return EXIT_HUNG
+
+    def take(self, reason: str) -> stacks.Summary:
+        """Every rank's stacks now: asked for, read back, summarised and recorded."""
+        folder = self.run_dir / STACKS_DIR
+        samples = stacks.collect(folder, lambda: self.job.signal_job(stacks.STACKS_SIGNAL), self.world)
+        summary = stacks.summarise(samples, self.world, self.hosts, self.plan.slots_per_node)
+        path = self.run_dir / STACKS_SUMMARY
+        stacks.record(path, samples, summary, self.hosts, reason, stacks.last_serial(path) + 1)
+        print(f"clusterkit: stacks of every rank ({reason}): {summary.line}; in {path}", flush=True)
+        return summary
+
+    def _record(self, why: str, summary: stacks.Summary, odd: List[str]) -> None:
+        record = {
+            "time": time.time(),
+            "why": why,
+            "line": summary.line,
+            "action": self.plan.watchdog.action if self.plan.watchdog else None,
+            "odd_hosts": odd,
+            "stacks": STACKS_SUMMARY,
+        }
+        staging = self.run_dir / f".{HANG_RECORD}.{os.getpid()}"
+        staging.write_text(json.dumps(record) + "\n")
+        os.replace(staging, self.run_dir / HANG_RECORD)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
