@@ -149,3 +149,55 @@ def test_stray_files_are_ignored(tmp_path: Path, name: str) -> None:
     _write(tmp_path, 0, _steps(1, 10, 1.0))
     (tmp_path / layout.STEP_TIMES_DIR / name).write_text(json.dumps({"step": 1, "step_s": 1.0}) + "\n")
     assert sorted(read_step_times(tmp_path)) == [0]
+
+
+def _finished_run(tmp_path: Path) -> Path:
+    """A finished local run of 2 nodes x 2 ranks whose rank 3 was slow, no training needed."""
+    run_dir = tmp_path / "runs" / "x" / "41"
+    run_dir.mkdir(parents=True)
+    record = {
+        "job_id": "41", "name": "x", "scheduler": "local", "run_dir": str(run_dir), "recipe": "r.yaml",
+        "submitted_at": 1.0, "nodes": 2, "ranks_per_node": 2, "launcher": "torchrun",
+    }  # fmt: skip
+    (run_dir / layout.RUN_RECORD).write_text(json.dumps(record))
+    (run_dir / layout.EXIT_CODE).write_text("0\n")
+    (run_dir / layout.HOSTFILE).write_text("node-a slots=2\nnode-b slots=2\n")
+    for rank in range(4):
+        _write(run_dir, rank, _steps(1, 19, 1.5 if rank == 3 else 1.0))
+    return run_dir
+
+
+def test_status_shows_the_straggler_and_json_carries_its_figures(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    run_dir = _finished_run(tmp_path)
+    line = "rank 3 on node1 (node-b) is 50% slower than the median step (1.50 s vs 1.00 s over steps 10-19)"
+    done = run_cli("status", str(run_dir))
+    assert done.returncode == 0, done.stderr
+    assert f"  straggler: {line}" in done.stdout.splitlines()
+    shown = json.loads(run_cli("status", "--json", str(run_dir)).stdout)
+    assert shown["state"] == "COMPLETED" and shown["straggler"] == {
+        "rank": 3, "node": 1, "host": "node-b", "step_s": 1.5, "median_s": 1.0, "first_step": 10, "last_step": 19,
+        "slower": 0.5, "summary": line,
+    }  # fmt: skip
+    _write(run_dir, 3, _steps(1, 19, 1.0))
+    assert json.loads(run_cli("status", "--json", str(run_dir)).stdout)["straggler"] is None
+    assert "straggler" not in run_cli("status", str(run_dir)).stdout
+
+
+def test_follow_says_the_straggler_once_when_it_appears(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from clusterkit.runs.follow import follow
+    from clusterkit.runs.record import read_record
+    from clusterkit.runs.status import COMPLETED, RUNNING, JobStatus
+
+    record = read_record(_finished_run(tmp_path))
+    slow = {"rank": 3, "summary": "rank 3 on node1 is 50% slower than the median step"}
+    answers = iter([JobStatus(RUNNING), JobStatus(RUNNING, straggler=slow), JobStatus(RUNNING, straggler=slow),
+                    JobStatus(COMPLETED, 0, straggler=slow)])  # fmt: skip
+    out = io.StringIO()
+    follow(record, lambda _: next(answers), tmp_path / "none.jsonl", Console(file=out, width=200), poll_s=0.01)
+    assert out.getvalue().count("straggler: rank 3 on node1 is 50% slower than the median step") == 1
