@@ -32,6 +32,7 @@ from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import TrainerTask
 from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
+from clusterkit.spec.watchdog import seconds
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -78,6 +79,8 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
     )
     if not on_gpu:
         settings["ddp_backend"] = "gloo"
+    if recipe.collective_timeout is not None:  # also the env's CLUSTERKIT_COLLECTIVE_TIMEOUT_S (spec.network)
+        settings["ddp_timeout"] = seconds(recipe.collective_timeout)
     ds_config = run_dir / run_layout.DEEPSPEED_CONFIG
     if recipe.uses_deepspeed:
         settings["deepspeed"] = str(ds_config)

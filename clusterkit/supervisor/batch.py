@@ -19,7 +19,16 @@ from . import hooks, recovery
 from .environment import JobEnvironment
 from .plan import PLAN_FORMAT, LaunchPlan, Step
 from .processes import signal_number
-from .run_files import EXIT_CODE, HOSTFILE, LAUNCH_PLAN, PREEMPTED_RECORD, REQUEUED, SUPERVISOR_DIR
+from .run_files import (
+    EXIT_CODE,
+    HOSTFILE,
+    LAUNCH_PLAN,
+    NCCL_TRACE_DIR,
+    NCCL_TRACE_ENV,
+    PREEMPTED_RECORD,
+    REQUEUED,
+    SUPERVISOR_DIR,
+)
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
 
 
@@ -60,6 +69,9 @@ class Supervisor:
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
         )
+        # The NCCL flight recorder (GPU profiles, env.sh) dumps into the run directory; torch makes no folder.
+        if self.env.get(NCCL_TRACE_ENV, "").startswith(str(self.run_dir / NCCL_TRACE_DIR) + "/"):
+            (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(
             f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
             f"run dir {self.run_dir}",

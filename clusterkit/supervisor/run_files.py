@@ -40,6 +40,7 @@ STEP_TIMES_DIR = "ranks/steps"
 # torch as this prefix plus the rank number; read by people and `clusterkit stacks`.
 NCCL_TRACE_DIR = "ranks/nccl-trace"
 NCCL_TRACE_PREFIX = f"{NCCL_TRACE_DIR}/rank_"
+NCCL_TRACE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"  # where env.sh points torch at that prefix (spec.network)
 
 Node = Union[int, str]
 
