@@ -126,6 +126,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  code:    {code_words(record)}")
         if status.failure:
             print(f"  first failure: {status.failure}")
+        if status.straggler:
+            print(f"  straggler: {status.straggler['summary']}")
     return 0
 
 

@@ -22,6 +22,8 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     JOB_SCRIPT,
     LAUNCH_PLAN,
     METRICS,
+    NCCL_TRACE_DIR,
+    NCCL_TRACE_PREFIX,
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
     RANKS_DIR,
@@ -29,11 +31,13 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     RETRIES,
     STACKS_DIR,
     STACKS_SUMMARY,
+    STEP_TIMES_DIR,
     SUPERVISOR_DIR,
     batch_log,
     node_dir,
     node_exit,
     node_log,
+    step_times,
 )
 
 Stream = Literal["out", "err"]  # the two log files of each node (srun --output / --error)

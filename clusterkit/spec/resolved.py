@@ -51,7 +51,7 @@ from clusterkit.spec.recipe import (
 )
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
-from clusterkit.spec.watchdog import Watchdog
+from clusterkit.spec.watchdog import Duration, Watchdog
 
 DEFAULT_RUNS_DIR = "./runs"
 
@@ -131,6 +131,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     srun: Srun
     service: Service | None
     watchdog: Watchdog | None
+    collective_timeout: Duration | None  # spec.collective_timeout
     container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -257,6 +258,7 @@ def resolve(
         srun=recipe.srun,
         service=recipe.service,
         watchdog=recipe.watchdog,
+        collective_timeout=recipe.collective_timeout,
         container=(
             msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
             if profile.container

@@ -27,6 +27,8 @@ from .run_files import (
     HEARTBEAT,
     HOSTFILE,
     LAUNCH_PLAN,
+    NCCL_TRACE_DIR,
+    NCCL_TRACE_ENV,
     PREEMPTED_RECORD,
     REQUEUED,
     SITE_DIR,
@@ -85,6 +87,9 @@ class Supervisor:
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
         )
+        # The NCCL flight recorder (GPU profiles, env.sh) dumps into the run directory; torch makes no folder.
+        if self.env.get(NCCL_TRACE_ENV, "").startswith(str(self.run_dir / NCCL_TRACE_DIR) + "/"):
+            (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(
             f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
             f"run dir {self.run_dir}",

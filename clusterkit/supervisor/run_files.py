@@ -39,6 +39,14 @@ STACKS_SUMMARY = "ranks/stacks/summary.json"
 SITE_DIR = "site"
 # The supervisor's watchdog, when the launch made no progress: when, why, and where each rank was.
 HANG_RECORD = "hang.json"
+# Below RANKS_DIR: the built-in runner's ranks, each appending one JSON line per optimizer step (its
+# step and data-wait times, GPU utilisation where NVML answers); read by status (stragglers.py).
+STEP_TIMES_DIR = "ranks/steps"
+# Below RANKS_DIR: PyTorch's NCCL flight recorder dumps (GPU profiles), one file per rank, named by
+# torch as this prefix plus the rank number; read by people and `clusterkit stacks`.
+NCCL_TRACE_DIR = "ranks/nccl-trace"
+NCCL_TRACE_PREFIX = f"{NCCL_TRACE_DIR}/rank_"
+NCCL_TRACE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"  # where env.sh points torch at that prefix (spec.network)
 
 Node = Union[int, str]
 
@@ -60,6 +68,11 @@ def node_log(job_id: str, node: Node, stream: str) -> str:
     """``<job id>_<node>_log.out|err``: srun's per-node output (SLURM fills in ``%j``/``%t``); read by
     logs and status (torchrun's root cause)."""
     return f"{job_id}_{node}_log.{stream}"
+
+
+def step_times(rank: Union[int, str]) -> str:
+    """``ranks/steps/rank<R>.jsonl``: rank R's step times (``*`` for every rank's)."""
+    return f"{STEP_TIMES_DIR}/rank{rank}.jsonl"
 
 
 def batch_log(job_id: str, stream: str) -> str:
