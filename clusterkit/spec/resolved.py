@@ -49,6 +49,7 @@ from clusterkit.spec.recipe import (
     process_model_of,
     tasks_per_node,
 )
+from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.watchdog import Watchdog
@@ -131,6 +132,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     srun: Srun
     service: Service | None
     watchdog: Watchdog | None
+    profile: Profiling | None
     container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -257,6 +259,7 @@ def resolve(
         srun=recipe.srun,
         service=recipe.service,
         watchdog=recipe.watchdog,
+        profile=recipe.profile,
         container=(
             msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
             if profile.container
