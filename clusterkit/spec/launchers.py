@@ -260,9 +260,7 @@ LAUNCHERS: dict[str, Launcher] = {
         Launcher("accelerate", (LAUNCHER_PER_NODE,), "accelerate", _ACCELERATE_OWNED, _accelerate),
         # srun is the launcher: a task per rank, its ids mapped to RANK & co. by the node agent, and the
         # preemption signal left at its default so that the rank's framework can install its handler.
-        Launcher(
-            "python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True, wraps_ranks=True
-        ),
+        Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True, wraps_ranks=True),
         # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
         Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
         Launcher(

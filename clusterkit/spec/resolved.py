@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
+from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
     SLURM_TIME_PATTERN,
     AccelerateSettings,
@@ -49,7 +50,6 @@ from clusterkit.spec.recipe import (
     process_model_of,
     tasks_per_node,
 )
-from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.watchdog import Watchdog
