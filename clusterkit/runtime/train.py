@@ -24,6 +24,7 @@ from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir,
 from clusterkit.runtime.data import build_dataset
 from clusterkit.runtime.model import attention_implementation, build_model, build_tokenizer
 from clusterkit.runtime.preemption import PreemptionHandler
+from clusterkit.runtime.profiling import StepProfiler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
 from clusterkit.runtime.tracking import start_tracking
 from clusterkit.spec import layout as run_layout
@@ -290,12 +291,15 @@ def _train(job_file: Path) -> int:
     preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal)
     layout = AppliedLayout(recipe, args.world_size)
     publisher = CheckpointPublisher(keep_checkpoints)
+    callbacks = [layout, metrics, publisher, preempt]
+    if recipe.profile is not None:
+        callbacks.append(StepProfiler(recipe.profile, args.process_index, args.world_size, run_dir))
     trainer = FingerprintingTrainer(
         model=model,
         args=args,
         train_dataset=dataset,
         data_collator=default_data_collator,
-        callbacks=[layout, metrics, publisher, preempt],
+        callbacks=callbacks,
     )
     if recipe.parallelism.tp > 1:  # each checkpoint also gets the full weights: zero_to_fp32 cannot join TP shards
         publisher.consolidate = lambda checkpoint: save_model(trainer, checkpoint, args.process_index == 0)
