@@ -142,7 +142,7 @@ NSYS = [
     "--trace=cuda,nvtx,osrt",
     "--force-overwrite=true",
     "-o",
-    "{run_dir}/profile/rank%q{RANK}",
+    "{run_dir}/profile/nsys-rank%q{RANK}",
 ]
 
 

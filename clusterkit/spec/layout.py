@@ -135,8 +135,8 @@ def profile_table(rank: int | str, first: int | str, last: int | str) -> str:
 
 
 def nsys_report(rank: str) -> str:
-    """``profile/rank<R>``: nsys's -o for rank R (profile: kind nsys; nsys adds .nsys-rep)."""
-    return f"{PROFILE_DIR}/rank{rank}"
+    """``profile/nsys-rank<R>``: nsys's -o for rank R (profile: kind nsys; nsys adds .nsys-rep)."""
+    return f"{PROFILE_DIR}/nsys-rank{rank}"
 
 
 def service_log(task: int | str, stream: Stream) -> str:
