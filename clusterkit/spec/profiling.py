@@ -29,6 +29,7 @@ class Profiling(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Record steps ``steps`` on ranks ``ranks`` of the built-in runner (task.trainer)."""
 
     kind: Literal["torch", "nsys"]  # torch: torch.profiler's Chrome trace; nsys: Nsight Systems (GPU profiles)
+    # The global ranks that record; the others do nothing.
     ranks: Annotated[list[Annotated[int, Meta(ge=0)]], Meta(min_length=1)] = field(default_factory=lambda: [0])
     # Optimizer steps as the Trainer's global_step counts them (the first is 1): A-B inclusive, or one step.
     steps: Union[int, Annotated[str, Meta(pattern=STEPS_PATTERN)]]
