@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks
+from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -117,6 +117,7 @@ def resolve_and_check(
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
     job_checks.check_tracking(recipe, profile, found.error)
+    profile_checks.check_profile(recipe, profile, resources.nodes * resources.gpus_per_node, found.error)
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, profile, found.error, found.profile_error)
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)

@@ -24,6 +24,7 @@ from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir,
 from clusterkit.runtime.data import build_dataset
 from clusterkit.runtime.model import attention_implementation, build_model, build_tokenizer
 from clusterkit.runtime.preemption import PreemptionHandler
+from clusterkit.runtime.profiling import StepProfiler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
 from clusterkit.runtime.step_times import GpuSampler, StepTimes
 from clusterkit.runtime.tracking import start_tracking
@@ -309,12 +310,15 @@ def _train(job_file: Path) -> int:
     publisher = CheckpointPublisher(keep_checkpoints)
     gpu = GpuSampler.open(torch.cuda.current_device()) if on_gpu else None
     step_times = StepTimes(run_dir / run_layout.step_times(args.process_index), gpu)
+    callbacks = [layout, metrics, publisher, preempt, step_times]
+    if recipe.profile is not None:
+        callbacks.append(StepProfiler(recipe.profile, args.process_index, args.world_size, run_dir))
     trainer = FingerprintingTrainer(
         model=model,
         args=args,
         train_dataset=dataset,
         data_collator=default_data_collator,
-        callbacks=[layout, metrics, publisher, preempt, step_times],
+        callbacks=callbacks,
         step_times=step_times,
     )
     if recipe.parallelism.tp > 1:  # each checkpoint also gets the full weights: zero_to_fp32 cannot join TP shards

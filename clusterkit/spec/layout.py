@@ -68,6 +68,7 @@ SECRETS_FILE = ".secrets.env"
 # beside DeepSpeed's shards (the runner gathers them); read by export.
 WEIGHTS = "model.safetensors"
 MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
+PROFILE_DIR = "profile"  # the runner (profile:): profile_trace, profile_table, nsys_report below it
 
 # --- Checkpoints: the Trainer's output_dir ---
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer; read by resume, `submit --resume` and export
@@ -125,6 +126,22 @@ def node_number(name: str) -> int:
 def rank_record(rank: int | str) -> str:
     """``ranks/rank-<R>.json``: the runner, every rank, what it saw; read by the layout tests."""
     return f"{RANKS_DIR}/rank-{rank}.json"
+
+
+def profile_trace(rank: int | str, first: int | str, last: int | str) -> str:
+    """``profile/rank<R>-steps<A>-<B>.json``: the runner's torch.profiler Chrome trace of steps A..B
+    on rank R (profile: kind torch); read by people (chrome://tracing, Perfetto)."""
+    return f"{PROFILE_DIR}/rank{rank}-steps{first}-{last}.json"
+
+
+def profile_table(rank: int | str, first: int | str, last: int | str) -> str:
+    """``profile/rank<R>-steps<A>-<B>.txt``: beside the trace, its key-averages table; read by people."""
+    return f"{PROFILE_DIR}/rank{rank}-steps{first}-{last}.txt"
+
+
+def nsys_report(rank: str) -> str:
+    """``profile/nsys-rank<R>``: nsys's -o for rank R (profile: kind nsys; nsys adds .nsys-rep)."""
+    return f"{PROFILE_DIR}/nsys-rank{rank}"
 
 
 def service_log(task: int | str, stream: Stream) -> str:

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
+from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
 from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS, Tracker, Tracking
@@ -43,6 +44,7 @@ PATTERN_HINTS = {
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
     DURATION_PATTERN: DURATION_HINT,
+    STEPS_PATTERN: STEPS_HINT,
 }
 
 Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
@@ -354,6 +356,7 @@ class Recipe(_Struct, kw_only=True):
     # recorder): the built-in runner's ddp_timeout, $CLUSTERKIT_COLLECTIVE_TIMEOUT_S for a script.
     # Default: the Trainer's (30 minutes), or what a script sets.
     collective_timeout: Duration | None = None
+    profile: Profiling | None = None  # a few steps of the built-in runner profiled (spec.profiling)
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
     container_image: NonEmptyLine | None = None
     hooks: Hooks = field(default_factory=Hooks)

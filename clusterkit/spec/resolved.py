@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
+from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
     SLURM_TIME_PATTERN,
     AccelerateSettings,
@@ -132,6 +133,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     service: Service | None
     watchdog: Watchdog | None
     collective_timeout: Duration | None  # spec.collective_timeout
+    profile: Profiling | None
     container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -259,6 +261,7 @@ def resolve(
         service=recipe.service,
         watchdog=recipe.watchdog,
         collective_timeout=recipe.collective_timeout,
+        profile=recipe.profile,
         container=(
             msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
             if profile.container
