@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -33,6 +33,10 @@ class Host(Protocol):
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
         """Run one command (no shell); a missing program or no answer in time is a SchedulerError."""
+
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        """Run one command (no shell) with this terminal's input and output, for as long as it runs;
+        its exit status. ``tty``: it gets a terminal of its own there (an interactive shell)."""
 
     def absolute(self, path: str) -> str: ...
 
@@ -73,6 +77,9 @@ class LocalHost:
             raise SchedulerError(f"{' '.join(argv)}: no answer within {timeout:.0f} s") from None
         return Completed(done.returncode, done.stdout, done.stderr)
 
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        return attached(argv)  # this terminal is already the command's: srun --pty reads and writes it
+
     def absolute(self, path: str) -> str:
         return str(Path(path).absolute())
 
@@ -107,6 +114,16 @@ class LocalHost:
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
+
+
+def attached(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run one command (no shell) here with this terminal's input and output; its exit status as a
+    shell reports it (killed by signal N: 128+N)."""
+    try:
+        code = subprocess.run(list(argv), cwd=cwd, env=env, check=False).returncode
+    except FileNotFoundError:
+        raise SchedulerError(f"{argv[0]}: command not found") from None
+    return code if code >= 0 else 128 - code
 
 
 def checked(host: Host, argv: Sequence[str], timeout: float = 30.0) -> str:

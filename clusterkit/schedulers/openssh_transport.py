@@ -187,6 +187,17 @@ class OpenSSHSession(Session):
             raise self._failure(message)
         return Completed(process.returncode, (out or b"").decode("utf-8", "replace"), message)
 
+    def attach(self, command: str, tty: bool = False) -> int:
+        # ssh -t instead of -T: a terminal there for the command, this one's input and output passed
+        # through; without -t, this terminal's input and output are the command's as they are.
+        argv = [*self.argv, "--", self.login.host, command]
+        if tty:
+            argv[argv.index("-T")] = "-t"
+        try:
+            return subprocess.run(argv, env=self.env, check=False).returncode
+        except FileNotFoundError:
+            raise SSHError(f"{self.argv[0]}: command not found") from None
+
     def _failure(self, message: str) -> SSHError:
         """ssh's own error as one line."""
         lines = [line.strip() for line in message.splitlines() if line.strip()]
