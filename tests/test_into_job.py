@@ -387,3 +387,37 @@ def test_local_exec_runs_here_in_the_run_dir_as_the_node_and_ends_with_the_job(t
         assert run_cli("cancel", job, "--runs-dir", runs, cwd=tmp_path).returncode == 0
     done = run_cli("exec", job, "--runs-dir", runs, "--", "true", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr == f"clusterkit: job {job} is CANCELLED: exec needs a running job\n"
+
+
+# --- the dev cluster: a real allocation (run by the lead: -m slurm) -------------------------------------
+
+
+@pytest.mark.slurm
+def test_exec_runs_in_the_allocation_on_the_chosen_node_and_a_finished_job_is_refused(
+    dev_cluster: str, tmp_path: Path
+) -> None:
+    """While the 2-node tiny job trains, exec --node 1 and --rank 3 (2 ranks a node) are on node2,
+    in the job's allocation (its SLURM_JOB_ID), the command's exit status is exec's; once the job has
+    ended, exec is refused in one line naming its state. The dev cluster's two slurmd share one
+    machine, so SLURMD_NODENAME, not hostname, tells the nodes apart."""
+    from slurm_jobs import LONG, events, start, wait
+
+    job_id, run_dir = start(tmp_path, *LONG)
+    runs = str(tmp_path / "runs")
+    try:
+        wait(lambda: events(run_dir, "log"), 180, "the job to train")
+        done = run_cli(
+            "exec", job_id, "--runs-dir", runs, "--node", "1", "--", "printenv", "SLURMD_NODENAME", "SLURM_JOB_ID",
+            cwd=REPO,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stdout.split() == ["node2", job_id], done.stdout + done.stderr
+        done = run_cli("exec", job_id, "--runs-dir", runs, "--rank", "3", "--", "printenv", "SLURMD_NODENAME", cwd=REPO)
+        assert done.stdout.split() == ["node2"], done.stderr
+        done = run_cli("exec", job_id, "--runs-dir", runs, "--", "sh", "-c", "echo $SLURMD_NODENAME; exit 7", cwd=REPO)
+        assert done.returncode == 7 and done.stdout.split() == ["node1"], done.stderr
+    finally:
+        run_cli("cancel", job_id, "--runs-dir", runs, cwd=REPO)
+    wait(lambda: "CANCELLED" in run_cli("status", job_id, "--runs-dir", runs, cwd=REPO).stdout, 60, "the cancel")
+    done = run_cli("exec", job_id, "--runs-dir", runs, "--", "hostname", cwd=REPO)
+    assert done.returncode == 2 and done.stderr.startswith(f"clusterkit: job {job_id} is CANCELLED"), done.stderr
+    assert done.stderr.count("\n") == 1
