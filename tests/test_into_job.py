@@ -20,9 +20,10 @@ import yaml
 
 from clusterkit.cli.parser import build_parser
 from clusterkit.cli.parser import run as run_clusterkit
+from clusterkit.errors import SchedulerError
 from clusterkit.runs.record import RunRecord
 from clusterkit.schedulers import slurm
-from clusterkit.schedulers.host import Completed, LocalHost
+from clusterkit.schedulers.host import Completed, LocalHost, attached
 from clusterkit.schedulers.ssh import SSHHost
 from clusterkit.schedulers.ssh_transport import Session
 from clusterkit.spec.profile import Login
@@ -329,17 +330,29 @@ def test_openssh_asks_for_a_terminal_only_for_shell(monkeypatch) -> None:
     from clusterkit.schedulers import openssh_transport
 
     session = object.__new__(openssh_transport.OpenSSHSession)
-    session.argv, session.env = ["ssh", "-T", "-o", "BatchMode=no"], {}
+    session.argv, session.env = ["ssh", "-T", "-o", "BatchMode=no"], {"A": "1"}
     session.login = Login(host="login")
     ran: list[list[str]] = []
-    monkeypatch.setattr(
-        openssh_transport.subprocess, "run", lambda argv, **kw: ran.append(argv) or Completed(4, "", "")
-    )
+    monkeypatch.setattr(openssh_transport, "attached", lambda argv, env: ran.append(argv) or 4)
     assert session.attach("LINE", tty=True) == 4 and session.attach("LINE") == 4
     assert ran == [
         ["ssh", "-t", "-o", "BatchMode=no", "--", "login", "LINE"],
         ["ssh", "-T", "-o", "BatchMode=no", "--", "login", "LINE"],
     ]
+
+
+def test_ctrl_c_is_the_commands_and_clusterkit_waits_for_its_end() -> None:
+    """SIGINT reaching clusterkit too (the terminal sends it to both) neither raises here nor kills
+    the command: srun decides (its first Ctrl-C only reports); its exit status is the answer."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    ctrl_c = "import os, signal, time; os.kill(os.getppid(), signal.SIGINT); time.sleep(0.5); raise SystemExit(3)"
+    assert attached([sys.executable, "-c", ctrl_c]) == 3
+    assert signal.getsignal(signal.SIGINT) is before
+    assert attached([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]) == 128 + 15
+    with pytest.raises(SchedulerError, match="no-such-program: command not found"):
+        attached(["no-such-program"])
 
 
 # --- the local executor: a real job ---------------------------------------------------------------------

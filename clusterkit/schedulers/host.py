@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,11 +120,20 @@ class LocalHost:
 
 def attached(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run one command (no shell) here with this terminal's input and output; its exit status as a
-    shell reports it (killed by signal N: 128+N)."""
+    shell reports it (killed by signal N: 128+N). Ctrl-C is the command's, as in a shell: it reaches
+    it from the terminal, and this process waits for it to end (srun, on a first Ctrl-C, reports its
+    tasks and goes on; a second ends them) instead of killing it from under them."""
     try:
-        code = subprocess.run(list(argv), cwd=cwd, env=env, check=False).returncode
+        process = subprocess.Popen(list(argv), cwd=cwd, env=env)
     except FileNotFoundError:
         raise SchedulerError(f"{argv[0]}: command not found") from None
+    main = threading.current_thread() is threading.main_thread()  # the only one that may set handlers
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # once started: the command's
+    try:
+        code = process.wait()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, before)
     return code if code >= 0 else 128 - code
 
 

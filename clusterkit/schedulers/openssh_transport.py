@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from clusterkit.errors import SSHError
-from clusterkit.schedulers.host import Completed
+from clusterkit.schedulers.host import Completed, attached
 from clusterkit.schedulers.ssh_config import endpoint, ssh_program, ssh_settings
 from clusterkit.schedulers.ssh_transport import (
     CONNECT_TIMEOUT_S,
@@ -193,10 +193,7 @@ class OpenSSHSession(Session):
         argv = [*self.argv, "--", self.login.host, command]
         if tty:
             argv[argv.index("-T")] = "-t"
-        try:
-            return subprocess.run(argv, env=self.env, check=False).returncode
-        except FileNotFoundError:
-            raise SSHError(f"{self.argv[0]}: command not found") from None
+        return attached(argv, env=self.env)
 
     def _failure(self, message: str) -> SSHError:
         """ssh's own error as one line."""
