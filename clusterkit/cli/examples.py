@@ -82,6 +82,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit stacks 4242 --rank 3      # rank 3's threads (and its data-loader workers)",
         "clusterkit stacks 4242 --node node2 --json",
     ),
+    "exec": (
+        "clusterkit exec 4242 -- nvidia-smi                  # on node 0, the batch host",
+        "clusterkit exec 4242 --rank 5 -- py-spy dump --pid 1234",
+        "clusterkit exec 4242 --node node17 -- df -h /dev/shm",
+    ),
+    "shell": (
+        "clusterkit shell 4242",
+        "clusterkit shell 4242 --node 1",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",

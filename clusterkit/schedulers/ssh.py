@@ -85,6 +85,9 @@ class SSHHost:
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
         return self.session.run(command_line(argv, cwd=self.workdir), timeout=timeout)
 
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        return self.session.attach(command_line(argv, cwd=self.workdir), tty)
+
     def absolute(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
