@@ -77,6 +77,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit cancel 4242",
         "clusterkit cancel runs/llama-7b-zero3/4242",
     ),
+    "top": (
+        "clusterkit top                       # the recent runs still going, refreshed every 5 s",
+        "clusterkit top 4300 --interval 10    # a sweep's tasks (job id, run directory or name)",
+        "clusterkit top --all --once --json   # one JSON line per run, for tools",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",

@@ -6,8 +6,9 @@ Everything here is read from files the job, its script or the watchdog write, so
 trusted: metrics.jsonl is read from its end and at most :data:`METRICS_TAIL` bytes of it (a line
 cut short there is left out), a value that is not a finite number (NaN, a string, a bool) counts
 as not logged, hang.json is read at most :data:`HANG_LIMIT` bytes and anything but
-``{"line": "<text>"}`` reads as "hang record unreadable", and each text shown passes through
-:func:`clusterkit.errors.printable`, so no escape sequence reaches the terminal.
+``{"line": "<text>"}`` reads as "hang record unreadable", and each text shown in the table passes
+through :func:`clusterkit.errors.printable` (:func:`cells`), so no escape sequence reaches the
+terminal; ``--json`` escapes it as JSON does.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _whole(value: Any) -> int | None:
 
 def hang_summary(data: bytes | None) -> str | None:
     """The watchdog's one-line summary from hang.json (``{"line": "..."}``), shown inert; any other
-    content: :data:`UNREADABLE_HANG`; no record: None."""
+    content: :data:`UNREADABLE_HANG`; no record: None. Shown through :func:`cells`, inert."""
     if data is None:
         return None
     try:
@@ -112,7 +113,7 @@ def hang_summary(data: bytes | None) -> str | None:
         line = None
     if not isinstance(line, str) or not line.strip():
         return UNREADABLE_HANG
-    return printable(line.strip())[:300]
+    return line.strip()[:300]
 
 
 def straggler_summary(record: RunRecord) -> str | None:
@@ -151,9 +152,9 @@ def row_of(record: RunRecord, status: JobStatus, files: RunFiles, name: str | No
     straggler = straggler_summary(record)
     flags = tuple(flag for flag, note in ((HUNG, hang), (STRAGGLER, straggler)) if note is not None)
     return Row(
-        job_id=printable(record.job_id),
-        name=printable(name if name is not None else record.name),
-        state=printable(status.state),
+        job_id=record.job_id,
+        name=name if name is not None else record.name,
+        state=status.state,
         step=step,
         max_steps=max_steps,
         samples_per_s=samples_per_s,
@@ -161,8 +162,8 @@ def row_of(record: RunRecord, status: JobStatus, files: RunFiles, name: str | No
         idle_s=max(0.0, files.now - max(progress)) if progress else None,
         flags=flags,
         hang=hang,
-        straggler=None if straggler is None else printable(straggler),
-        run_dir=printable(record.run_dir),
+        straggler=straggler,
+        run_dir=record.run_dir,
     )
 
 
@@ -184,25 +185,29 @@ HEADER = ("JOB", "NAME", "STATE", "STEP", "SAMPLES/S", "ETA", "LAST PROGRESS", "
 
 
 def cells(row: Row) -> tuple[str, ...]:
-    """The row as the table's text cells (HEADER's order)."""
+    """The row as the table's text cells (HEADER's order), each inert."""
     step = NOT_KNOWN if row.step is None else str(row.step) + (f"/{row.max_steps}" if row.max_steps else "")
-    flags = " ".join(row.flags)
-    if row.hang:
-        flags += f" ({row.hang})"
-    return (
-        row.job_id,
-        row.name,
-        row.state,
-        step,
-        NOT_KNOWN if row.samples_per_s is None else f"{row.samples_per_s:.1f}",
-        duration(row.eta_s),
-        NOT_KNOWN if row.idle_s is None else f"{duration(row.idle_s)} ago",
-        flags,
+    flags = " ".join([*row.flags, *(f"({note})" for note in (row.hang, row.straggler) if note)])
+    return tuple(
+        map(
+            printable,
+            (
+                row.job_id,
+                row.name,
+                row.state,
+                step,
+                NOT_KNOWN if row.samples_per_s is None else f"{row.samples_per_s:.1f}",
+                duration(row.eta_s),
+                NOT_KNOWN if row.idle_s is None else f"{duration(row.idle_s)} ago",
+                flags,
+            ),
+        )
     )
 
 
 def row_json(row: Row) -> dict[str, Any]:
-    """``clusterkit top --json``: one object per run per refresh (docs/json.md)."""
+    """``clusterkit top --json``: one object per run per refresh (docs/json.md); its text as it is,
+    which JSON escapes (a control character is written ``\\u001b``)."""
     return {
         "job_id": row.job_id,
         "name": row.name,
