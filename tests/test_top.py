@@ -424,3 +424,88 @@ def test_top_once_json_lists_two_real_runs_with_their_states(dev_cluster: str, t
     assert set(shown) == set(job_ids)
     assert all(state in ("PENDING", "RUNNING", "COMPLETED") for state in shown.values()), shown
     subprocess.run(["scancel", *job_ids], capture_output=True)
+
+
+# --- the full-screen view on a real terminal --------------------------------------------------------
+
+
+def _own_terminal() -> None:
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _on_a_terminal(tmp_path: Path, keys: list[bytes]) -> tuple[int, bytes, list]:
+    """``clusterkit top`` on a pseudo-terminal, a stand-in squeue answering RUNNING: the keys sent
+    once it drew, its exit code, what it wrote, and the terminal's modes after it ended."""
+    import pty
+    import select
+    import termios
+
+    runs = tmp_path / "runs"
+    _record(runs, "16", name=f"p{ESC}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho '16|16|N/A|RUNNING|None|0|'\n")
+    (bin_dir / "squeue").chmod(0o755)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "TERM": "xterm",
+    }
+    primary, secondary = pty.openpty()
+    before = termios.tcgetattr(secondary)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "clusterkit", "top", "--runs-dir", str(runs), "--interval", "0.2"],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=env,
+        preexec_fn=_own_terminal,  # the pseudo-terminal controls it: Ctrl-C there is its SIGINT
+    )
+    written = b""
+
+    def read(until: float) -> None:
+        nonlocal written
+        while time.monotonic() < until and select.select([primary], [], [], 0.1)[0]:
+            try:
+                written += os.read(primary, 65536)
+            except OSError:
+                return
+
+    deadline = time.monotonic() + 30
+    while b"RUNNING" not in written and time.monotonic() < deadline:
+        read(time.monotonic() + 0.2)
+    for key in keys:
+        os.write(primary, key)
+        read(time.monotonic() + 0.5)
+    try:
+        code = process.wait(timeout=30)
+    finally:
+        process.kill()  # one that did not end is no test's leftover
+    read(time.monotonic() + 0.5)
+    after = termios.tcgetattr(secondary)
+    os.close(primary)
+    os.close(secondary)
+    return code, written, [before, after]
+
+
+def test_the_full_screen_view_quits_on_q_and_restores_the_terminal(tmp_path: Path) -> None:
+    code, written, (before, after) = _on_a_terminal(tmp_path, [b"\x1b[B", b"q"])
+    assert code == 0 and b"RUNNING" in written and b"p\\x1b]0;owned" in written
+    assert b"\x1b]0;owned" not in written  # the name's escape sequence never reaches the terminal raw
+    assert before[3] == after[3]  # echo and line mode back as they were
+
+
+def test_ctrl_c_ends_the_view_with_130_and_restores_the_terminal(tmp_path: Path) -> None:
+    code, _, (before, after) = _on_a_terminal(tmp_path, [b"\x03"])
+    assert code == 130 and before[3] == after[3]
+
+
+def test_l_leaves_the_view_and_says_how_to_read_the_logs(tmp_path: Path) -> None:
+    code, written, _ = _on_a_terminal(tmp_path, [b"l"])
+    assert code == 0 and b"clusterkit logs 16 -f" in written
