@@ -509,3 +509,18 @@ def test_ctrl_c_ends_the_view_with_130_and_restores_the_terminal(tmp_path: Path)
 def test_l_leaves_the_view_and_says_how_to_read_the_logs(tmp_path: Path) -> None:
     code, written, _ = _on_a_terminal(tmp_path, [b"l"])
     assert code == 0 and b"clusterkit logs 16 -f" in written
+
+
+def test_a_scheduler_that_fails_shows_its_runs_unknown_and_the_view_goes_on(tmp_path: Path) -> None:
+    from clusterkit.errors import SchedulerError
+
+    runs = tmp_path / "runs"
+    record = _record(runs, "17")
+
+    class Hanging(FakeHost):
+        def run(self, argv, timeout: float = 30.0) -> Completed:
+            raise SchedulerError("squeue: no answer within 30 s")
+
+    with Watch([record], [None], _opener(Hanging())) as watch:
+        (row,) = watch.refresh()
+    assert row.state == "UNKNOWN" and row.step is None

@@ -111,7 +111,7 @@ class Watch:
         """Every run's row now: each adapter asked once for the states of all of its runs."""
         from pathlib import Path
 
-        from clusterkit.errors import SSHError
+        from clusterkit.errors import ExternalError
         from clusterkit.runs.status import UNKNOWN, JobStatus
         from clusterkit.runs.top import RunFiles, read_run_files, row_of
 
@@ -133,7 +133,7 @@ class Watch:
                         if isinstance(local, Path)
                         else remote_run_files(scheduler.host, record.run_dir)
                     )
-            except SSHError as exc:  # a login node out of reach: its runs UNKNOWN, the others shown
+            except ExternalError as exc:  # a login node out of reach, a squeue that hangs: its runs UNKNOWN
                 found = [JobStatus(UNKNOWN, reason=str(exc))] * len(group)
                 files = [RunFiles(b"", None, None, None, now)] * len(group)
             for i, record, status, read in zip(indices, group, found, files):
