@@ -14,12 +14,12 @@ terminal; ``--json`` escapes it as JSON does.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import printable
+from clusterkit.runs.curves import finite_number
 from clusterkit.runs.record import RunRecord, metric_records
 from clusterkit.runs.status import TERMINAL, JobStatus
 from clusterkit.spec.bounded_read import InputFileError, read_bounded
@@ -92,12 +92,6 @@ def read_run_files(run_dir: Path, now: float) -> RunFiles:
     return RunFiles(data, _mtime(metrics_path), _mtime(run_dir / HEARTBEAT), _hang_bytes(run_dir / HANG_RECORD), now)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -127,9 +121,11 @@ def _rate(logs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     """samples/s (the mean of the recent lines' values) and steps/s (from the recent lines' times
     and steps; none from fewer than two lines)."""
     recent = logs[-RECENT:]
-    speeds = [s for s in (_number(m.get("samples_per_s")) for m in recent) if s is not None and s >= 0]
+    speeds = [s for s in (finite_number(m.get("samples_per_s")) for m in recent) if s is not None and s >= 0]
     points = [
-        (t, s) for m in recent if (t := _number(m.get("time"))) is not None and (s := _whole(m.get("step"))) is not None
+        (t, s)
+        for m in recent
+        if (t := finite_number(m.get("time"))) is not None and (s := _whole(m.get("step"))) is not None
     ]
     steps_per_s = None
     if len(points) >= 2 and points[-1][0] > points[0][0] and points[-1][1] > points[0][1]:
