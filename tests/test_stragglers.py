@@ -25,7 +25,8 @@ def _write(run_dir: Path, rank: int, times: dict[int, float], data_s: float = 0.
     path = run_dir / layout.step_times(rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = "".join(
-        json.dumps({"step": step, "step_s": t, "data_s": data_s, "time": 1e9 + step}) + "\n" for step, t in times.items()
+        json.dumps({"step": step, "step_s": t, "data_s": data_s, "time": 1e9 + step}) + "\n"
+        for step, t in times.items()
     )
     path.write_text(lines + tail)
     return path

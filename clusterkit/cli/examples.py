@@ -91,6 +91,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit shell 4242",
         "clusterkit shell 4242 --node 1",
     ),
+    "top": (
+        "clusterkit top                       # the recent runs still going, refreshed every 5 s",
+        "clusterkit top 4300 --interval 10    # a sweep's tasks (job id, run directory or name)",
+        "clusterkit top --all --once --json   # one JSON line per run, for tools",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",
