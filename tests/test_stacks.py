@@ -262,7 +262,9 @@ def test_the_stacks_shown_are_narrowed_and_safe_for_a_terminal() -> None:
             {"rank": 0, "node": 0, "host": "n1", "pid": 7, "child": False, "threads": []},
         ],
     }
+    summary["nccl_dumps"] = {"dir": "/r/ranks/nccl-trace", "files": ["rank_0", "rank_1"]}
     lines = list(text_lines("12", summary))
+    assert "NCCL flight recorder dumps (a collective timed out): 2 in /r/ranks/nccl-trace" in lines
     assert "\x1b" not in "".join(lines) and "\n" not in "".join(lines)
     assert [line.split(" (")[0] for line in lines if " (pid " in line] == [
         "rank 0 on n1",

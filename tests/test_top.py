@@ -21,10 +21,11 @@ import pytest
 from clusterkit.cli.top import Watch, cmd_top, interval_seconds, remote_run_files, selected_runs
 from clusterkit.cli.top_screen import CANCEL, LOGS, QUIT, View
 from clusterkit.runs.record import RunRecord
-from clusterkit.runs.status import JobStatus
+from clusterkit.runs.status import RUNNING, JobStatus
 from clusterkit.runs.top import (
     HANG_LIMIT,
     METRICS_TAIL,
+    STRAGGLER,
     UNREADABLE_HANG,
     RunFiles,
     cells,
@@ -32,7 +33,6 @@ from clusterkit.runs.top import (
     read_run_files,
     row_json,
     row_of,
-    straggler_summary,
 )
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.slurm import SlurmScheduler
@@ -254,8 +254,11 @@ def test_a_hang_record_too_large_or_a_fifo_is_unreadable_and_never_blocks(tmp_pa
     assert hang_summary(None) is None
 
 
-def test_the_straggler_hook_says_nothing_yet(tmp_path: Path) -> None:
-    assert straggler_summary(_record(tmp_path / "runs", "10")) is None
+def test_a_straggler_the_status_names_is_flagged(tmp_path: Path) -> None:
+    record = _record(tmp_path / "runs", "10")
+    slow = {"rank": 3, "summary": "rank 3 on node1 is 42% slower than the median step"}
+    row = row_of(record, JobStatus(RUNNING, straggler=slow), read_run_files(Path(record.run_dir), 0.0))
+    assert row.flags == (STRAGGLER,) and row.straggler == slow["summary"]
 
 
 # --- output ---------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ RECIPE_OWNED_TRAINER_ARGS = {
     "output_dir": "runs_dir (each run writes into its own run directory)",
     "use_cpu": "the cluster profile's accelerator",
     "local_rank": "the launcher (it sets LOCAL_RANK)",
+    "ddp_timeout": "collective_timeout (the runner's ddp_timeout and a script's $CLUSTERKIT_COLLECTIVE_TIMEOUT_S)",
 }
 
 

@@ -65,6 +65,9 @@ def text_lines(job_id: str, summary: dict) -> Iterator[str]:
     when = time.strftime("%H:%M:%S", time.localtime(summary.get("time") or 0))
     yield f"job {shown(job_id)}: stacks taken at {when} by {shown(summary.get('method'))}"
     yield shown((summary.get("summary") or {}).get("line", ""))
+    nccl = summary.get("nccl_dumps")
+    if isinstance(nccl, dict) and nccl.get("files"):
+        yield f"NCCL flight recorder dumps (a collective timed out): {len(nccl['files'])} in {shown(nccl.get('dir'))}"
     for process in sorted(summary["processes"], key=_shown_order):
         who = "rank " + str(process.get("rank")) if process.get("rank") is not None else "a launcher or agent"
         child = ", a child process" if process.get("child") else ""

@@ -110,13 +110,6 @@ def hang_summary(data: bytes | None) -> str | None:
     return line.strip()[:300]
 
 
-def straggler_summary(record: RunRecord) -> str | None:
-    """HOOK for the straggler summary (issue 28's clusterkit/supervisor/stragglers.py, not written
-    yet): the run's one-line straggler summary when it has one. Returns None until that module
-    exists; then this reads its file and returns its summary, inert."""
-    return None
-
-
 def _rate(logs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     """samples/s (the mean of the recent lines' values) and steps/s (from the recent lines' times
     and steps; none from fewer than two lines)."""
@@ -145,7 +138,8 @@ def row_of(record: RunRecord, status: JobStatus, files: RunFiles, name: str | No
         eta_s = max(0, max_steps - step) / steps_per_s
     progress = [t for t in (files.metrics_mtime, files.heartbeat_mtime) if t is not None]
     hang = hang_summary(files.hang)
-    straggler = straggler_summary(record)
+    # The status names a rank persistently slower than the others (clusterkit.supervisor.stragglers).
+    straggler = (status.straggler or {}).get("summary")
     flags = tuple(flag for flag, note in ((HUNG, hang), (STRAGGLER, straggler)) if note is not None)
     return Row(
         job_id=record.job_id,

@@ -203,10 +203,22 @@ METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize i
 
 
 def record(
-    path: Path, samples: Sequence[Sample], summary: Summary, hosts: Sequence[str], reason: str, serial: int
+    path: Path,
+    samples: Sequence[Sample],
+    summary: Summary,
+    hosts: Sequence[str],
+    reason: str,
+    serial: int,
+    nccl_dir: Optional[Path] = None,
 ) -> None:
-    """The summary and every process's frames, written whole (``clusterkit stacks`` reads it)."""
+    """The summary and every process's frames, written whole (``clusterkit stacks`` reads it), with
+    the NCCL flight recorder's dumps where a collective timed out on a GPU (``nccl_dir``)."""
+    try:
+        nccl = sorted(entry.name for entry in os.scandir(nccl_dir)) if nccl_dir else []
+    except OSError:
+        nccl = []
     data = {
+        "nccl_dumps": {"dir": str(nccl_dir), "files": nccl} if nccl else None,
         "serial": serial,  # grows with each taking: a reader waits for a new one
         "time": time.time(),
         "reason": reason,

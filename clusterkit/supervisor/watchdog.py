@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from . import stacks
 from .environment import JobEnvironment
 from .plan import LaunchPlan, Watchdog
-from .run_files import HANG_RECORD, HEARTBEAT, METRICS, STACKS_DIR, STACKS_SUMMARY
+from .run_files import HANG_RECORD, HEARTBEAT, METRICS, NCCL_TRACE_DIR, STACKS_DIR, STACKS_SUMMARY
 from .steps import Running
 
 EXIT_HUNG = 124  # the launch's exit code when the watchdog ended it (as timeout(1) reports one)
@@ -127,7 +127,8 @@ class Watcher:
         samples = stacks.collect(folder, lambda: self.job.signal_job(stacks.STACKS_SIGNAL), self.world)
         summary = stacks.summarise(samples, self.world, self.hosts, self.plan.slots_per_node)
         path = self.run_dir / STACKS_SUMMARY
-        stacks.record(path, samples, summary, self.hosts, reason, stacks.last_serial(path) + 1)
+        nccl = self.run_dir / NCCL_TRACE_DIR
+        stacks.record(path, samples, summary, self.hosts, reason, stacks.last_serial(path) + 1, nccl)
         print(f"clusterkit: stacks of every rank ({reason}): {summary.line}; in {path}", flush=True)
         return summary
 
