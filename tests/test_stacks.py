@@ -2,7 +2,7 @@
 files real Python processes write when the supervisor's sitecustomize registered them, their
 parsing and summary, the watchdog's decisions (stacks, fail, retry without the odd ranks' nodes),
 and what `status` and `clusterkit stacks` make of the records. The whole path on real jobs:
-test_hang_local.py (local executor) and test_hang_slurm.py (the dev cluster)."""
+test_hang_local.py (local executor) and test_while_running_slurm.py (the dev cluster)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import SchedulerError, UsageError
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.stacks import narrowed, text_lines
 from clusterkit.runs.status import FAILED, RUNNING, JobStatus, explained
+from clusterkit.schedulers.host import Completed, LocalHost
+from clusterkit.schedulers.slurm import SlurmScheduler
 from clusterkit.spec.watchdog import seconds
 from clusterkit.supervisor import stacks
 from clusterkit.supervisor.plan import Recovery, Watchdog
@@ -282,3 +284,39 @@ def test_the_stacks_shown_are_narrowed_and_safe_for_a_terminal() -> None:
 @pytest.mark.parametrize("text, value", [("90", 90), ("30s", 30), ("15m", 900), ("2h", 7200)])
 def test_durations(text: str, value: int) -> None:
     assert seconds(text) == value
+
+
+class RecordingHost(LocalHost):
+    def __init__(self, code: int = 0) -> None:
+        self.calls: list[list[str]] = []
+        self.code = code
+
+    def run(self, argv, timeout: float = 30.0) -> Completed:
+        self.calls.append(list(argv))
+        return Completed(self.code, "", "Invalid job id specified" if self.code else "")
+
+
+def test_slurm_asks_the_batch_step_by_signal_number_and_follows_a_retry(tmp_path: Path) -> None:
+    """scancel has no name for SIGWINCH ("Unknown job signal: WINCH", found on the dev cluster)."""
+    host = RecordingHost()
+    SlurmScheduler(host).ask_stacks(_record(tmp_path))
+    assert host.calls == [["scancel", "--batch", f"--signal={int(signal.SIGWINCH)}", "4242"]]
+    (tmp_path / "retries.jsonl").write_text(json.dumps({"retry": 1, "job_id": "4300"}) + "\n")
+    host.calls.clear()
+    SlurmScheduler(host).ask_stacks(_record(tmp_path))
+    assert host.calls[0][-1] == "4300"
+    with pytest.raises(SchedulerError, match="cannot ask job 4242 for its stacks"):
+        SlurmScheduler(RecordingHost(code=1)).ask_stacks(_record(tmp_path))
+
+
+def test_the_ranks_get_the_site_folder_first_on_their_path_unless_the_run_dir_cannot_be_named(tmp_path: Path) -> None:
+    job = FakeJob({}, {"PYTHONPATH": "/mine"})
+    _supervise(tmp_path, _plan(), job)
+    launch_env = job.started[-1][2]
+    assert launch_env["PYTHONPATH"] == f"{tmp_path}/run/supervisor/site:/mine"
+    assert launch_env["CLUSTERKIT_HEARTBEAT"] == f"{tmp_path}/run/heartbeat"
+    colon = tmp_path / "a:b"
+    colon.mkdir()
+    job = FakeJob({}, {"PYTHONPATH": "/mine"})
+    _supervise(colon, _plan(), job)
+    assert job.started[-1][2]["PYTHONPATH"] == "/mine"  # a path PYTHONPATH would split: left out

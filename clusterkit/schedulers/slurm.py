@@ -38,7 +38,7 @@ from clusterkit.schedulers.slurm_queue import Fields, ask_slurm, read_scontrol
 from clusterkit.spec.arrays import task_job_id
 from clusterkit.spec.layout import EXIT_CODE, LAUNCH_PLAN, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
-from clusterkit.supervisor.stacks import STACKS_SIGNAL_NAME
+from clusterkit.supervisor.stacks import STACKS_SIGNAL_NUMBER
 
 # SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
 UNSUPPORTED: dict[str, str] = {}
@@ -208,7 +208,7 @@ class SlurmScheduler:
         retry = self._latest_retry(record)
         job_id = retry["job_id"] if retry else record.job_id
         try:
-            checked(self.host, ["scancel", "--batch", f"--signal={STACKS_SIGNAL_NAME}", job_id])
+            checked(self.host, ["scancel", "--batch", f"--signal={STACKS_SIGNAL_NUMBER}", job_id])
         except SchedulerError as exc:
             raise SchedulerError(f"cannot ask job {record.job_id} for its stacks: {exc}") from None
 

@@ -79,10 +79,12 @@ class Supervisor:
             # script's ranks may touch the heartbeat at each step (the watchdog's sign of progress).
             CLUSTERKIT_STACKS_DIR=str(self.run_dir / STACKS_DIR),
             CLUSTERKIT_HEARTBEAT=str(self.run_dir / HEARTBEAT),
-            PYTHONPATH=os.pathsep.join(
-                filter(None, [str(self.run_dir / SUPERVISOR_DIR / SITE_DIR), self.env.get("PYTHONPATH")])
-            ),
         )
+        site = str(self.run_dir / SUPERVISOR_DIR / SITE_DIR)
+        if os.pathsep in site:  # PYTHONPATH cannot name it: the ranks go on without the stack dumps
+            print(f"clusterkit: the run directory's path holds {os.pathsep!r}: no stacks from the ranks", flush=True)
+        else:
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))
         self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 STACKS_SIGNAL = signal.SIGWINCH
-STACKS_SIGNAL_NAME = "WINCH"  # as scancel --signal names it
+# scancel --signal has no name for it (found on the dev cluster: "Unknown job signal: WINCH"): its
+# number, 28 on Linux on every architecture.
+STACKS_SIGNAL_NUMBER = int(STACKS_SIGNAL)
 # rank<R>-node<N>-pid<P>.txt; a process that is not a rank's own (a launcher, a data loader) is "child"
 _FILE = re.compile(r"^rank(?P<rank>\d+|-)-node(?P<node>\d+|-)-pid(?P<pid>\d+)(?P<child>-child)?\.txt$")
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")

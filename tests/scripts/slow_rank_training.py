@@ -1,6 +1,7 @@
 """A tiny GPT-2 trained by the built-in runner's Trainer (with its step-time recorder) on two CPU
 ranks, where the rank named by SLOW_RANK_FOR_TEST sleeps in its data collator: a straggler made on
-purpose, by this test script only (no such hook exists in clusterkit). Argument: the run directory."""
+purpose, by this test script only (no such hook exists in clusterkit). Argument: the run directory
+(default: $RUN_DIR, as a script task of a job)."""
 
 import os
 import sys
@@ -16,7 +17,7 @@ from clusterkit.runtime.train import FingerprintingTrainer
 from clusterkit.spec import layout
 from clusterkit.spec.recipe import DatasetSpec, ModelSpec
 
-run_dir = Path(sys.argv[1])
+run_dir = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ["RUN_DIR"])  # RUN_DIR: as a job's script task
 rank = int(os.environ["RANK"])
 slow = rank == int(os.environ["SLOW_RANK_FOR_TEST"])
 
@@ -32,7 +33,7 @@ model = build_model(ModelSpec(config=config), run_dir)
 data = build_dataset(DatasetSpec(type="synthetic", seq_len=16, num_samples=256), None, 300, seed=0, base_dir=run_dir)
 args = TrainingArguments(
     output_dir=str(run_dir / "out"),
-    max_steps=8,
+    max_steps=int(os.environ.get("STEPS_FOR_TEST", "8")),
     per_device_train_batch_size=2,
     use_cpu=True,
     ddp_backend="gloo",
