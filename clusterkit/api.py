@@ -268,6 +268,35 @@ class Run:
             raise WaitTimeout(f"job {self.job_id} is still {status.state} after {timeout:g} s")
         return status
 
+    def stacks(self, timeout_s: float = 30.0) -> dict:
+        """Every rank's Python stacks now, taken by the job's supervisor inside the allocation
+        (docs/json.md: "stacks"). Only a running job has them."""
+        from clusterkit.errors import SchedulerError
+        from clusterkit.runs.stacks import read_summary
+        from clusterkit.runs.status import RUNNING
+        from clusterkit.spec.layout import STACKS_SUMMARY
+
+        if self.record.tasks:
+            raise UsageError(f"job {self.job_id} is an array: ask one of its tasks for stacks")
+        with self._scheduler() as scheduler:
+            state = scheduler.status(self.record).state
+            if state != RUNNING:
+                raise UsageError(f"job {self.job_id} is {state}: stacks are taken from a running job")
+            file = scheduler.run_file(self.record, STACKS_SUMMARY)
+            before = (read_summary(file) or {}).get("serial", 0)
+            scheduler.ask_stacks(self.record)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                summary = read_summary(file)
+                if summary is not None and summary["serial"] > before:
+                    return summary
+                if time.monotonic() >= deadline:
+                    raise SchedulerError(
+                        f"job {self.job_id}: its supervisor did not answer within {timeout_s:g} s "
+                        "(it takes stacks while the launch runs: not during setup, the preflight or a service's start)"
+                    )
+                time.sleep(0.3)
+
     def cancel(self) -> bool:
         """Cancel the run unless it has ended; whether it was cancelled."""
         with self._scheduler() as scheduler:

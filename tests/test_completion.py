@@ -75,7 +75,7 @@ def complete(line: str, env: dict[str, str], cwd: Path) -> list[str]:
 
 
 def test_commands_and_options(tmp_path: Path, shell_env: dict[str, str]) -> None:
-    assert complete("clusterkit sta", shell_env, tmp_path) == ["status"]
+    assert complete("clusterkit stat", shell_env, tmp_path) == ["status"]
     assert set(complete("clusterkit c", shell_env, tmp_path)) == {"cancel", "config", "completion"}
     assert complete("clusterkit submit --dr", shell_env, tmp_path) == ["--dry-run"]
     assert complete("clusterkit submit --executor l", shell_env, tmp_path) == ["local"]
@@ -163,7 +163,7 @@ def test_the_zsh_and_fish_scripts(tmp_path: Path, shell_env: dict[str, str], she
     (tmp_path / "c.sh").write_text(script)
     check = subprocess.run([shell, "-n", str(tmp_path / "c.sh")], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
-    for line, expected in (("clusterkit sta", "status"), ("clusterkit validate --q", "--quiet")):
+    for line, expected in (("clusterkit stat", "status"), ("clusterkit validate --q", "--quiet")):
         if shell == "fish":
             driven = subprocess.run(
                 ["fish", "--no-config", "-c", f"source {tmp_path / 'c.sh'}; complete -C {shlex.quote(line)}"],

@@ -135,10 +135,9 @@ def test_the_installed_cli_validates_renders_and_plans_a_shipped_recipe_by_name(
     assert rendered.returncode == 0, rendered.stderr
     script = (outside / "out" / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2" in script and "torch.distributed.run" in (outside / "out" / "plan.json").read_text()
-    # The supervisor the job runs is the installed package's own, copied whole.
-    assert (outside / "out" / "supervisor" / "__main__.py").is_file() and (
-        outside / "out" / "supervisor" / "batch.py"
-    ).is_file()
+    # The supervisor the job runs is the installed package's own, copied whole (its site folder too).
+    copied = outside / "out" / "supervisor"
+    assert all((copied / name).is_file() for name in ("__main__.py", "batch.py", "site/sitecustomize.py"))
     planned = _run(venv, outside, "plan", "llama-7b-zero3-ib", "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["ranked"]

@@ -25,7 +25,7 @@ ALLOWED = {
     "estimate": {"spec"},
     "load": {"spec", "estimate", "runs"},
     "render": {"spec", "load", "runs", "supervisor"},  # the supervisor is copied into every run
-    "schedulers": {"spec", "load", "render", "runs"},
+    "schedulers": {"spec", "load", "render", "runs", "supervisor"},  # the stacks signal the supervisor answers
     "launch": {"spec", "load", "render", "runs", "schedulers"},
     "plan": {"spec", "estimate", "load"},
     "diagnose": {"spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan"},

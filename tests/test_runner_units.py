@@ -72,6 +72,13 @@ def test_training_settings_on_cpu(tmp_path: Path) -> None:
     assert settings["logging_steps"] == 3, "the recipe's args override the defaults"
     assert settings["output_dir"] == str(tmp_path / "checkpoints")
     assert "deepspeed" not in settings
+    assert "ddp_timeout" not in settings  # the Trainer's own default
+
+
+@pytest.mark.parametrize("recipe_file", ["tiny-gpt2-cpu.yaml", "llama-7b-zero3-ib.yaml"])
+def test_collective_timeout_is_the_trainers_ddp_timeout_on_gloo_and_nccl(recipe_file: str, tmp_path: Path) -> None:
+    recipe, profile = _job(RECIPES / recipe_file, "collective_timeout=45m")
+    assert training_settings(recipe, profile, tmp_path)["ddp_timeout"] == 2700
 
 
 def test_training_settings_on_gpu(tmp_path: Path) -> None:

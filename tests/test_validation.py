@@ -135,6 +135,25 @@ INVALID = [
         "parallelism.micro_batch_size",
         id="trainer-owned-arg",
     ),
+    pytest.param(
+        TRAINER + "    args: {ddp_timeout: 60}\n",
+        7,
+        "task.trainer.args.ddp_timeout",
+        "collective_timeout",
+        id="trainer-ddp-timeout-is-collective-timeout",
+    ),
+    pytest.param(BASE + "watchdog: {no_progress: 0s}\n", 8, "watchdog.no_progress", "30s, 15m, 2h", id="watchdog-zero"),
+    pytest.param(
+        BASE + "watchdog: {no_progress: 15m, startup: 5 min}\n", 8, "watchdog.startup", "90, 30s", id="watchdog-unit"
+    ),
+    pytest.param(
+        BASE + "watchdog: {no_progress: 15m, action: kill}\n",
+        8,
+        "watchdog.action",
+        "Invalid enum",
+        id="watchdog-action",
+    ),
+    pytest.param(BASE + "watchdog: {}\n", 8, "watchdog.no_progress", "required", id="watchdog-needs-no-progress"),
 ]
 
 

@@ -77,6 +77,25 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit cancel 4242",
         "clusterkit cancel runs/llama-7b-zero3/4242",
     ),
+    "stacks": (
+        "clusterkit stacks 4242               # every rank, grouped: who waits where, the odd ones named",
+        "clusterkit stacks 4242 --rank 3      # rank 3's threads (and its data-loader workers)",
+        "clusterkit stacks 4242 --node node2 --json",
+    ),
+    "exec": (
+        "clusterkit exec 4242 -- nvidia-smi                  # on node 0, the batch host",
+        "clusterkit exec 4242 --rank 5 -- py-spy dump --pid 1234",
+        "clusterkit exec 4242 --node node17 -- df -h /dev/shm",
+    ),
+    "shell": (
+        "clusterkit shell 4242",
+        "clusterkit shell 4242 --node 1",
+    ),
+    "top": (
+        "clusterkit top                       # the recent runs still going, refreshed every 5 s",
+        "clusterkit top 4300 --interval 10    # a sweep's tasks (job id, run directory or name)",
+        "clusterkit top --all --once --json   # one JSON line per run, for tools",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",

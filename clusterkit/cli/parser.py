@@ -13,14 +13,32 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from clusterkit.cli import completion, config, hub, jobs, node, plot, recipes, runs, tracking
+from clusterkit.cli import completion, config, hub, into_job, jobs, node, plot, recipes, runs, stacks, top, tracking
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.cli.examples import add_examples
 
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, tracking, plot, node, config, completion)
+COMMAND_GROUPS = (recipes, hub, jobs, runs, top, stacks, into_job, tracking, plot, node, config, completion)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but one whose ``after_dashes`` names a destination takes every word after
+    the first ``--`` as that list, whatever the words look like: a command and its own options
+    (``exec JOB --node 1 -- ls --node x``), where argparse alone would match them to its options or
+    drop a second ``--``. None there: no ``--`` was given."""
+
+    after_dashes: str | None = None
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]  # argparse's own signature
+        if self.after_dashes is None:
+            return super().parse_known_args(args, namespace)
+        words = list(sys.argv[1:] if args is None else args)
+        cut = words.index("--") if "--" in words else len(words)
+        namespace, extras = super().parse_known_args(words[:cut], namespace)
+        setattr(namespace, self.after_dashes, words[cut + 1 :] if cut < len(words) else None)
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="From a YAML recipe to a running multi-node SLURM training job.",
     )
     parser.add_argument("--version", action="version", version=f"clusterkit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for group in COMMAND_GROUPS:
         group.register(sub)
     add_examples(parser, sub)

@@ -77,7 +77,7 @@ def _where(record) -> str:
     return f"{record.login['host']}:{record.run_dir}" if record.scheduler == "ssh" else record.run_dir
 
 
-def _adapter(record, args: argparse.Namespace):
+def adapter(record, args: argparse.Namespace):
     from clusterkit.schedulers.api import login_of, open_scheduler
 
     return open_scheduler(record.scheduler, login_of(record), args.accept_new_host_key)
@@ -126,6 +126,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  code:    {code_words(record)}")
         if status.failure:
             print(f"  first failure: {status.failure}")
+        if status.straggler:
+            print(f"  straggler: {status.straggler['summary']}")
     return 0
 
 
@@ -134,7 +136,7 @@ def _array_status(record, args: argparse.Namespace) -> int:
     the state with a ``tasks`` list as JSON)."""
     from clusterkit.runs.arrays import results_json
 
-    with _adapter(record, args) as scheduler:
+    with adapter(record, args) as scheduler:
         status, rows = array_results(record, scheduler)
     if args.csv:
         print_results(record, rows, as_csv=True)
@@ -219,7 +221,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if record.scheduler != "ssh" and not log_files(record, args.rank) and not args.follow:
         print(f"no logs yet in {record.run_dir}", file=sys.stderr)
         return 1
-    with _adapter(record, args) as scheduler:
+    with adapter(record, args) as scheduler:
         return scheduler.logs(record, args.rank, args.follow)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks
+from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -40,6 +40,7 @@ RECIPE_OWNED_TRAINER_ARGS = {
     "output_dir": "runs_dir (each run writes into its own run directory)",
     "use_cpu": "the cluster profile's accelerator",
     "local_rank": "the launcher (it sets LOCAL_RANK)",
+    "ddp_timeout": "collective_timeout (the runner's ddp_timeout and a script's $CLUSTERKIT_COLLECTIVE_TIMEOUT_S)",
 }
 
 
@@ -117,6 +118,7 @@ def resolve_and_check(
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
     job_checks.check_tracking(recipe, profile, found.error)
+    profile_checks.check_profile(recipe, profile, resources.nodes * resources.gpus_per_node, found.error)
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, profile, found.error, found.profile_error)
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)

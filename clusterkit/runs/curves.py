@@ -42,7 +42,8 @@ class Curves:
         return not self.series
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A metric's value when it is a finite number; anything else (null, NaN, a string, a bool) None."""
     # bool is an int to Python, but true is no loss.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -54,7 +55,7 @@ def series_of(records: list[dict[str, Any]], quantity: str) -> tuple[Series | No
     by_step: dict[int, float] = {}
     too_large = set()
     for record in records:
-        step, value = record.get("step"), _number(record.get(quantity))
+        step, value = record.get("step"), finite_number(record.get(quantity))
         if value is not None and isinstance(step, int) and not isinstance(step, bool):
             if abs(value) <= DRAWABLE:
                 by_step[step] = value

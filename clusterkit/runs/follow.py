@@ -73,6 +73,7 @@ def follow(
     )
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task(record.name, total=None, state="PENDING", info="")
+        lagging = None  # the straggler last shown: a line when it appears or changes, not each poll
         for status, metrics_read in poll(
             lambda: (status_of(record), tail.new_records()), lambda answer: answer[0].done, Backoff(first_s=poll_s)
         ):
@@ -84,6 +85,9 @@ def follow(
                 progress.update(bar, completed=step if isinstance(step, int) else 0, info=_describe(metric))
                 if metric.get("event") == "log":
                     progress.console.print(Text(f"  {_describe(metric)}"))
+            if status.straggler and (lagging or {}).get("rank") != status.straggler.get("rank"):
+                progress.console.print(Text(f"  straggler: {status.straggler['summary']}", style="yellow"))
+            lagging = status.straggler
             progress.update(bar, state=status.state)
     # The job may have ended between the last read and the status check: report what it wrote.
     for metric in tail.new_records():

@@ -3,6 +3,7 @@ when it does not (no ``sacct`` needed), plus the first failing rank's error."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.layout import (
     EXIT_CODE,
+    HANG_RECORD,
     HOSTFILE,
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
@@ -25,6 +27,7 @@ from clusterkit.spec.layout import (
     node_log,
     node_number,
 )
+from clusterkit.supervisor.stragglers import straggler
 
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
@@ -71,6 +74,8 @@ class JobStatus:
     exit_code: int | None = None
     reason: str | None = None
     failure: str | None = None  # the first failing rank's error, when one failed
+    # A rank persistently slower than the others (clusterkit.supervisor.stragglers): its figures and summary.
+    straggler: dict | None = None
 
     @property
     def done(self) -> bool:
@@ -102,7 +107,14 @@ def slurm_status(fields: Mapping[str, str] | None, exit_code: int | None) -> Job
 
 def explained(record: RunRecord, status: JobStatus) -> JobStatus:
     """The scheduler's state with what the run directory adds: a preemption the runner recorded
-    (the job ended on purpose, to be resumed) and, for a failure, the first failing rank."""
+    (the job ended on purpose, to be resumed), for a failure the first failing rank, and a straggler
+    from the ranks' step times (while the job runs and after: a slow node may be why it failed)."""
+    found = _explained(record, status)
+    lagging = straggler(record.path, record.ranks_per_node, _hosts(record))
+    return dataclasses.replace(found, straggler=lagging.to_json()) if lagging else found
+
+
+def _explained(record: RunRecord, status: JobStatus) -> JobStatus:
     stopped = _preempted_record(record.path)
     if stopped and status.state in (FAILED, COMPLETED):
         return JobStatus(
@@ -111,9 +123,25 @@ def explained(record: RunRecord, status: JobStatus) -> JobStatus:
             f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
             f"continue with: clusterkit submit --resume {record.run_dir}",
         )
+    hang = _hang_record(record.path)
+    if hang and status.state in (RUNNING, FAILED, TIMEOUT, CANCELLED, UNKNOWN):
+        # The watchdog's verdict: which ranks were where (the failure is the hang, not a rank's error).
+        reason = f"HUNG: {hang}" + (f"; {status.reason}" if status.reason else "")
+        return JobStatus(status.state, status.exit_code, reason)
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
         return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
     return status
+
+
+def _hang_record(run_dir: Path) -> str | None:
+    """What the watchdog found, as one line: why, and where the ranks were."""
+    try:
+        hang = json.loads(_text(run_dir / HANG_RECORD))
+    except ValueError:
+        return None
+    if not isinstance(hang, dict):
+        return None
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", f"{hang.get('why')}: {hang.get('line')}")
 
 
 def _preempted_record(run_dir: Path) -> dict | None:
@@ -157,12 +185,14 @@ def _root_cause(record: RunRecord, node: int) -> str | None:
     return f"rank {rank} (node {node}{_hostname(record, node)}): {cause}"
 
 
+def _hosts(record: RunRecord) -> list[str]:
+    """Each node's host name, by node number (the supervisor's hostfile)."""
+    return [line.split()[0] for line in _text(record.path / HOSTFILE).splitlines() if line.strip()]
+
+
 def _hostname(record: RunRecord, node: int) -> str:
-    try:
-        hosts = [line.split()[0] for line in _text(record.path / HOSTFILE).splitlines() if line.strip()]
-        return f", {hosts[node]}"
-    except IndexError:
-        return ""
+    hosts = _hosts(record)
+    return f", {hosts[node]}" if node < len(hosts) else ""
 
 
 def first_failure(record: RunRecord) -> str | None:

@@ -24,13 +24,16 @@ from clusterkit.runtime.checkpoints import CheckpointPublisher, prepare_own_dir,
 from clusterkit.runtime.data import build_dataset
 from clusterkit.runtime.model import attention_implementation, build_model, build_tokenizer
 from clusterkit.runtime.preemption import PreemptionHandler
+from clusterkit.runtime.profiling import StepProfiler
 from clusterkit.runtime.rank_exit import fsync_tree, write_durably
+from clusterkit.runtime.step_times import GpuSampler, StepTimes
 from clusterkit.runtime.tracking import start_tracking
 from clusterkit.spec import layout as run_layout
 from clusterkit.spec.fsdp_config import fsdp_training_arguments, hsdp_sizes
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import TrainerTask
 from clusterkit.spec.resolved import ResolvedRecipe, decode_job_file
+from clusterkit.spec.watchdog import seconds
 
 # How many of a rank's first batches are fingerprinted in rank-<R>.json.
 FINGERPRINTED_BATCHES = 4
@@ -77,6 +80,8 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
     )
     if not on_gpu:
         settings["ddp_backend"] = "gloo"
+    if recipe.collective_timeout is not None:  # also the env's CLUSTERKIT_COLLECTIVE_TIMEOUT_S (spec.network)
+        settings["ddp_timeout"] = seconds(recipe.collective_timeout)
     ds_config = run_dir / run_layout.DEEPSPEED_CONFIG
     if recipe.uses_deepspeed:
         settings["deepspeed"] = str(ds_config)
@@ -89,7 +94,8 @@ def training_settings(recipe: ResolvedRecipe, profile: ClusterProfile, run_dir: 
 
 
 class MetricsWriter(TrainerCallback):
-    """Rank 0 appends one JSON line per log step: step, loss, samples/s, tokens/s, world size."""
+    """Rank 0 appends one JSON line per log step: step, loss, samples/s, tokens/s, world size; and
+    touches the supervisor's heartbeat file at every step."""
 
     def __init__(self, path: Path, global_batch: int, seq_len: int, world_size: int):
         self.path = path
@@ -145,14 +151,26 @@ class MetricsWriter(TrainerCallback):
         if state.is_world_process_zero:
             self.record({"event": "end", "time": time.time(), "step": state.global_step, "world_size": self.world_size})
 
+    def on_step_end(self, args, state, control, **kwargs):
+        # The watchdog's sign of progress at every step (metrics lines come only every logging_steps).
+        heartbeat = os.environ.get("CLUSTERKIT_HEARTBEAT")
+        if heartbeat and state.is_world_process_zero:
+            Path(heartbeat).touch()
+
 
 class FingerprintingTrainer(Trainer):
     """Records a hash of each of the rank's first batches (in the main process, whatever the
     number of data-loader workers) so a run can prove that ranks saw different data."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, step_times: StepTimes | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.batch_fingerprints: list[str] = []
+        self.step_times = step_times
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self.step_times is not None:  # the rank's data wait (runtime/step_times.py says why here)
+            epoch_iterator = self.step_times.timed(epoch_iterator)
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
 
     def training_step(self, model, inputs, *args, **kwargs):
         if len(self.batch_fingerprints) < FINGERPRINTED_BATCHES:
@@ -290,12 +308,18 @@ def _train(job_file: Path) -> int:
     preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal)
     layout = AppliedLayout(recipe, args.world_size)
     publisher = CheckpointPublisher(keep_checkpoints)
+    gpu = GpuSampler.open(torch.cuda.current_device()) if on_gpu else None
+    step_times = StepTimes(run_dir / run_layout.step_times(args.process_index), gpu)
+    callbacks = [layout, metrics, publisher, preempt, step_times]
+    if recipe.profile is not None:
+        callbacks.append(StepProfiler(recipe.profile, args.process_index, args.world_size, run_dir))
     trainer = FingerprintingTrainer(
         model=model,
         args=args,
         train_dataset=dataset,
         data_collator=default_data_collator,
-        callbacks=[layout, metrics, publisher, preempt],
+        callbacks=callbacks,
+        step_times=step_times,
     )
     if recipe.parallelism.tp > 1:  # each checkpoint also gets the full weights: zero_to_fp32 cannot join TP shards
         publisher.consolidate = lambda checkpoint: save_model(trainer, checkpoint, args.process_index == 0)

@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 import secrets
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from clusterkit.errors import FileSystemError, PathError, UserError, is_users_path_error
 from clusterkit.runs.logs import Readable
+from clusterkit.runs.node_choice import NodeChoice
 from clusterkit.runs.record import RunRecord, TrackedRun
 from clusterkit.runs.status import JobStatus
 from clusterkit.schedulers.code_snapshot import Inventory, take_inventory
@@ -136,6 +137,13 @@ class Scheduler(Protocol):
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         """A file of the run directory, wherever the run lives."""
+
+    def ask_stacks(self, record: RunRecord) -> None:
+        """Ask the running job's supervisor to take every rank's stacks (it writes STACKS_SUMMARY)."""
+
+    def exec(self, record: RunRecord, choice: NodeChoice, command: Sequence[str], tty: bool = False) -> int:
+        """Run ``command`` (argv, no shell) on one node of the running job, inside its allocation,
+        with this terminal's input and output (``tty``: a terminal of its own); its exit status."""
 
 
 # name -> the module whose ``open_scheduler(login, accept_new_host_key)`` context gives the adapter;

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -33,6 +35,10 @@ class Host(Protocol):
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
         """Run one command (no shell); a missing program or no answer in time is a SchedulerError."""
+
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        """Run one command (no shell) with this terminal's input and output, for as long as it runs;
+        its exit status. ``tty``: it gets a terminal of its own there (an interactive shell)."""
 
     def absolute(self, path: str) -> str: ...
 
@@ -73,6 +79,9 @@ class LocalHost:
             raise SchedulerError(f"{' '.join(argv)}: no answer within {timeout:.0f} s") from None
         return Completed(done.returncode, done.stdout, done.stderr)
 
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        return attached(argv)  # this terminal is already the command's: srun --pty reads and writes it
+
     def absolute(self, path: str) -> str:
         return str(Path(path).absolute())
 
@@ -107,6 +116,25 @@ class LocalHost:
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
+
+
+def attached(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run one command (no shell) here with this terminal's input and output; its exit status as a
+    shell reports it (killed by signal N: 128+N). Ctrl-C is the command's, as in a shell: it reaches
+    it from the terminal, and this process waits for it to end (srun, on a first Ctrl-C, reports its
+    tasks and goes on; a second ends them) instead of killing it from under them."""
+    try:
+        process = subprocess.Popen(list(argv), cwd=cwd, env=env)
+    except FileNotFoundError:
+        raise SchedulerError(f"{argv[0]}: command not found") from None
+    main = threading.current_thread() is threading.main_thread()  # the only one that may set handlers
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # once started: the command's
+    try:
+        code = process.wait()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, before)
+    return code if code >= 0 else 128 - code
 
 
 def checked(host: Host, argv: Sequence[str], timeout: float = 30.0) -> str:

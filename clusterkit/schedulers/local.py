@@ -10,13 +10,15 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from clusterkit.errors import SchedulerError
 from clusterkit.runs.arrays import array_status, task_record
 from clusterkit.runs.index import add_run
 from clusterkit.runs.logs import Readable, stream_run
+from clusterkit.runs.node_choice import NodeChoice, chosen_host
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import (
     CANCELLED,
@@ -30,6 +32,7 @@ from clusterkit.runs.status import (
 )
 from clusterkit.schedulers.api import JOB_ID_FIELD, SubmitRequest, creating_run_dir
 from clusterkit.schedulers.code_snapshot import tar_bytes, unpack
+from clusterkit.schedulers.host import attached
 from clusterkit.schedulers.local_slurm import (
     ARRAY_MARKER,
     JOB_MARKER,
@@ -40,8 +43,17 @@ from clusterkit.schedulers.local_slurm import (
     terminate,
 )
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
-from clusterkit.spec.layout import CANCELLED_MARKER, LOCAL_JOB_IDS, SECRETS_FILE, SHIM_DIR, SNAPSHOT_DIR, batch_log
+from clusterkit.spec.layout import (
+    CANCELLED_MARKER,
+    LAUNCH_PLAN,
+    LOCAL_JOB_IDS,
+    SECRETS_FILE,
+    SHIM_DIR,
+    SNAPSHOT_DIR,
+    batch_log,
+)
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.stacks import STACKS_SIGNAL
 
 SHIMS = ("srun", "scontrol")
 
@@ -119,18 +131,24 @@ def _create_run_dir(request: SubmitRequest) -> tuple[str, Path]:
     return job_id, root / job_id
 
 
-def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Popen[bytes]:
-    hosts = local_hosts(request.nodes)
+def job_environment(job_id: str, name: str, nodes: int, run_dir: Path | str) -> dict[str, str]:
+    """This environment as the job's batch shell gets it: SLURM's job variables, the stand-ins first
+    on PATH, and the job's marker."""
     env = dict(os.environ)
     env.update(
-        PATH=f"{run_dir / SHIM_DIR}{os.pathsep}{env.get('PATH', '')}",
+        PATH=f"{Path(run_dir) / SHIM_DIR}{os.pathsep}{env.get('PATH', '')}",
         SLURM_JOB_ID=job_id,
-        SLURM_JOB_NAME=request.name,
-        SLURM_JOB_NODELIST=",".join(hosts),
-        SLURM_NNODES=str(request.nodes),
+        SLURM_JOB_NAME=name,
+        SLURM_JOB_NODELIST=",".join(local_hosts(nodes)),
+        SLURM_NNODES=str(nodes),
         CLUSTERKIT_EXECUTOR="local",
         **{JOB_MARKER: str(run_dir)},  # every process of the job inherits it: cancel finds them all
     )
+    return env
+
+
+def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Popen[bytes]:
+    env = job_environment(job_id, request.name, request.nodes, run_dir)
     for name in request.secrets:  # as on SLURM: the job reads them from its file, not from the submitter
         env.pop(name, None)
     if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
@@ -205,11 +223,34 @@ class LocalScheduler:
             grace_s,
         )
 
+    def ask_stacks(self, record: RunRecord) -> None:
+        # The batch process is the supervisor (the script execs it), if that pid is still it.
+        if not (record.pid and carries(record.pid, job_markers(record.run_dir))):
+            raise SchedulerError(f"job {record.job_id}: its supervisor is not running")
+        os.kill(record.pid, STACKS_SIGNAL)
+
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         return record.path / name
+
+    def exec(self, record: RunRecord, choice: NodeChoice, command: Sequence[str], tty: bool = False) -> int:
+        """``command`` as a process of this machine, in the run directory, with the environment the
+        chosen node's processes start from (its SLURM_NODEID and SLURMD_NODENAME) and the job's
+        marker, so that cancelling the job ends it too, as SLURM ends a step with its job. No cgroup,
+        no other machine: every node of a local job is this one. ``tty``: this terminal."""
+        hosts = local_hosts(record.nodes)
+        host = chosen_host(record.job_id, hosts, choice, self.run_file(record, LAUNCH_PLAN))
+        env = job_environment(record.job_id, record.name, record.nodes, record.run_dir)
+        env.update(
+            SLURM_NODEID=str(hosts.index(host)),
+            SLURMD_NODENAME=host,
+            RUN_DIR=record.run_dir,
+            CLUSTERKIT_RUN_DIR=record.run_dir,
+            CLUSTERKIT_JOB_ID=record.job_id,
+        )
+        return attached(command, cwd=record.run_dir, env=env)
 
 
 def _batch_status(record: RunRecord) -> JobStatus:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from clusterkit.errors import SSHError
-from clusterkit.schedulers.host import Completed
+from clusterkit.schedulers.host import Completed, attached
 from clusterkit.schedulers.ssh_config import endpoint, ssh_program, ssh_settings
 from clusterkit.schedulers.ssh_transport import (
     CONNECT_TIMEOUT_S,
@@ -186,6 +186,14 @@ class OpenSSHSession(Session):
         if process.returncode == SSH_FAILED and SSH_FAILURES.search(message):
             raise self._failure(message)
         return Completed(process.returncode, (out or b"").decode("utf-8", "replace"), message)
+
+    def attach(self, command: str, tty: bool = False) -> int:
+        # ssh -t instead of -T: a terminal there for the command, this one's input and output passed
+        # through; without -t, this terminal's input and output are the command's as they are.
+        argv = [*self.argv, "--", self.login.host, command]
+        if tty:
+            argv[argv.index("-T")] = "-t"
+        return attached(argv, env=self.env)
 
     def _failure(self, message: str) -> SSHError:
         """ssh's own error as one line."""

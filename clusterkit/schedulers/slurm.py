@@ -19,30 +19,50 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from clusterkit.errors import ExternalError, SchedulerError, SubmitError
+from clusterkit.errors import ExternalError, SchedulerError, SubmitError, UsageError
 from clusterkit.runs.arrays import array_status, chain_status, task_record
 from clusterkit.runs.index import add_run
 from clusterkit.runs.logs import Readable, stream_run
+from clusterkit.runs.node_choice import NodeChoice, chosen_host
 from clusterkit.runs.record import RunRecord
-from clusterkit.runs.status import JobStatus, explained, slurm_status
+from clusterkit.runs.status import RUNNING, JobStatus, explained, normalize_slurm_state, slurm_status
 from clusterkit.schedulers.api import SubmitRequest, creating_run_dir
 from clusterkit.schedulers.code_snapshot import tar_bytes
 from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
-from clusterkit.schedulers.slurm_queue import Fields, ask_slurm
+from clusterkit.schedulers.slurm_queue import Fields, ask_slurm, read_scontrol
 from clusterkit.spec.arrays import task_job_id
-from clusterkit.spec.layout import EXIT_CODE, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
+from clusterkit.spec.layout import EXIT_CODE, LAUNCH_PLAN, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.stacks import STACKS_SIGNAL_NUMBER
 
 # SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
 UNSUPPORTED: dict[str, str] = {}
 MAX_NODES = None
 
 SUBMIT_TIMEOUT_S = 300.0  # sbatch on a busy controller can take minutes
+
+
+def exec_argv(job_id: str, host: str, command: Sequence[str], tty: bool = False) -> list[str]:
+    """srun into the job's allocation on one node, as a step beside the job's own (--overlap:
+    it shares their CPUs and memory instead of waiting for them), inside the job's cgroup; ``--``
+    ends srun's options, so a command word that starts with ``-`` is the command's."""
+    return [
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        *(["--pty"] if tty else []),
+        "-w",
+        host,
+        "--",
+        *command,
+    ]
 
 
 def parse_job_id(output: str) -> str:
@@ -182,11 +202,40 @@ class SlurmScheduler:
             raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
         self.host.remove_tree(f"{record.run_dir}/{SECRETS_FILE}")  # no later attempt needs them
 
+    def ask_stacks(self, record: RunRecord) -> None:
+        # The batch step's process is the supervisor (the script execs it); not the job's steps:
+        # their ranks dump only when the supervisor asks, so that it knows when to read.
+        retry = self._latest_retry(record)
+        job_id = retry["job_id"] if retry else record.job_id
+        try:
+            checked(self.host, ["scancel", "--batch", f"--signal={STACKS_SIGNAL_NUMBER}", job_id])
+        except SchedulerError as exc:
+            raise SchedulerError(f"cannot ask job {record.job_id} for its stacks: {exc}") from None
+
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         return stream_run(record, rank, follow, done=lambda: self.status(record).done, out=out)
 
     def run_file(self, record: RunRecord, name: str) -> Readable:
         return record.path / name
+
+    def exec(self, record: RunRecord, choice: NodeChoice, command: Sequence[str], tty: bool = False) -> int:
+        job_id, hosts = self._allocation(record)
+        host = chosen_host(record.job_id, hosts, choice, self.run_file(record, LAUNCH_PLAN))
+        return self.host.attach(exec_argv(job_id, host, command, tty), tty)
+
+    def _allocation(self, record: RunRecord) -> tuple[str, list[str]]:
+        """The SLURM job that runs the run now (a retry's, a chain's running link) and its nodes in
+        SLURM_NODEID order. From SLURM, not the hostfile the supervisor writes: that one lists the
+        training nodes only (no service nodes), is written a while after the job starts, can be an
+        earlier attempt's on other nodes, and lies in a folder the job's own code may write to."""
+        retry = self._latest_retry(record)
+        asked = retry["job_id"] if retry else record.job_id
+        said = read_scontrol(checked(self.host, ["scontrol", "--oneliner", "show", "job", asked]))
+        running = [fields for fields in said.values() if normalize_slurm_state(fields.get("JobState", "")) == RUNNING]
+        if not running or not running[0].get("NodeList"):
+            raise UsageError(f"job {record.job_id} is not running any more: nothing to run a command in")
+        hosts = checked(self.host, ["scontrol", "show", "hostnames", running[0]["NodeList"]]).split()
+        return running[0]["JobId"], hosts
 
 
 @contextlib.contextmanager

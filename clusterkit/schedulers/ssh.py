@@ -85,6 +85,9 @@ class SSHHost:
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> Completed:
         return self.session.run(command_line(argv, cwd=self.workdir), timeout=timeout)
 
+    def attach(self, argv: Sequence[str], tty: bool = False) -> int:
+        return self.session.attach(command_line(argv, cwd=self.workdir), tty)
+
     def absolute(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
@@ -230,6 +233,10 @@ class SSHScheduler(SlurmScheduler):
     def cancel(self, record: RunRecord) -> None:
         self._connected()
         super().cancel(record)
+
+    def ask_stacks(self, record: RunRecord) -> None:
+        self._connected()
+        super().ask_stacks(record)
 
     def logs(self, record: RunRecord, rank: int | None, follow: bool, out: BinaryIO | None = None) -> int:
         """The run's logs printed here, as they grow with ``follow`` (not retried then: output would repeat)."""

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import importlib
 import shlex
+import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from clusterkit.errors import SSHError
+from clusterkit.errors import SSHError, UsageError
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.ssh_config import Endpoint, ssh_program
 from clusterkit.spec.profile import Login
@@ -66,6 +67,10 @@ def changed_host_key(name: str, known_hosts: str, fingerprint: str | None) -> Ho
     )
 
 
+# How long a command that runs with the user's terminal (exec, shell) may take: as long as they keep it.
+ATTACHED_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 class Session:
     """One way to run commands on the login node; :meth:`run` is the transport's."""
 
@@ -82,6 +87,16 @@ class Session:
         """Run one shell command line there, ``stdin`` as its standard input (none: empty). With
         ``stdout``/``stderr`` given, output is passed through as it arrives instead of being collected."""
         raise NotImplementedError
+
+    def attach(self, command: str, tty: bool = False) -> int:
+        """Run one shell command line there with this terminal's output (and, where the transport
+        can, its input and a terminal of its own), for as long as it runs; its exit status."""
+        if tty:
+            raise UsageError(
+                f"the {type(self).__name__.removesuffix('Session').lower()} SSH transport cannot give a command "
+                f"on {self.endpoint.host} a terminal: set login.transport: openssh (the system ssh) for clusterkit shell"
+            )
+        return self.run(command, ATTACHED_TIMEOUT_S, stdout=sys.stdout.buffer, stderr=sys.stderr.buffer).returncode
 
     def check(self, command: str, timeout: float = 120.0, stdin: bytes | None = None) -> str:
         done = self.run(command, timeout, stdin)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.spec import layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
+from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
-from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step
+from clusterkit.spec.watchdog import seconds
+from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -123,12 +125,17 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
-    """What the ranks run: ``module`` (clusterkit's, given the job file), the built-in runner, or
-    the recipe's script (from the code snapshot in the run directory where there is one)."""
+    """What the ranks run: ``module`` (clusterkit's, given the job file), the built-in runner (under
+    nsys with profile: kind nsys), or the recipe's script (from the code snapshot in the run
+    directory where there is one)."""
     job_file = Words().runtime(f"{RUN_DIR}/{layout.JOB_JSON}")
     task = recipe.task
-    if module is not None or task.trainer is not None:
-        return Program(Words().add(module or "clusterkit.runtime.runner"), True, job_file)
+    if module is not None:
+        return Program(Words().add(module), True, job_file)
+    if task.trainer is not None:
+        nsys = recipe.profile is not None and recipe.profile.kind == "nsys"
+        wrapper = nsys_wrapper() if nsys else Words()
+        return Program(Words().add("clusterkit.runtime.runner"), True, job_file, wrapper)
     entry = Words().add(task.script)  # type: ignore[arg-type]
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
@@ -312,4 +319,9 @@ def launch_plan(
         # Only a single job's end is the run's: an array's tasks share the file, a chain's links read it in turn.
         secrets_file=layout.SECRETS_FILE if recipe.secrets and recipe.job_kind == "job" else None,
         secrets=tuple(recipe.secrets),
+        watchdog=Watchdog(
+            seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action
+        )
+        if recipe.watchdog
+        else None,
     )

@@ -51,6 +51,9 @@ class Program:
     entry: Words
     module: bool
     args: Words
+    # Words each rank's command runs under (profile: kind nsys); only launchers that can start a rank
+    # through another program take one: those with wraps_ranks.
+    wrapper: Words = field(default_factory=Words)
 
     def words(self, module_flag: str) -> Words:
         return Words().add(*([module_flag] if self.module else [])).extend(self.entry).extend(self.args)
@@ -72,6 +75,7 @@ class Launcher:
     defaults: frozenset[str] = frozenset()
     ranks: str = "none"  # which rank variables the node agent sets (supervisor.plan.Step.ranks)
     signal_to_launcher: bool = False  # supervisor.plan.Step.signal_to_launcher
+    wraps_ranks: bool = False  # its command puts Program.wrapper before each rank's interpreter
 
     @property
     def process_model(self) -> str:
@@ -94,7 +98,10 @@ def _torchrun(recipe: ResolvedRecipe, program: Program) -> Words:
         words.add("--rdzv-backend=c10d").runtime("--rdzv-endpoint={master_addr}:{master_port}", "--rdzv-id={job_id}")
     else:
         words.runtime("--master-addr={master_addr}", "--master-port={master_port}")
-    return words.add("--tee=3", *recipe.launcher_args).extend(program.words("-m"))
+    words.add("--tee=3", *recipe.launcher_args)
+    if program.wrapper.words:  # torchrun starts each rank as the wrapper's command, which runs python
+        return words.add("--no-python").extend(program.wrapper).add(*recipe.python).extend(program.words("-m"))
+    return words.extend(program.words("-m"))
 
 
 def _deepspeed(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -133,7 +140,7 @@ def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
 
 
 def _python(recipe: ResolvedRecipe, program: Program) -> Words:
-    return Words().add(*recipe.python).extend(program.words("-m"))
+    return Words().extend(program.wrapper).add(*recipe.python).extend(program.words("-m"))
 
 
 def _command(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -241,7 +248,7 @@ _MPIRUN_OWNED = {
 LAUNCHERS: dict[str, Launcher] = {
     launcher.name: launcher
     for launcher in (
-        Launcher("torchrun", (LAUNCHER_PER_NODE,), "torch", _TORCHRUN_OWNED, _torchrun),
+        Launcher("torchrun", (LAUNCHER_PER_NODE,), "torch", _TORCHRUN_OWNED, _torchrun, wraps_ranks=True),
         Launcher(
             "deepspeed",
             (LAUNCHER_PER_NODE, BATCH_LAUNCHER),
@@ -253,7 +260,7 @@ LAUNCHERS: dict[str, Launcher] = {
         Launcher("accelerate", (LAUNCHER_PER_NODE,), "accelerate", _ACCELERATE_OWNED, _accelerate),
         # srun is the launcher: a task per rank, its ids mapped to RANK & co. by the node agent, and the
         # preemption signal left at its default so that the rank's framework can install its handler.
-        Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True),
+        Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True, wraps_ranks=True),
         # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
         Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
         Launcher(

@@ -16,19 +16,28 @@ from typing import Literal
 # The names the job's supervisor writes or reads are defined beside it (it imports nothing of clusterkit).
 from clusterkit.supervisor.run_files import (  # noqa: F401
     EXIT_CODE,
+    HANG_RECORD,
+    HEARTBEAT,
     HOSTFILE,
     JOB_SCRIPT,
     LAUNCH_PLAN,
+    METRICS,
+    NCCL_TRACE_DIR,
+    NCCL_TRACE_PREFIX,
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
     RANKS_DIR,
     REQUEUED,
     RETRIES,
+    STACKS_DIR,
+    STACKS_SUMMARY,
+    STEP_TIMES_DIR,
     SUPERVISOR_DIR,
     batch_log,
     node_dir,
     node_exit,
     node_log,
+    step_times,
 )
 
 Stream = Literal["out", "err"]  # the two log files of each node (srun --output / --error)
@@ -55,11 +64,11 @@ SECRETS_FILE = ".secrets.env"
 # The job's supervisor writes HOSTFILE, EXIT_CODE and RETRIES, the node agents RANKS_DIR's node<N>.exit.
 
 # --- Written by the ranks ---
-METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow and bench
 # A saved model's weights (transformers' save_pretrained): in model/, and in an AutoTP checkpoint
 # beside DeepSpeed's shards (the runner gathers them); read by export.
 WEIGHTS = "model.safetensors"
 MODEL_DIR = "model"  # the runner's final save_model; read by people (from_pretrained)
+PROFILE_DIR = "profile"  # the runner (profile:): profile_trace, profile_table, nsys_report below it
 
 # --- Checkpoints: the Trainer's output_dir ---
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer; read by resume, `submit --resume` and export
@@ -117,6 +126,22 @@ def node_number(name: str) -> int:
 def rank_record(rank: int | str) -> str:
     """``ranks/rank-<R>.json``: the runner, every rank, what it saw; read by the layout tests."""
     return f"{RANKS_DIR}/rank-{rank}.json"
+
+
+def profile_trace(rank: int | str, first: int | str, last: int | str) -> str:
+    """``profile/rank<R>-steps<A>-<B>.json``: the runner's torch.profiler Chrome trace of steps A..B
+    on rank R (profile: kind torch); read by people (chrome://tracing, Perfetto)."""
+    return f"{PROFILE_DIR}/rank{rank}-steps{first}-{last}.json"
+
+
+def profile_table(rank: int | str, first: int | str, last: int | str) -> str:
+    """``profile/rank<R>-steps<A>-<B>.txt``: beside the trace, its key-averages table; read by people."""
+    return f"{PROFILE_DIR}/rank{rank}-steps{first}-{last}.txt"
+
+
+def nsys_report(rank: str) -> str:
+    """``profile/nsys-rank<R>``: nsys's -o for rank R (profile: kind nsys; nsys adds .nsys-rep)."""
+    return f"{PROFILE_DIR}/nsys-rank{rank}"
 
 
 def service_log(task: int | str, stream: Stream) -> str:

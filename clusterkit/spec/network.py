@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, EnvValue
 from clusterkit.spec.resolved import ResolvedRecipe
+from clusterkit.spec.watchdog import seconds
+from clusterkit.supervisor.run_files import NCCL_TRACE_ENV, NCCL_TRACE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,13 @@ LEGACY_ENV = {
     "NCCL_AVOID_RECORD_STREAMS": "TORCH_NCCL_AVOID_RECORD_STREAMS",
 }
 
+_ASYNC_ERRORS = EnvVar(
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "1",
+    "abort the process group on a collective error or hang instead of waiting for the time limit",
+)
 _COMMON = (
-    EnvVar(
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        "1",
-        "abort the process group on a collective error or hang instead of waiting for the time limit",
-    ),
+    _ASYNC_ERRORS,
     EnvVar("NCCL_DEBUG", "WARN", "warnings only; INFO floods logs and belongs to debugging (network.debug: true)"),
 )
 _NOT_DOCKER = "^docker,lo,veth"
@@ -136,6 +139,43 @@ def hub_env(profile: ClusterProfile) -> tuple[EnvVar, ...]:
     return found
 
 
+# PyTorch's NCCL flight recorder: the last collectives of each rank, dumped when one times out. These
+# names are read by torch 2.2 to 2.13 (2.13 reads TORCH_FR_BUFFER_SIZE / TORCH_FR_DUMP_TEMP_FILE
+# first, then these); torch appends the rank number to the dump file's prefix.
+TRACE_BUFFER_SIZE = 2000
+_FLIGHT_RECORDER = (
+    _ASYNC_ERRORS,
+    EnvVar(
+        "TORCH_NCCL_TRACE_BUFFER_SIZE",
+        str(TRACE_BUFFER_SIZE),
+        "NCCL flight recorder: keep each rank's last collectives (a few MB of host memory)",
+    ),
+    EnvVar("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "NCCL flight recorder: dump them when a collective times out"),
+    EnvVar(
+        NCCL_TRACE_ENV,
+        f"{{run_dir}}/{NCCL_TRACE_PREFIX}",
+        "NCCL flight recorder: one dump per rank in the run directory (torch appends the rank)",
+    ),
+)
+COLLECTIVE_TIMEOUT_ENV = "CLUSTERKIT_COLLECTIVE_TIMEOUT_S"
+
+
+def forensics_env(recipe: ResolvedRecipe, profile: ClusterProfile) -> tuple[EnvVar, ...]:
+    """What a hung collective leaves behind: on a GPU (NCCL) profile the flight recorder; wherever
+    the recipe sets collective_timeout, that timeout in seconds for a script to pass to
+    init_process_group (the built-in runner passes it as ddp_timeout)."""
+    found = _FLIGHT_RECORDER if profile.accelerator == "gpu" else ()
+    if recipe.collective_timeout is not None:
+        found += (
+            EnvVar(
+                COLLECTIVE_TIMEOUT_ENV,
+                str(seconds(recipe.collective_timeout)),
+                "recipe collective_timeout: how long a rank waits in one collective",
+            ),
+        )
+    return found
+
+
 def network_env(recipe: ResolvedRecipe, profile: ClusterProfile, clusterkits: tuple[EnvVar, ...] = ()) -> list[EnvVar]:
     """The job's environment in order of precedence applied: interconnect defaults, debug, threads,
     the model hub's cache, ``clusterkits`` (the render's own, such as tracking's), then the profile's
@@ -158,6 +198,7 @@ def network_env(recipe: ResolvedRecipe, profile: ClusterProfile, clusterkits: tu
         )
     )
     layers.append(hub_env(profile))
+    layers.append(forensics_env(recipe, profile))
     layers.append(clusterkits)
     for source, env in (
         (f"cluster profile '{profile.name}' network_env", profile.network_env),

@@ -14,9 +14,11 @@ import msgspec
 from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
+from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
 from clusterkit.spec.tracking import TRACKING_PATTERN_HINTS, Tracker, Tracking
+from clusterkit.spec.watchdog import DURATION_HINT, DURATION_PATTERN, Duration, Watchdog
 
 NAME_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}{END}"
 IDENTIFIER_PATTERN = f"^[A-Za-z_][A-Za-z0-9_]*{END}"  # environment variable and class names
@@ -41,6 +43,8 @@ PATTERN_HINTS = {
     ARRAY_PATTERN: "a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4",
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
+    DURATION_PATTERN: DURATION_HINT,
+    STEPS_PATTERN: STEPS_HINT,
 }
 
 Line = Annotated[str, Meta(pattern=LINE_PATTERN)]
@@ -347,6 +351,12 @@ class Recipe(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
     service: Service | None = None
+    watchdog: Watchdog | None = None  # a hung job found and ended (spec.watchdog)
+    # How long a rank waits in one collective before it fails (and, on a GPU, dumps its NCCL flight
+    # recorder): the built-in runner's ddp_timeout, $CLUSTERKIT_COLLECTIVE_TIMEOUT_S for a script.
+    # Default: the Trainer's (30 minutes), or what a script sets.
+    collective_timeout: Duration | None = None
+    profile: Profiling | None = None  # a few steps of the built-in runner profiled (spec.profiling)
     # The container image for this recipe, instead of the cluster profile's (which says the runtime).
     container_image: NonEmptyLine | None = None
     hooks: Hooks = field(default_factory=Hooks)

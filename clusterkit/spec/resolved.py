@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from clusterkit.spec.profile import ClusterProfile, Container
+from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
     SLURM_TIME_PATTERN,
     AccelerateSettings,
@@ -51,6 +52,7 @@ from clusterkit.spec.recipe import (
 )
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
+from clusterkit.spec.watchdog import Duration, Watchdog
 
 DEFAULT_RUNS_DIR = "./runs"
 
@@ -129,6 +131,9 @@ class ResolvedRecipe(_Struct, kw_only=True):
     setup: list[Line]
     srun: Srun
     service: Service | None
+    watchdog: Watchdog | None
+    collective_timeout: Duration | None  # spec.collective_timeout
+    profile: Profiling | None
     container: Container | None  # the profile's, with the recipe's image where it names one
     hooks: Hooks
     drop: ProfileDrops
@@ -254,6 +259,9 @@ def resolve(
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
+        watchdog=recipe.watchdog,
+        collective_timeout=recipe.collective_timeout,
+        profile=recipe.profile,
         container=(
             msgspec.structs.replace(profile.container, image=recipe.container_image or profile.container.image)
             if profile.container

@@ -4,7 +4,9 @@ In order: the run directory made ready (an earlier attempt's outcome cleared, an
 brought in), the allocation's hosts and the rendezvous, the hostfile, the ``pre_launch`` hooks, the
 image check, the service and its readiness, the preflight, the launch, then the outcome: the exit
 code, the ``post_run`` hooks, a requeue or a retry, and the secrets file's end when the run ends.
-The preemption signal SLURM sends this process is passed to whichever step is running.
+The preemption signal SLURM sends this process is passed to whichever step is running. While the
+launch runs, the supervisor watches it (:mod:`.watchdog`): it takes every rank's stacks when asked
+(SIGWINCH, from ``clusterkit stacks``) and, with a watchdog, when the launch stops making progress.
 """
 
 from __future__ import annotations
@@ -19,8 +21,23 @@ from . import hooks, recovery
 from .environment import JobEnvironment
 from .plan import PLAN_FORMAT, LaunchPlan, Step
 from .processes import signal_number
-from .run_files import EXIT_CODE, HOSTFILE, LAUNCH_PLAN, PREEMPTED_RECORD, REQUEUED, SUPERVISOR_DIR
+from .run_files import (
+    EXIT_CODE,
+    HANG_RECORD,
+    HEARTBEAT,
+    HOSTFILE,
+    LAUNCH_PLAN,
+    NCCL_TRACE_DIR,
+    NCCL_TRACE_ENV,
+    PREEMPTED_RECORD,
+    REQUEUED,
+    SITE_DIR,
+    STACKS_DIR,
+    SUPERVISOR_DIR,
+)
+from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
+from .watchdog import Watcher
 
 
 class Supervisor:
@@ -31,9 +48,11 @@ class Supervisor:
         self.running: Optional[Running] = None
         self.preempt_signal = signal_number(plan.recovery.signal)
         self.preempted = False  # the signal came: every step started from now on gets it too
+        self.watcher: Optional[Watcher] = None
 
     def run(self) -> int:
         signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
+        signal.signal(STACKS_SIGNAL, self._stacks_asked)
         self._prepare_run_dir()
         self.hosts = self.job.hosts()
         train = step_hosts(self.plan, self.plan.launch, self.hosts)
@@ -56,10 +75,23 @@ class Supervisor:
             MASTER_PORT=str(port),
             CLUSTERKIT_PREEMPT_SIGNAL=self.plan.recovery.signal,
             CLUSTERKIT_MAX_REQUEUES=str(self.plan.recovery.max_requeues),
+            # Every Python process of the job registers its stack dump (site/sitecustomize.py); a
+            # script's ranks may touch the heartbeat at each step (the watchdog's sign of progress).
+            CLUSTERKIT_STACKS_DIR=str(self.run_dir / STACKS_DIR),
+            CLUSTERKIT_HEARTBEAT=str(self.run_dir / HEARTBEAT),
         )
+        site = str(self.run_dir / SUPERVISOR_DIR / SITE_DIR)
+        if os.pathsep in site:  # PYTHONPATH cannot name it: the ranks go on without the stack dumps
+            print(f"clusterkit: the run directory's path holds {os.pathsep!r}: no stacks from the ranks", flush=True)
+        else:
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))
+        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
         )
+        # The NCCL flight recorder (GPU profiles, env.sh) dumps into the run directory; torch makes no folder.
+        if self.env.get(NCCL_TRACE_ENV, "").startswith(str(self.run_dir / NCCL_TRACE_DIR) + "/"):
+            (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(
             f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
             f"run dir {self.run_dir}",
@@ -89,7 +121,9 @@ class Supervisor:
                     print(f"clusterkit: preflight failed with {code}: not training", flush=True)
                     slow = recovery.slow_hosts(self.run_dir, train)
                     # Slow nodes named: on_slow: exclude retries without them; on_slow: fail stops here.
-                    return self._end(code, retry=not slow or self.plan.recovery.slow_nodes_excluded, slow=slow)
+                    return self._end(
+                        code, retry=not slow or self.plan.recovery.slow_nodes_excluded, exclude=slow or None
+                    )
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
@@ -99,6 +133,9 @@ class Supervisor:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)
         print(f"clusterkit: launchers exited with {code}", flush=True)
+        hang = self.watcher.hang
+        if hang is not None:  # ended by the watchdog: retried without the odd ranks' nodes, or not at all
+            return self._end(code, retry=hang.retry, exclude=hang.exclude)
         if self.job.can_requeue and (self.run_dir / REQUEUED).exists():
             # A program that requeued its own job (Lightning's auto-requeue): SLURM starts it again.
             print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
@@ -113,7 +150,7 @@ class Supervisor:
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
         # link) is not how this one ends.
-        for name in (EXIT_CODE, PREEMPTED_RECORD, REQUEUED):
+        for name in (EXIT_CODE, PREEMPTED_RECORD, REQUEUED, HANG_RECORD):
             try:
                 (self.run_dir / name).unlink()
             except FileNotFoundError:
@@ -130,11 +167,17 @@ class Supervisor:
         if self.running is not None:
             self.running.preempt(signum)
 
+    def _stacks_asked(self, _signum: int, _frame: object) -> None:
+        if self.watcher is not None:
+            self.watcher.asked = True
+
     def _run(self, step: Step) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
         env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
         self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), env)
         try:
+            if step is self.plan.launch and self.watcher is not None:
+                return self.watcher.watch(self.running)
             return self.running.wait()
         finally:
             self.running = None
@@ -157,16 +200,17 @@ class Supervisor:
         print(f"clusterkit: the service answers at {address}", flush=True)
         return running
 
-    def _end(self, code: int, retry: bool = False, slow: Sequence[str] = ()) -> int:
+    def _end(self, code: int, retry: bool = False, exclude: Optional[Sequence[str]] = None) -> int:
         """The attempt's end: its exit code recorded, the post_run hooks, a retry where one is due
         (``retry``: a failure on a node, of the launch or the preflight; not one of the job's own
-        making, such as a hook, the image or the service), and the secrets file removed where
-        nothing will start this run again."""
+        making, such as a hook, the image or the service) without the hosts ``exclude`` names (None:
+        the node where the failure began), and the secrets file removed where nothing will start
+        this run again."""
         (self.run_dir / EXIT_CODE).write_text(f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
         failed = hooks.post_run(self.plan.post_run, self.env, code)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
-        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, slow)
+        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, exclude)
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code

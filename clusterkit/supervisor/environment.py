@@ -61,6 +61,16 @@ class JobEnvironment:
     def requeue(self) -> bool:
         return False
 
+    def signal_job(self, signum: int) -> None:
+        """Send ``signum`` to every process of the job's steps, on every node."""
+        from .processes import descendants
+
+        for pid in descendants(os.getpid()):  # here, the job's processes are all below this one
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         return None
 
@@ -85,6 +95,10 @@ class SlurmEnvironment(JobEnvironment):
     def requeue(self) -> bool:
         return subprocess.run(["scontrol", "requeue", self.job_id]).returncode == 0
 
+    def signal_job(self, signum: int) -> None:
+        # Every step's processes on every node, through slurmstepd (not the batch shell: this one).
+        subprocess.run(["scancel", f"--signal={signum}", self.job_id])
+
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         """``sbatch --parsable --hold ...``: the new job's id, or None where sbatch refused it."""
         done = subprocess.run(list(argv), env=dict(env), stdout=subprocess.PIPE, universal_newlines=True)
@@ -97,7 +111,8 @@ class SlurmEnvironment(JobEnvironment):
 
 class LocalEnvironment(JobEnvironment):
     """The local executor: the nodes are loopback addresses it lists in SLURM_JOB_NODELIST, its
-    ``srun`` stand-in (first on PATH) starts the tasks, and nothing can requeue or queue a job."""
+    ``srun`` stand-in (first on PATH) starts the tasks, every process of the job is below this one,
+    and nothing can requeue or queue a job."""
 
     executor = "local"
 

@@ -87,6 +87,18 @@ class Recovery:
 
 
 @dataclasses.dataclass(frozen=True)
+class Watchdog:
+    """A hung launch: no progress (a new line in metrics.jsonl, or a touch of the heartbeat file)
+    for ``no_progress_s`` once it made some, ``startup_s`` before. Then every rank's stacks are taken
+    and summarised, and ``action``: stacks (that only), fail (the job ends), retry (it ends and is
+    retried without the node of the rank that was elsewhere)."""
+
+    no_progress_s: int
+    startup_s: int
+    action: str
+
+
+@dataclasses.dataclass(frozen=True)
 class LaunchPlan:
     job_name: str
     job_kind: str  # job | array | chain (clusterkit.spec.layout names each kind's directories)
@@ -106,6 +118,7 @@ class LaunchPlan:
     post_run: Tuple[str, ...] = ()
     secrets_file: Optional[str] = None  # beside the job script: the 0600 file the batch shell read
     secrets: Tuple[str, ...] = ()  # the names it holds (never their values)
+    watchdog: Optional[Watchdog] = None
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -140,7 +153,7 @@ def _build(cls: Any, data: Any) -> Any:
         raise PlanError(f"{cls.__name__}: {exc}") from None
 
 
-_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery}
+_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog}
 
 
 def load_plan(text: str) -> LaunchPlan:

@@ -7,7 +7,8 @@ the failure began on, and the end of the secrets file once nothing will read it 
   own ``<array id>_<task id>``), else the record says why not.
 - A retry is a new job (a running job's nodes cannot change), held until ``retries.jsonl`` names it,
   excluding every node excluded so far: the recipe's own ``--exclude``, each earlier retry's, the
-  node where this failure began and, with ``preflight.on_slow: exclude``, the slow ones.
+  node where this failure began or, with ``preflight.on_slow: exclude``, the slow ones, or, when the
+  watchdog ended a hung launch, the nodes of the ranks that were elsewhere than the others.
 """
 
 from __future__ import annotations
@@ -106,17 +107,18 @@ def retry(
     run_dir: Path,
     hosts: Sequence[str],
     environ: Mapping[str, str],
-    slow: Sequence[str] = (),
+    exclude: Optional[Sequence[str]] = None,
 ) -> Optional[str]:
-    """Submit the next retry of this run: its job id, or None where none is due or sbatch refused."""
+    """Submit the next retry of this run: its job id, or None where none is due or sbatch refused.
+    It runs without every host excluded so far and ``exclude`` (None: the node where the failure began)."""
     attempt = job.retry + 1
     if attempt > plan.recovery.max_retries or not job.can_submit:
         return None
-    # The preflight's slow nodes, where it named them (every node's program then ended non-zero
-    # together: which ended first says nothing); else the node where the failure began.
-    node = None if slow else failed_node(run_dir)
-    new = list(slow) or ([hosts[node]] if node is not None and node < len(hosts) else [])
-    exclude = list(dict.fromkeys([*plan.recovery.exclude, *excluded_so_far(run_dir), *new]))
+    # The hosts named (the preflight's slow nodes, a hang's odd ranks': every node's program then
+    # ended non-zero together, so which ended first says nothing); else where the failure began.
+    node = failed_node(run_dir) if exclude is None else None
+    new = list(exclude) if exclude is not None else [hosts[node]] if node is not None and node < len(hosts) else []
+    excluded = list(dict.fromkeys([*plan.recovery.exclude, *excluded_so_far(run_dir), *new]))
     # The secrets stay out of sbatch's environment (SLURM stores it with the job): the retry reads
     # their file, as the first job did.
     env: Dict[str, str] = {name: value for name, value in environ.items() if name not in plan.secrets}
@@ -126,7 +128,7 @@ def retry(
         "--parsable",
         "--hold",
         "--export=ALL,CLUSTERKIT_RETRY,CLUSTERKIT_RETRY_OF",
-        *([f"--exclude={','.join(exclude)}"] if exclude else []),
+        *([f"--exclude={','.join(excluded)}"] if excluded else []),
         f"--chdir={job.submit_dir}",
         f"--output={run_dir}/{batch_log('%j', 'out')}",
         f"--error={run_dir}/{batch_log('%j', 'err')}",
@@ -144,14 +146,14 @@ def retry(
                     "retry": attempt,
                     "job_id": next_job,
                     "after_job": job.slurm_job_id,
-                    "excluded": ",".join(exclude),
+                    "excluded": ",".join(excluded),
                     "node": "" if node is None else str(node),
                 }
             )
             + "\n"
         )
     job.release(next_job)
-    why = f", excluding {','.join(exclude)}" if exclude else ""
+    why = f", excluding {','.join(excluded)}" if excluded else ""
     print(
         f"clusterkit: retry {attempt} of {limit}: job {next_job}{why}"
         + (f" (node {node}, where the failure began)" if node is not None else ""),

@@ -26,6 +26,27 @@ REQUEUED = "requeued"
 # and by the retry itself before it takes the run over.
 RETRIES = "retries.jsonl"
 RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the node agents and the runner
+METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow, bench and the watchdog
+# Touched by a script's ranks at each step (the watchdog's other sign of progress): $CLUSTERKIT_HEARTBEAT.
+HEARTBEAT = "heartbeat"
+# Below RANKS_DIR: each Python process's stacks, dumped when asked (site/sitecustomize.py, stacks.py).
+STACKS_DIR = "ranks/stacks"
+# The supervisor, each time it took every rank's stacks (asked by `clusterkit stacks`, or its
+# watchdog): the summary and each rank's frames, rewritten whole; read by `clusterkit stacks`.
+STACKS_SUMMARY = "ranks/stacks/summary.json"
+# Beside the supervisor: the folder put first on the ranks' PYTHONPATH (its sitecustomize registers
+# the stack dumps).
+SITE_DIR = "site"
+# The supervisor's watchdog, when the launch made no progress: when, why, and where each rank was.
+HANG_RECORD = "hang.json"
+# Below RANKS_DIR: the built-in runner's ranks, each appending one JSON line per optimizer step (its
+# step and data-wait times, GPU utilisation where NVML answers); read by status (stragglers.py).
+STEP_TIMES_DIR = "ranks/steps"
+# Below RANKS_DIR: PyTorch's NCCL flight recorder dumps (GPU profiles), one file per rank, named by
+# torch as this prefix plus the rank number; read by people and `clusterkit stacks`.
+NCCL_TRACE_DIR = "ranks/nccl-trace"
+NCCL_TRACE_PREFIX = f"{NCCL_TRACE_DIR}/rank_"
+NCCL_TRACE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"  # where env.sh points torch at that prefix (spec.network)
 
 Node = Union[int, str]
 
@@ -47,6 +68,11 @@ def node_log(job_id: str, node: Node, stream: str) -> str:
     """``<job id>_<node>_log.out|err``: srun's per-node output (SLURM fills in ``%j``/``%t``); read by
     logs and status (torchrun's root cause)."""
     return f"{job_id}_{node}_log.{stream}"
+
+
+def step_times(rank: Union[int, str]) -> str:
+    """``ranks/steps/rank<R>.jsonl``: rank R's step times (``*`` for every rank's)."""
+    return f"{STEP_TIMES_DIR}/rank{rank}.jsonl"
 
 
 def batch_log(job_id: str, stream: str) -> str:

@@ -91,6 +91,13 @@ class Running:
     def wait(self) -> int:
         return exit_status(self.process.wait())
 
+    def poll(self, timeout_s: float) -> Optional[int]:
+        """The exit status once the step ends within ``timeout_s``, else None."""
+        try:
+            return exit_status(self.process.wait(timeout=timeout_s))
+        except subprocess.TimeoutExpired:
+            return None
+
 
 def start(
     plan: LaunchPlan, step: Step, job: JobEnvironment, hosts: Sequence[str], run_dir: str, environ: Mapping[str, str]

@@ -22,3 +22,9 @@ unset HF_DATASETS_CACHE
 export HF_HUB_OFFLINE=1
 # cluster profile 'offline-a100' is offline: datasets reads its cache, never the network
 export HF_DATASETS_OFFLINE=1
+# NCCL flight recorder: keep each rank's last collectives (a few MB of host memory)
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+# NCCL flight recorder: dump them when a collective times out
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# NCCL flight recorder: one dump per rank in the run directory (torch appends the rank)
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$RUN_DIR"/ranks/nccl-trace/rank_

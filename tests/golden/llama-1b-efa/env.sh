@@ -16,5 +16,11 @@ export FI_EFA_USE_HUGE_PAGE=0
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
 # cpus_per_task / ranks per node = 192/8: no oversubscribed cores
 export OMP_NUM_THREADS=24
+# NCCL flight recorder: keep each rank's last collectives (a few MB of host memory)
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+# NCCL flight recorder: dump them when a collective times out
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# NCCL flight recorder: one dump per rank in the run directory (torch appends the rank)
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$RUN_DIR"/ranks/nccl-trace/rank_
 # cluster profile 'aws-efa' network_env
 export LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib:/usr/local/cuda/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -12,3 +12,9 @@ export NCCL_IB_TIMEOUT=22
 export NCCL_NET_GDR_LEVEL=PHB
 # cpus_per_task / ranks per node = 96/8: no oversubscribed cores
 export OMP_NUM_THREADS=12
+# NCCL flight recorder: keep each rank's last collectives (a few MB of host memory)
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+# NCCL flight recorder: dump them when a collective times out
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# NCCL flight recorder: one dump per rank in the run directory (torch appends the rank)
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$RUN_DIR"/ranks/nccl-trace/rank_
