@@ -21,6 +21,7 @@ from clusterkit.cli.common import (
     with_job,
     with_json,
 )
+from clusterkit.runs.status import restart_lines
 from clusterkit.spec.layout import EXPORT_DIR
 
 
@@ -128,6 +129,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  first failure: {status.failure}")
         if status.straggler:
             print(f"  straggler: {status.straggler['summary']}")
+        for line in restart_lines(status.restarts or []):
+            print(f"  {line}")
     return 0
 
 

@@ -117,6 +117,7 @@ def resolve_and_check(
     job_checks.check_drops(recipe, profile, found.error)
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
+    job_checks.check_spares(recipe, found.error)
     job_checks.check_tracking(recipe, profile, found.error)
     profile_checks.check_profile(recipe, profile, resources.nodes * resources.gpus_per_node, found.error)
     launch_checks.check_srun(recipe, found.error, found.warn)

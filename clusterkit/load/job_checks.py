@@ -9,6 +9,7 @@ from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.load.yaml_source import KeyPath
 from clusterkit.spec.arrays import array_indices
 from clusterkit.spec.launch_plan import STEP_OWNED
+from clusterkit.spec.launchers import BATCH_LAUNCHER
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
 from clusterkit.spec.sbatch_header import WRITTEN
@@ -274,4 +275,33 @@ def check_tracking(recipe: Recipe, profile: ClusterProfile, error: Report) -> No
             ("tracking",),
             "mlflow online needs its server: tracking.uri (or MLFLOW_TRACKING_URI in env), "
             "or offline: true for a file store in the run directory",
+        )
+
+
+def check_spares(recipe: Recipe, error: Report) -> None:
+    """Hot spares where a restart on one can work: several nodes, a launch clusterkit starts on
+    each node (not a batch launcher, which starts its ranks from the allocation itself), and no
+    more restarts than spares."""
+    spares, restarts = recipe.resources.spare_nodes, recipe.preemption.max_restarts
+    if not spares:
+        if restarts:
+            error(("preemption", "max_restarts"), "restarts happen on spare nodes: set resources.spare_nodes too")
+        return
+    if recipe.resources.nodes == 1:
+        error(
+            ("resources", "spare_nodes"),
+            "a single-node job has no node to replace while the others train: leave spare_nodes out "
+            "and let preemption.max_retries retry it as a new job",
+        )
+    if process_model_of(recipe) == BATCH_LAUNCHER:
+        error(
+            ("resources", "spare_nodes"),
+            f"launcher {recipe.launcher} starts its ranks from the batch host over the whole allocation: "
+            "clusterkit cannot move them to a spare (use a launcher started on each node, e.g. torchrun)",
+        )
+    if restarts is not None and restarts > spares:
+        error(
+            ("preemption", "max_restarts"),
+            f"{restarts} restarts, {spares} spare node{'s' if spares > 1 else ''}: each restart uses one; "
+            f"at most {spares}",
         )

@@ -28,6 +28,7 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     PREFLIGHT_RESULT,
     RANKS_DIR,
     REQUEUED,
+    RESTARTS,
     RETRIES,
     STACKS_DIR,
     STACKS_SUMMARY,

@@ -110,6 +110,11 @@ class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_def
 
 class Resources(_Struct):
     nodes: PositiveInt = 1
+    # Hot spares: SLURM is asked for nodes + spare_nodes and training runs on `nodes`; when a node
+    # fails, the launch starts again in the same job on a spare, from the newest complete checkpoint
+    # (preemption.max_restarts bounds how often). Without a spare left, a failure is retried as a
+    # new job (preemption.max_retries).
+    spare_nodes: Annotated[int, Meta(ge=0, le=1024)] = 0
     gpus_per_node: Annotated[int, Meta(ge=1, le=64)] | None = None
     cpus_per_task: PositiveInt | None = None
     mem: Memory | None = None
@@ -266,6 +271,9 @@ class Preemption(_Struct):
     # excluding the node the failure began on, continues the run directory from its newest complete
     # checkpoint (retries.jsonl records each). 0 = never.
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
+    # Restarts of the launch on a spare node within the same job (resources.spare_nodes); default:
+    # one per spare. Each drops the node the failure began on.
+    max_restarts: Annotated[int, Meta(ge=0, le=1024)] | None = None
     # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
     # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
     requeue: bool | Literal["auto", "site"] = "auto"

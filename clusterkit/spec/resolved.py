@@ -59,6 +59,7 @@ DEFAULT_RUNS_DIR = "./runs"
 
 class ResolvedResources(_Struct):
     nodes: int
+    spare_nodes: int
     gpus_per_node: int
     cpus_per_task: int
     mem: MemoryText | None  # always text, as for time
@@ -196,6 +197,7 @@ def resolve_resources(
     mem = r.mem if r.mem is not None else profile.mem_per_node
     return ResolvedResources(
         nodes=r.nodes,
+        spare_nodes=r.spare_nodes,
         gpus_per_node=gpus_per_node,
         cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks),
         mem=str(mem) if mem is not None else None,

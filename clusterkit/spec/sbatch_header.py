@@ -29,8 +29,8 @@ class HeaderOption:
 
 
 def total_nodes(recipe: ResolvedRecipe) -> int:
-    """Training's nodes, then the service's."""
-    return recipe.resources.nodes + (recipe.service.nodes if recipe.service else 0)
+    """Training's nodes, its spares, then the service's."""
+    return recipe.resources.nodes + recipe.resources.spare_nodes + (recipe.service.nodes if recipe.service else 0)
 
 
 def tasks_per_node(recipe: ResolvedRecipe) -> int:

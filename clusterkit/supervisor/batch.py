@@ -35,6 +35,7 @@ from .run_files import (
     STACKS_DIR,
     SUPERVISOR_DIR,
 )
+from .spares import Spares
 from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
 from .watchdog import Watcher
@@ -49,13 +50,13 @@ class Supervisor:
         self.preempt_signal = signal_number(plan.recovery.signal)
         self.preempted = False  # the signal came: every step started from now on gets it too
         self.watcher: Optional[Watcher] = None
+        self.spares = Spares(plan, run_dir, job.job_id)
 
     def run(self) -> int:
         signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
         signal.signal(STACKS_SIGNAL, self._stacks_asked)
         self._prepare_run_dir()
         self.hosts = self.job.hosts()
-        train = step_hosts(self.plan, self.plan.launch, self.hosts)
         if len(self.hosts) < self.plan.train_nodes + self.plan.service_nodes:
             print(
                 f"clusterkit: the allocation has {len(self.hosts)} nodes, the plan needs "
@@ -63,16 +64,12 @@ class Supervisor:
                 flush=True,
             )
             return self._end(1)
-        master = train[0]
-        port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
-        # What the ranks (and a script of the user's) are told: the rendezvous, and the preemption
-        # signal they may handle and how many requeues the run has.
+        # What the ranks (and a script of the user's) are told: the rendezvous (_rendezvous), and the
+        # preemption signal they may handle and how many requeues the run has.
         self.env.update(
             RUN_DIR=str(self.run_dir),
             CLUSTERKIT_RUN_DIR=str(self.run_dir),
             CLUSTERKIT_JOB_ID=self.job.job_id,
-            MASTER_ADDR=master,
-            MASTER_PORT=str(port),
             CLUSTERKIT_PREEMPT_SIGNAL=self.plan.recovery.signal,
             CLUSTERKIT_MAX_REQUEUES=str(self.plan.recovery.max_requeues),
             # Every Python process of the job registers its stack dump (site/sitecustomize.py); a
@@ -85,18 +82,10 @@ class Supervisor:
             print(f"clusterkit: the run directory's path holds {os.pathsep!r}: no stacks from the ranks", flush=True)
         else:
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))
-        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
-        (self.run_dir / HOSTFILE).write_text(
-            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
-        )
+        train = self._rendezvous()
         # The NCCL flight recorder (GPU profiles, env.sh) dumps into the run directory; torch makes no folder.
         if self.env.get(NCCL_TRACE_ENV, "").startswith(str(self.run_dir / NCCL_TRACE_DIR) + "/"):
             (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
-        print(
-            f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
-            f"run dir {self.run_dir}",
-            flush=True,
-        )
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
 
         code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
@@ -127,7 +116,7 @@ class Supervisor:
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
-            code = self._run(self.plan.launch)
+            code = self._launch()
         finally:
             if service:
                 service.stop()
@@ -146,6 +135,50 @@ class Supervisor:
         if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
         return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
+
+    def _rendezvous(self) -> List[str]:
+        """Training's hosts now (the allocation's first, without a dropped node), its master and
+        port, the hostfile, and the watcher that knows them."""
+        train = step_hosts(self.plan, self.plan.launch, self.spares.usable(self.hosts))
+        master = train[0]
+        port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
+        self.env.update(MASTER_ADDR=master, MASTER_PORT=str(port))
+        (self.run_dir / HOSTFILE).write_text(
+            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
+        )
+        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
+        print(
+            f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
+            f"run dir {self.run_dir}",
+            flush=True,
+        )
+        return train
+
+    def _launch(self) -> int:
+        """The launch step; where it fails on a node and a spare is left, again on the spare, in
+        this job, from the newest complete checkpoint (the runner resumes by itself)."""
+        while True:
+            train = step_hosts(self.plan, self.plan.launch, self.spares.usable(self.hosts))
+            code = self._run(self.plan.launch)
+            hang = self.watcher.hang
+            if code == 0 or recovery.preempted_step(self.run_dir) is not None or (self.run_dir / REQUEUED).exists():
+                return code
+            if hang is not None and not hang.retry:
+                return code  # watchdog.action: fail ends the job
+            restart = self.spares.replace(code, self.hosts, train, hang.exclude if hang else ())
+            if restart is None:
+                return code
+            print(
+                f"clusterkit: restart {restart.number} of at most {self.plan.recovery.max_restarts} on a spare "
+                f"node: {restart.why}; dropping {', '.join(restart.dropped)}",
+                flush=True,
+            )
+            try:
+                (self.run_dir / HANG_RECORD).unlink()  # the hang, if that was why, is now a restart's
+            except FileNotFoundError:
+                pass
+            self._rendezvous()
+            self.watcher.on_first_progress = self.spares.resumed
 
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
@@ -174,7 +207,7 @@ class Supervisor:
     def _run(self, step: Step) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
         env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
-        self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), env)
+        self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
         try:
             if step is self.plan.launch and self.watcher is not None:
                 return self.watcher.watch(self.running)
@@ -210,7 +243,12 @@ class Supervisor:
         failed = hooks.post_run(self.plan.post_run, self.env, code)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
-        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, exclude)
+        usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not
+        again = (
+            code != 0
+            and retry
+            and recovery.retry(self.plan, self.job, self.run_dir, usable, self.env, exclude, self.spares.dropped)
+        )
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code

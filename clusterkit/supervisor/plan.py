@@ -84,6 +84,7 @@ class Recovery:
     max_retries: int
     exclude: Tuple[str, ...] = ()  # the recipe's own --exclude hosts: a retry keeps them excluded
     slow_nodes_excluded: bool = False  # preflight.on_slow: exclude: a retry leaves the slow nodes out
+    max_restarts: int = 0  # the launch started again on a spare node, in the same job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,7 @@ class LaunchPlan:
     launch: Step
     recovery: Recovery
     service_nodes: int = 0
+    spare_nodes: int = 0  # between training's nodes and the service's: a failed node's replacements
     master_port: Optional[int] = None  # the recipe's; None: derived from the job id, moved off a busy one
     # Rendered files the ranks read from the run directory; an array task's are copied there from the array's.
     rank_files: Tuple[str, ...] = ()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .environment import JobEnvironment
 from .plan import LaunchPlan
@@ -63,8 +63,8 @@ def requeue_if_possible(plan: LaunchPlan, job: JobEnvironment, run_dir: Path, re
     return False
 
 
-def failed_node(run_dir: Path) -> Optional[int]:
-    """The node whose program ended first with a non-zero code (each node records when)."""
+def first_failure(run_dir: Path) -> Optional[Tuple[float, int]]:
+    """When and on which node a program first ended with a non-zero code (each node records it)."""
     ended = []
     for path in run_dir.glob(node_exit("*")):
         try:
@@ -73,7 +73,13 @@ def failed_node(run_dir: Path) -> Optional[int]:
                 ended.append((float(when), int(path.stem[len("node") :])))
         except (OSError, ValueError):
             continue
-    return min(ended)[1] if ended else None
+    return min(ended) if ended else None
+
+
+def failed_node(run_dir: Path) -> Optional[int]:
+    """The node whose program ended first with a non-zero code."""
+    first = first_failure(run_dir)
+    return first[1] if first else None
 
 
 def excluded_so_far(run_dir: Path) -> List[str]:
@@ -108,9 +114,11 @@ def retry(
     hosts: Sequence[str],
     environ: Mapping[str, str],
     exclude: Optional[Sequence[str]] = None,
+    dropped: Sequence[str] = (),
 ) -> Optional[str]:
     """Submit the next retry of this run: its job id, or None where none is due or sbatch refused.
-    It runs without every host excluded so far and ``exclude`` (None: the node where the failure began)."""
+    It runs without every host excluded so far, the nodes this job dropped for a spare (``dropped``)
+    and ``exclude`` (None: the node where the failure began)."""
     attempt = job.retry + 1
     if attempt > plan.recovery.max_retries or not job.can_submit:
         return None
@@ -118,7 +126,7 @@ def retry(
     # ended non-zero together, so which ended first says nothing); else where the failure began.
     node = failed_node(run_dir) if exclude is None else None
     new = list(exclude) if exclude is not None else [hosts[node]] if node is not None and node < len(hosts) else []
-    excluded = list(dict.fromkeys([*plan.recovery.exclude, *excluded_so_far(run_dir), *new]))
+    excluded = list(dict.fromkeys([*plan.recovery.exclude, *excluded_so_far(run_dir), *dropped, *new]))
     # The secrets stay out of sbatch's environment (SLURM stores it with the job): the retry reads
     # their file, as the first job did.
     env: Dict[str, str] = {name: value for name, value in environ.items() if name not in plan.secrets}
