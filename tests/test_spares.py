@@ -6,10 +6,14 @@ preempted launch is never restarted. The whole path on the dev cluster: test_spa
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+
+import yaml
 
 from clusterkit.runs.status import COMPLETED, JobStatus, explained, restart_lines
 from clusterkit.supervisor.plan import Recovery, Watchdog
+from conftest import REPO, run_cli
 from test_stacks import HANGING, DumpingJob, _record
 from test_supervisor import FakeJob, _plan, _supervise
 
@@ -101,3 +105,29 @@ def test_a_hang_with_action_retry_drops_the_odd_ranks_node_for_the_spare(tmp_pat
     restart = json.loads((run_dir / "restarts.jsonl").read_text().splitlines()[0])
     assert restart["dropped"] == ["n2"] and "--nodelist=n1,n3" in _launches(job)[1][0]
     assert not (run_dir / "hang.json").exists()  # the job recovered: status says restart, not HUNG
+
+
+def test_on_the_local_executor_the_spare_takes_over_with_real_processes(tmp_path: Path) -> None:
+    body = {
+        "name": "spare",
+        "cluster": "dev",
+        "launcher": "python",
+        "runs_dir": str(tmp_path / "runs"),
+        "resources": {"nodes": 2, "spare_nodes": 1, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
+        "task": {"script": str(REPO / "tests" / "scripts" / "die_on_node1_once.py")},
+        "snapshot": False,
+    }
+    recipe = tmp_path / "spare.yaml"
+    recipe.write_text(yaml.safe_dump(body))
+    done = run_cli("submit", str(recipe), "--executor", "local", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_dir = Path(json.loads(done.stdout)["run"]["run_dir"])
+    deadline = time.monotonic() + 60
+    while not (run_dir / "exit_code").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert (run_dir / "exit_code").read_text() == "0\n"
+    assert (run_dir / "died").read_text() == "127.0.0.2"
+    assert {(run_dir / f"ran-on-{rank}").read_text() for rank in (0, 1)} == {"127.0.0.1", "127.0.0.3"}
+    restart = json.loads((run_dir / "restarts.jsonl").read_text().splitlines()[0])
+    assert restart["dropped"] == ["127.0.0.2"]
