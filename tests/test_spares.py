@@ -15,7 +15,7 @@ from clusterkit.runs.status import COMPLETED, JobStatus, explained, restart_line
 from clusterkit.supervisor.plan import Recovery, Watchdog
 from conftest import REPO, run_cli
 from test_stacks import HANGING, DumpingJob, _record
-from test_supervisor import FakeJob, _plan, _supervise
+from test_supervisor import FakeJob, _plan, _step, _supervise
 
 
 def _fails_once_on(run_dir: Path, node: int, times: int = 1) -> str:
@@ -131,3 +131,25 @@ def test_on_the_local_executor_the_spare_takes_over_with_real_processes(tmp_path
     assert {(run_dir / f"ran-on-{rank}").read_text() for rank in (0, 1)} == {"127.0.0.1", "127.0.0.3"}
     restart = json.loads((run_dir / "restarts.jsonl").read_text().splitlines()[0])
     assert restart["dropped"] == ["127.0.0.2"]
+
+
+def test_nodes_the_preflight_finds_slow_are_swapped_for_spares_before_training(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    preflight = (
+        f"if [ -e {run_dir}/checked ]; then echo '{{\"slow_nodes\": []}}' > {run_dir}/preflight.json; exit 0; fi; "
+        f"touch {run_dir}/checked; echo '{{\"slow_nodes\": [1]}}' > {run_dir}/preflight.json; exit 1"
+    )
+    job = FakeJob({"preflight": preflight})
+    recovery = Recovery(signal="USR2", max_requeues=0, max_retries=0, max_restarts=1, slow_nodes_excluded=True)
+    plan = _plan(spare_nodes=1, recovery=recovery, preflight=_step("preflight"))
+    code, _ = _supervise(tmp_path, plan, job)
+    assert code == 0
+    steps = [(name, next(w for w in argv if w.startswith("--nodelist="))) for name, argv, _ in job.started]
+    assert steps == [
+        ("preflight", "--nodelist=n1,n2"),
+        ("preflight", "--nodelist=n1,n3"),
+        ("launch", "--nodelist=n1,n3"),
+    ]
+    restart = json.loads((run_dir / "restarts.jsonl").read_text())
+    assert restart["dropped"] == ["n2"] and restart["why"] == "the preflight found n2 slow"

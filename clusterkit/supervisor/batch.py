@@ -35,7 +35,7 @@ from .run_files import (
     STACKS_DIR,
     SUPERVISOR_DIR,
 )
-from .spares import Spares
+from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
 from .watchdog import Watcher
@@ -105,10 +105,10 @@ class Supervisor:
             return self._end(1)
         try:
             if self.plan.preflight is not None:
-                code = self._run(self.plan.preflight)
+                code = self._preflight(train)
                 if code:
                     print(f"clusterkit: preflight failed with {code}: not training", flush=True)
-                    slow = recovery.slow_hosts(self.run_dir, train)
+                    slow = recovery.slow_hosts(self.run_dir, self.watcher.hosts)
                     # Slow nodes named: on_slow: exclude retries without them; on_slow: fail stops here.
                     return self._end(
                         code, retry=not slow or self.plan.recovery.slow_nodes_excluded, exclude=slow or None
@@ -154,6 +154,27 @@ class Supervisor:
         )
         return train
 
+    def _preflight(self, train: List[str]) -> int:
+        """The preflight; where it names slow nodes that may be left out (on_slow: exclude) and spares
+        can take their places, again without them."""
+        while True:
+            code = self._run(self.plan.preflight)
+            slow = recovery.slow_hosts(self.run_dir, train) if code else []
+            if not slow or not self.plan.recovery.slow_nodes_excluded:
+                return code
+            restart = self.spares.replace(self.hosts, train, slow, f"the preflight found {', '.join(slow)} slow")
+            if restart is None:
+                return code
+            self._restarted(restart)
+            train = self._rendezvous()
+
+    def _restarted(self, restart: Restart) -> None:
+        print(
+            f"clusterkit: restart {restart.number} of at most {self.plan.recovery.max_restarts} on a spare "
+            f"node: {restart.why}; dropping {', '.join(restart.dropped)}",
+            flush=True,
+        )
+
     def _launch(self) -> int:
         """The launch step; where it fails on a node and a spare is left, again on the spare, in
         this job, from the newest complete checkpoint (the runner resumes by itself)."""
@@ -165,14 +186,14 @@ class Supervisor:
                 return code
             if hang is not None and not hang.retry:
                 return code  # watchdog.action: fail ends the job
-            restart = self.spares.replace(code, self.hosts, train, hang.exclude if hang else ())
+            if hang is not None:
+                why = f"the launch hung; the ranks on {', '.join(hang.exclude)} were elsewhere than the others"
+                restart = self.spares.replace(self.hosts, train, hang.exclude, why)
+            else:
+                restart = self.spares.replace(self.hosts, train, why=f"the launch exited with {code}")
             if restart is None:
                 return code
-            print(
-                f"clusterkit: restart {restart.number} of at most {self.plan.recovery.max_restarts} on a spare "
-                f"node: {restart.why}; dropping {', '.join(restart.dropped)}",
-                flush=True,
-            )
+            self._restarted(restart)
             try:
                 (self.run_dir / HANG_RECORD).unlink()  # the hang, if that was why, is now a restart's
             except FileNotFoundError:

@@ -36,11 +36,11 @@ class Spares:
         return [host for host in hosts if host not in self.dropped]
 
     def replace(
-        self, code: int, hosts: Sequence[str], train: Sequence[str], named: Sequence[str] = ()
+        self, hosts: Sequence[str], train: Sequence[str], named: Sequence[str] = (), why: str = "it failed"
     ) -> Optional[Restart]:
-        """Drop the failed node(s) and say so, where a spare can take each and restarts are left;
-        None where the job cannot go on in this allocation. ``named``: hosts already named (a hang's
-        odd ranks'), else the node where the failure began."""
+        """Drop the failed node(s) and say so, where spares can take their places and restarts are
+        left; None where the job cannot go on in this allocation. ``named``: the hosts to drop (a
+        hang's odd ranks', the preflight's slow ones), else the node where the failure began."""
         if self.restarts >= self.plan.recovery.max_restarts:
             return None
         failed = first_failure(self.run_dir)
@@ -53,13 +53,13 @@ class Spares:
             return None
         self.restarts += 1
         self.dropped += [host for host in bad if host not in self.dropped]
-        why = f"the launch exited with {code} (its failure began on {', '.join(bad)})"
+        why = f"{why} (its failure began on {bad[0]})" if not named else why
         record = {
             "restart": self.restarts,
             "job_id": self.job_id,
             "dropped": bad,
             "why": why,
-            "failed_at": failed[0] if failed else time.time(),
+            "failed_at": failed[0] if failed and not named else time.time(),
             "restarted_at": time.time(),
         }
         with (self.run_dir / RESTARTS).open("a") as out:
