@@ -191,7 +191,14 @@ def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_pa
     wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the retry to be submitted")
     retry = json.loads((run_dir / "retries.jsonl").read_text())
     died_on = (run_dir / "died-on").read_text()
-    assert retry == {"retry": 1, "job_id": retry["job_id"], "after_job": job_id, "excluded": died_on, "node": "0", "by": "supervisor"}
+    assert retry == {
+        "retry": 1,
+        "job_id": retry["job_id"],
+        "after_job": job_id,
+        "excluded": died_on,
+        "node": "0",
+        "by": "supervisor",
+    }
     assert scontrol(retry["job_id"]).get("ExcNodeList") == died_on
     status = wait_done(retry["job_id"], run_dir)
     assert "COMPLETED" in status and f"retry 1 as job {retry['job_id']}, excluding {died_on}" in status

@@ -113,7 +113,14 @@ def test_each_ending_the_job_cannot_answer_is_resubmitted_once_with_the_supervis
     assert outcome.retried.new and outcome.retried.job_id == "5001"
     ((argv),) = _sbatched(log)
     # The retry's environment: the watcher's own, less the run's secrets, plus the two retry variables.
-    assert argv[:6] == ["env", "-u", "WANDB_API_KEY", "CLUSTERKIT_RETRY=1", f"CLUSTERKIT_RETRY_OF={FIRST_JOB}", "sbatch"]
+    assert argv[:6] == [
+        "env",
+        "-u",
+        "WANDB_API_KEY",
+        "CLUSTERKIT_RETRY=1",
+        f"CLUSTERKIT_RETRY_OF={FIRST_JOB}",
+        "sbatch",
+    ]
     assert argv[6:] == [
         "--parsable",
         "--hold",
@@ -137,7 +144,14 @@ def test_each_ending_the_job_cannot_answer_is_resubmitted_once_with_the_supervis
 
 
 @pytest.mark.parametrize(
-    "said, exit_code", [("COMPLETED node1", "0"), ("RUNNING node1", None), ("PENDING", None), ("FAILED node1", "1"), ("TIMEOUT node1", None)]
+    "said, exit_code",
+    [
+        ("COMPLETED node1", "0"),
+        ("RUNNING node1", None),
+        ("PENDING", None),
+        ("FAILED node1", "1"),
+        ("TIMEOUT node1", None),
+    ],
 )
 def test_runs_the_supervisor_answered_or_that_go_on_are_left_alone(tmp_path: Path, said: str, exit_code) -> None:
     record = _run(tmp_path)
@@ -261,7 +275,9 @@ def test_the_lock_file_is_never_a_fifo_or_link_someone_left(tmp_path: Path) -> N
 
 
 def _args(**fields) -> argparse.Namespace:
-    return argparse.Namespace(**{"runs": [], "all": False, "runs_dir": None, "interval": 60.0, "once": True, "json": False, **fields})
+    return argparse.Namespace(
+        **{"runs": [], "all": False, "runs_dir": None, "interval": 60.0, "once": True, "json": False, **fields}
+    )
 
 
 def test_the_command_prints_one_line_per_event_json_too_and_exits_130_on_ctrl_c(tmp_path: Path, capsys) -> None:

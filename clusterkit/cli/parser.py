@@ -13,7 +13,21 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from clusterkit.cli import completion, config, hub, into_job, jobs, node, plot, recipes, runs, stacks, top, tracking, watch
+from clusterkit.cli import (
+    completion,
+    config,
+    hub,
+    into_job,
+    jobs,
+    node,
+    plot,
+    recipes,
+    runs,
+    stacks,
+    top,
+    tracking,
+    watch,
+)
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.cli.examples import add_examples
 

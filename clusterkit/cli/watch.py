@@ -76,7 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="on the login node: retry runs whose node failed, that SLURM preempted or whose batch shell was killed",
     )
     p.add_argument("runs", nargs="*", metavar="RUN", help="job ids or run directories to watch")
-    p.add_argument("--all", action="store_true", help="every run of --runs-dir (or the run index) not completed or cancelled")
+    p.add_argument(
+        "--all", action="store_true", help="every run of --runs-dir (or the run index) not completed or cancelled"
+    )
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument(
         "--interval",

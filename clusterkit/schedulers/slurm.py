@@ -36,7 +36,15 @@ from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm, read_scontrol
 from clusterkit.spec.arrays import task_job_id
-from clusterkit.spec.layout import CANCELLED_MARKER, EXIT_CODE, LAUNCH_PLAN, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
+from clusterkit.spec.layout import (
+    CANCELLED_MARKER,
+    EXIT_CODE,
+    LAUNCH_PLAN,
+    RETRIES,
+    RUN_RECORD,
+    SECRETS_FILE,
+    SNAPSHOT_DIR,
+)
 from clusterkit.spec.profile import Login
 from clusterkit.supervisor.recovery import retry_lock
 from clusterkit.supervisor.stacks import STACKS_SIGNAL_NUMBER

@@ -89,7 +89,9 @@ class Event:
     seen: Seen
 
     def words(self, nodes: Sequence[str]) -> str:
-        cause = self.cause if self.cause not in KILLED_STATES else f"{self.cause} without an exit code (batch shell killed)"
+        cause = (
+            self.cause if self.cause not in KILLED_STATES else f"{self.cause} without an exit code (batch shell killed)"
+        )
         where = f" on {','.join(nodes)}" if nodes else ""
         return f"watch: run {self.record.job_id} (job {self.job_id}) ended {cause}{where}"
 
@@ -134,7 +136,9 @@ def current_job(record: RunRecord) -> tuple[str, int]:
     return str(valid[-1]["job_id"]), retry if isinstance(retry, int) and retry >= 0 else len(valid)
 
 
-def events(records: Sequence[RunRecord], seen: Mapping[str, Seen], current: Mapping[str, tuple[str, int]]) -> list[Event]:
+def events(
+    records: Sequence[RunRecord], seen: Mapping[str, Seen], current: Mapping[str, tuple[str, int]]
+) -> list[Event]:
     """The runs whose current job ended the way only the watcher can answer."""
     found = []
     for record in records:
@@ -199,7 +203,14 @@ def answer(host: Host, event: Event, base: Mapping[str, str]) -> Outcome:
         retried = retry_after(plan, job, run_dir, [], base, exclude=nodes, by="watch", cause=event.cause)
     excluded = ""
     if retried.new:
-        excluded = next((str(r.get("excluded") or "") for r in reversed(retry_records(run_dir)) if str(r.get("job_id")) == retried.job_id), "")
+        excluded = next(
+            (
+                str(r.get("excluded") or "")
+                for r in reversed(retry_records(run_dir))
+                if str(r.get("job_id")) == retried.job_id
+            ),
+            "",
+        )
     return Outcome(event, nodes, retried, excluded)
 
 
