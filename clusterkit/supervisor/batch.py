@@ -265,11 +265,7 @@ class Supervisor:
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not
-        again = (
-            code != 0
-            and retry
-            and recovery.retry(self.plan, self.job, self.run_dir, usable, self.env, exclude, self.spares.dropped)
-        )
+        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, usable, self.env, exclude)
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code
