@@ -7,6 +7,8 @@ code, the ``post_run`` hooks, a requeue or a retry, and the secrets file's end w
 The preemption signal SLURM sends this process is passed to whichever step is running. While the
 launch runs, the supervisor watches it (:mod:`.watchdog`): it takes every rank's stacks when asked
 (SIGWINCH, from ``clusterkit stacks``) and, with a watchdog, when the launch stops making progress.
+The job's events (its start, failure, hang, restart, completion) go to the recipe's webhook
+(:mod:`.notify`), never holding the job up: its end waits a few seconds at most for them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import hooks, recovery
 from .environment import JobEnvironment
+from .notify import Notifier
 from .plan import PLAN_FORMAT, LaunchPlan, Step
 from .processes import signal_number
 from .run_files import (
@@ -37,7 +40,7 @@ from .run_files import (
 )
 from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
-from .watchdog import Watcher
+from .watchdog import EXIT_HUNG, Watcher
 
 
 class Supervisor:
@@ -49,8 +52,15 @@ class Supervisor:
         self.preempt_signal = signal_number(plan.recovery.signal)
         self.preempted = False  # the signal came: every step started from now on gets it too
         self.watcher: Optional[Watcher] = None
+        self.notifier = Notifier(plan.notify, job.environ, plan.job_name, job.job_id, str(run_dir))
 
     def run(self) -> int:
+        try:
+            return self._carry_out()
+        finally:
+            self.notifier.finish()
+
+    def _carry_out(self) -> int:
         signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
         signal.signal(STACKS_SIGNAL, self._stacks_asked)
         self._prepare_run_dir()
@@ -85,7 +95,7 @@ class Supervisor:
             print(f"clusterkit: the run directory's path holds {os.pathsep!r}: no stacks from the ranks", flush=True)
         else:
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))
-        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
+        self.watcher = Watcher(self.plan, self.job, self.run_dir, train, self.notifier.send)
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
         )
@@ -127,6 +137,8 @@ class Supervisor:
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
+            again = f" (restart {self.job.restarts})" if self.job.restarts else ""
+            self.notifier.send("start", f"started on {' '.join(train)}{again}")
             code = self._run(self.plan.launch)
         finally:
             if service:
@@ -139,11 +151,15 @@ class Supervisor:
         if self.job.can_requeue and (self.run_dir / REQUEUED).exists():
             # A program that requeued its own job (Lightning's auto-requeue): SLURM starts it again.
             print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
+            self.notifier.send("restart", f"requeued by the job itself (exit code {code})")
             return code
         preempted = recovery.preempted_step(self.run_dir)
         if preempted is None:
             return self._end(code, retry=True)
         if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
+            limit = self.plan.recovery.max_requeues
+            step = f"preempted at step {preempted.get('step')}"
+            self.notifier.send("restart", f"{step}: requeued (restart {self.job.restarts + 1} of at most {limit})")
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
         return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
 
@@ -211,6 +227,13 @@ class Supervisor:
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, exclude)
+        why = {EXIT_HUNG: "hung: ended by the watchdog", recovery.EXIT_PREEMPTED: "preempted, not requeued"}
+        if code == 0:
+            self.notifier.send("completion", "completed (exit code 0)")
+        else:
+            self.notifier.send("failure", f"failed with exit code {code}" + (f" ({why[code]})" if code in why else ""))
+        if again:
+            self.notifier.send("restart", f"retry {self.job.retry + 1} of {self.plan.recovery.max_retries}: job {again}")
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code
