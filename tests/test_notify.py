@@ -7,6 +7,7 @@ user config's default, SLURM's e-mail in the #SBATCH header, and the URL in no r
 from __future__ import annotations
 
 import http.server
+import os
 import json
 import socket
 import threading
@@ -251,3 +252,122 @@ def test_the_plan_reads_its_notify_back() -> None:
     plan = _plan(notify=_notify(["hang"], "slack"))
     assert load_plan(plan.to_json()) == plan
     assert '"webhook_env": "SLACK_WEBHOOK"' in plan.to_json()
+
+
+# The recipe side.
+
+URL = f"https://hooks.example.org/services/{TOKEN}"
+
+
+def _recipe(directory: Path, text: str, name: str = "r.yaml") -> Path:
+    path = directory / name
+    path.write_text(f'name: r\nresources: {{time: "5"}}\ntask: {{script: /bin/true}}\n{text}')
+    return path
+
+
+@pytest.fixture
+def no_config(tmp_path: Path, monkeypatch) -> Path:
+    """A user config of the test's own (empty until it writes one)."""
+    monkeypatch.delenv("CLUSTERKIT_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "clusterkit" / "config.yaml"
+
+
+def _mail(path: Path) -> dict:
+    options = dict(header_options(load_recipe(path).recipe, load_recipe(path).profile))
+    return {flag: options.get(flag) for flag in ("mail-type", "mail-user")}
+
+
+def test_the_url_is_in_no_rendered_file_and_the_secret_joins_secrets(tmp_path: Path, no_config, monkeypatch) -> None:
+    monkeypatch.setenv("SLACK_WEBHOOK", URL)
+    path = _recipe(
+        tmp_path,
+        "secrets: [HF_TOKEN]\n"
+        "notify: {webhook_secret: SLACK_WEBHOOK, format: slack, email: me@example.org, events: [start, hang, failure]}\n",
+    )
+    loaded = load_recipe(path)
+    assert loaded.recipe.secrets == ["HF_TOKEN", "SLACK_WEBHOOK"]
+    files = render_job(loaded).files
+    assert not [name for name, text in files.items() if "MARK" in text or "hooks.example.org" in text]
+    plan = load_plan(files["plan.json"])
+    assert plan.notify == Notify(webhook_env="SLACK_WEBHOOK", events=("start", "hang", "failure"), format="slack")
+    assert plan.secrets == ("HF_TOKEN", "SLACK_WEBHOOK")  # kept out of a retry's sbatch environment
+    assert "#SBATCH --mail-type=BEGIN,FAIL\n#SBATCH --mail-user=me@example.org\n" in files["job.sbatch"]
+    assert "SLACK_WEBHOOK" in files["job.sbatch"]  # named where the secrets file is read, never valued
+    assert yaml.safe_load(files["recipe.resolved.yaml"])["secrets"] == ["HF_TOKEN", "SLACK_WEBHOOK"]
+
+
+def test_email_alone_is_slurms_mail_and_no_webhook_in_the_plan(tmp_path: Path, no_config) -> None:
+    path = _recipe(tmp_path, "notify: {email: me@example.org, events: [failure, completion, restart, hang]}\n")
+    assert _mail(path) == {"mail-type": "FAIL,REQUEUE,END", "mail-user": "me@example.org"}
+    loaded = load_recipe(path)
+    assert load_plan(render_job(loaded).files["plan.json"]).notify is None and loaded.recipe.secrets == []
+    hang_only = _recipe(tmp_path, "notify: {email: me, events: [hang]}\n", "hang.yaml")
+    assert _mail(hang_only) == {"mail-type": None, "mail-user": None}
+    assert "notify.events: SLURM mails none of these events" in str(load_recipe(hang_only).warnings[0])
+
+
+def test_extra_sbatch_mail_options_still_work_without_notify_email(tmp_path: Path, no_config) -> None:
+    path = _recipe(tmp_path, "notify: {webhook_secret: HOOK, events: [hang]}\n")
+    path.write_text(path.read_text().replace('time: "5"', 'time: "5", extra_sbatch: {mail-type: END, mail-user: a@b}'))
+    assert _mail(path) == {"mail-type": "END", "mail-user": "a@b"}
+
+
+def test_the_user_configs_notify_applies_unless_the_recipe_has_its_own_or_null(tmp_path: Path, no_config) -> None:
+    no_config.parent.mkdir(parents=True)
+    no_config.write_text("notify:\n  email: team@example.org\n  events: [failure]\n")
+    assert _mail(_recipe(tmp_path, "")) == {"mail-type": "FAIL", "mail-user": "team@example.org"}
+    own = _recipe(tmp_path, "notify: {email: me@example.org}\n", "own.yaml")
+    assert _mail(own) == {"mail-type": "FAIL,REQUEUE,END", "mail-user": "me@example.org"}
+    off = _recipe(tmp_path, "notify: null\n", "off.yaml")
+    assert _mail(off) == {"mail-type": None, "mail-user": None}
+
+
+def _refused(recipe: Path, env: dict[str, str]) -> str:
+    done = run_cli("render", str(recipe), "-o", str(recipe.parent / "out"), env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert not (recipe.parent / "out").exists()
+    (line,) = [line for line in done.stderr.splitlines() if ": warning: " not in line]
+    return line
+
+
+@pytest.mark.parametrize(
+    "notify, key, said",
+    [
+        ("{email: me@x.org, events: [start, crash]}", "notify.events[1]", "valid: start, failure, hang,"),
+        ("{email: 'me@x.org;touch /tmp/p'}", "notify.email", "one e-mail address"),
+        ("{email: 'me@x.org\\n#SBATCH --uid=0'}", "notify.email", "one e-mail address"),
+        ("{email: 'a b@x.org'}", "notify.email", "one e-mail address"),
+        ("{email: '-me@x.org'}", "notify.email", "one e-mail address"),
+        ("{events: [failure]}", "notify", "nowhere to send the events"),
+        ("{email: me@x.org, events: []}", "notify.events", "no events"),
+        ("{email: me@x.org, events: [failure, failure]}", "notify.events[1]", "failure is named twice"),
+        ("{webhook_secret: BASH_ENV}", "notify.webhook_secret", "BASH_ENV names a file"),
+        ("{webhook_secret: SLURM_HOOK}", "notify.webhook_secret", "is set by SLURM"),
+        ("{webhook_secret: 'https://hooks.example.org/x'}", "notify.webhook_secret", "letters, digits and '_'"),
+    ],
+)
+def test_a_bad_notify_is_one_line_naming_its_key(tmp_path: Path, notify: str, key: str, said: str) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("CLUSTERKIT_CONFIG", None)
+    line = _refused(_recipe(tmp_path, f"notify: {notify}\n"), env)
+    assert line.startswith(f"{tmp_path / 'r.yaml'}:4: {key}: "), line
+    assert said in line and "touch" not in line
+
+
+def test_extra_sbatch_mail_options_beside_notify_email_are_refused(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, "notify: {email: me@x.org}\n")
+    path.write_text(path.read_text().replace('time: "5"', 'time: "5", extra_sbatch: {mail-type: ALL}'))
+    line = _refused(path, {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert line == (
+        f"{path}:2: resources.extra_sbatch.mail-type: --mail-type is written from notify.email and "
+        "notify.events; remove it here or remove notify.email"
+    )
+
+
+def test_a_bad_notify_in_the_user_config_names_the_configs_line(tmp_path: Path) -> None:
+    config = tmp_path / "xdg" / "clusterkit" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("runs_dir: runs\nnotify:\n  email: me@x.org\n  events: [boom]\n")
+    line = _refused(_recipe(tmp_path, ""), {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert line.startswith(f"{config}:4: notify.events[0]: "), line
