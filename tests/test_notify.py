@@ -7,8 +7,8 @@ user config's default, SLURM's e-mail in the #SBATCH header, and the URL in no r
 from __future__ import annotations
 
 import http.server
-import os
 import json
+import os
 import socket
 import threading
 import time

@@ -9,9 +9,9 @@ from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.load.yaml_source import KeyPath
 from clusterkit.spec.arrays import array_indices
 from clusterkit.spec.launch_plan import STEP_OWNED
+from clusterkit.spec.notify import NOTIFY_EVENTS, mail_type
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
-from clusterkit.spec.notify import NOTIFY_EVENTS, mail_type
 from clusterkit.spec.sbatch_header import MAIL_OPTIONS, WRITTEN
 from clusterkit.spec.secrets import looks_secret
 from clusterkit.spec.timefmt import slurm_time_minutes

@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
@@ -51,7 +52,6 @@ from clusterkit.spec.recipe import (
     tasks_per_node,
 )
 from clusterkit.spec.snapshot import CodeSnapshot
-from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.watchdog import Duration, Watchdog
 

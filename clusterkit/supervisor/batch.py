@@ -233,7 +233,9 @@ class Supervisor:
         else:
             self.notifier.send("failure", f"failed with exit code {code}" + (f" ({why[code]})" if code in why else ""))
         if again:
-            self.notifier.send("restart", f"retry {self.job.retry + 1} of {self.plan.recovery.max_retries}: job {again}")
+            self.notifier.send(
+                "restart", f"retry {self.job.retry + 1} of {self.plan.recovery.max_retries}: job {again}"
+            )
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code

@@ -75,7 +75,9 @@ class Notifier:
         if after is not None:
             after.join()
         try:
-            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
             with urllib.request.urlopen(request, timeout=POST_TIMEOUT_S) as response:
                 response.read(4096)
         except Exception as exc:  # noqa: BLE001  every failure of the post: one line, and the job goes on
