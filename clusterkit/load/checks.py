@@ -112,6 +112,7 @@ def resolve_and_check(
     _check_env(recipe, found)
     job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
     job_checks.check_secrets(recipe, found.error, found.warn)
+    job_checks.check_notify(recipe, found.error, found.warn)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
     job_checks.check_extra_sbatch(recipe, found.error, found.warn)
     job_checks.check_drops(recipe, profile, found.error)

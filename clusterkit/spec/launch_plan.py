@@ -20,7 +20,7 @@ from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.watchdog import seconds
-from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step, Watchdog
+from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -327,5 +327,8 @@ def launch_plan(
             seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action
         )
         if recipe.watchdog
+        else None,
+        notify=Notify(recipe.notify.webhook_secret, tuple(recipe.notify.events), recipe.notify.format)
+        if recipe.notify and recipe.notify.webhook_secret
         else None,
     )

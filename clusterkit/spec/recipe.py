@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
+from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
 from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
@@ -43,6 +44,7 @@ PATTERN_HINTS = {
     ARRAY_PATTERN: "a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4",
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
+    **NOTIFY_PATTERN_HINTS,
     DURATION_PATTERN: DURATION_HINT,
     STEPS_PATTERN: STEPS_HINT,
 }
@@ -360,6 +362,9 @@ class Recipe(_Struct, kw_only=True):
     srun: Srun = field(default_factory=Srun)
     service: Service | None = None
     watchdog: Watchdog | None = None  # a hung job found and ended (spec.watchdog)
+    # Where the job's events go (a webhook, SLURM's e-mail) and which (spec.notify); default: the
+    # user config's notify:, and null turns that off.
+    notify: Notify | None = None
     # How long a rank waits in one collective before it fails (and, on a GPU, dumps its NCCL flight
     # recorder): the built-in runner's ddp_timeout, $CLUSTERKIT_COLLECTIVE_TIMEOUT_S for a script.
     # Default: the Trainer's (30 minutes), or what a script sets.

@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
@@ -128,11 +129,12 @@ class ResolvedRecipe(_Struct, kw_only=True):
     preemption: Preemption
     preflight: Preflight
     env: EnvMap
-    secrets: list[str]  # names only (spec.secrets)
+    secrets: list[str]  # names only (spec.secrets); the webhook's too (spec.notify)
     setup: list[Line]
     srun: Srun
     service: Service | None
     watchdog: Watchdog | None
+    notify: Notify | None
     collective_timeout: Duration | None  # spec.collective_timeout
     profile: Profiling | None
     container: Container | None  # the profile's, with the recipe's image where it names one
@@ -257,11 +259,12 @@ def resolve(
         preemption=recipe.preemption,
         preflight=preflight,
         env=recipe.env,
-        secrets=recipe.secrets,
+        secrets=notify_secrets(recipe.secrets, recipe.notify),
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
         watchdog=recipe.watchdog,
+        notify=recipe.notify,
         collective_timeout=recipe.collective_timeout,
         profile=recipe.profile,
         container=(

@@ -7,6 +7,8 @@ code, the ``post_run`` hooks, a requeue or a retry, and the secrets file's end w
 The preemption signal SLURM sends this process is passed to whichever step is running. While the
 launch runs, the supervisor watches it (:mod:`.watchdog`): it takes every rank's stacks when asked
 (SIGWINCH, from ``clusterkit stacks``) and, with a watchdog, when the launch stops making progress.
+The job's events (its start, failure, hang, restart, completion) go to the recipe's webhook
+(:mod:`.notify`), never holding the job up: its end waits a few seconds at most for them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import hooks, recovery
 from .environment import JobEnvironment
+from .notify import Notifier
 from .plan import PLAN_FORMAT, LaunchPlan, Step
 from .processes import signal_number
 from .run_files import (
@@ -38,7 +41,7 @@ from .run_files import (
 from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
-from .watchdog import Watcher
+from .watchdog import EXIT_HUNG, Watcher
 
 
 class Supervisor:
@@ -51,8 +54,15 @@ class Supervisor:
         self.preempted = False  # the signal came: every step started from now on gets it too
         self.watcher: Optional[Watcher] = None
         self.spares = Spares(plan, run_dir, job.job_id)
+        self.notifier = Notifier(plan.notify, job.environ, plan.job_name, job.job_id, str(run_dir))
 
     def run(self) -> int:
+        try:
+            return self._carry_out()
+        finally:
+            self.notifier.finish()
+
+    def _carry_out(self) -> int:
         signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
         signal.signal(STACKS_SIGNAL, self._stacks_asked)
         self._prepare_run_dir()
@@ -116,6 +126,8 @@ class Supervisor:
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
+            again = f" (restart {self.job.restarts})" if self.job.restarts else ""
+            self.notifier.send("start", f"started on {' '.join(self.watcher.hosts)}{again}")
             code = self._launch()
         finally:
             if service:
@@ -128,11 +140,15 @@ class Supervisor:
         if self.job.can_requeue and (self.run_dir / REQUEUED).exists():
             # A program that requeued its own job (Lightning's auto-requeue): SLURM starts it again.
             print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
+            self.notifier.send("restart", f"requeued by the job itself (exit code {code})")
             return code
         preempted = recovery.preempted_step(self.run_dir)
         if preempted is None:
             return self._end(code, retry=True)
         if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
+            limit = self.plan.recovery.max_requeues
+            step = f"preempted at step {preempted.get('step')}"
+            self.notifier.send("restart", f"{step}: requeued (restart {self.job.restarts + 1} of at most {limit})")
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
         return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
 
@@ -146,7 +162,7 @@ class Supervisor:
         (self.run_dir / HOSTFILE).write_text(
             "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
         )
-        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
+        self.watcher = Watcher(self.plan, self.job, self.run_dir, train, self.notifier.send)
         print(
             f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
             f"run dir {self.run_dir}",
@@ -174,6 +190,7 @@ class Supervisor:
             f"node: {restart.why}; dropping {', '.join(restart.dropped)}",
             flush=True,
         )
+        self.notifier.send("restart", f"restart {restart.number} on a spare node: {restart.why}")
 
     def _launch(self) -> int:
         """The launch step; where it fails on a node and a spare is left, again on the spare, in
@@ -266,6 +283,15 @@ class Supervisor:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not
         again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, usable, self.env, exclude)
+        why = {EXIT_HUNG: "hung: ended by the watchdog", recovery.EXIT_PREEMPTED: "preempted, not requeued"}
+        if code == 0:
+            self.notifier.send("completion", "completed (exit code 0)")
+        else:
+            self.notifier.send("failure", f"failed with exit code {code}" + (f" ({why[code]})" if code in why else ""))
+        if again:
+            self.notifier.send(
+                "restart", f"retry {self.job.retry + 1} of {self.plan.recovery.max_retries}: job {again}"
+            )
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code

@@ -83,10 +83,19 @@ class Hang:
 
 class Watcher:
     """Watches a started launch until it ends: the stacks when asked (``asked``, set by the
-    supervisor's SIGWINCH handler), and the watchdog's verdicts."""
+    supervisor's SIGWINCH handler), and the watchdog's verdicts, each also told ``notify``
+    (``hang`` and its line: Notifier.send)."""
 
-    def __init__(self, plan: LaunchPlan, job: JobEnvironment, run_dir: Path, hosts: Sequence[str]) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        job: JobEnvironment,
+        run_dir: Path,
+        hosts: Sequence[str],
+        notify: Callable[[str, str], None] = lambda event, text: None,
+    ) -> None:
         self.plan, self.job, self.run_dir, self.hosts = plan, job, run_dir, list(hosts)
+        self.notify = notify
         self.world = plan.train_nodes * plan.slots_per_node
         self.asked = False
         self.hang: Optional[Hang] = None
@@ -122,6 +131,7 @@ class Watcher:
             odd = sorted({stacks.node_name(node, self.hosts) for _, node, _ in summary.odd if node is not None})
             self._record(why, summary, odd)
             print(f"clusterkit: HUNG: {why}: {summary.line}", flush=True)
+            self.notify("hang", f"HUNG: {why}: {summary.line} (watchdog.action: {watchdog.action})")
             if watchdog.action == "stacks":
                 hung_at = progress.mark
                 progress.rearm()
