@@ -127,6 +127,32 @@ def test_a_rank_that_does_nothing_for_it_dumps_its_stacks_and_its_child_a_file_o
     assert len(children) == 1 and children[0].rank == 3 and children[0].where[2] == "in_the_child"
 
 
+def test_a_process_that_is_no_rank_writes_nothing_and_supervisor_rank_registers_once_its_rank_is_known(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sleep.py").write_text("import time\ndef waiting():\n    time.sleep(60)\nwaiting()\n")
+    launcher = _python_with_site(tmp_path, "import time; time.sleep(60)", {"SLURM_NODEID": "0"})
+    late = _python_with_site(
+        tmp_path,
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(Path(stacks.__file__).parent.parent)!r})\n"
+        "from supervisor.ranks import run_as_rank\n"
+        "os.environ.update(SLURM_PROCID='5', SLURM_LOCALID='1', SLURM_NTASKS='8', SLURM_NODEID='2')\n"
+        f"run_as_rank([{str(tmp_path / 'sleep.py')!r}])\n",
+        {},
+    )
+    try:
+        time.sleep(1.5)
+        samples = stacks.collect(
+            tmp_path / "stacks", lambda: [os.kill(p.pid, stacks.STACKS_SIGNAL) for p in (launcher, late)], 1
+        )
+    finally:
+        for process in (launcher, late):
+            process.kill()
+            process.wait()
+    assert [(s.rank, s.node, s.where[2]) for s in samples] == [(5, 2, "waiting")]
+
+
 def _children(pid: int) -> list[int]:
     from clusterkit.supervisor.processes import descendants
 

@@ -201,7 +201,7 @@ def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = (), 
     return Summary(groups, odd, missing, "; ".join(parts) or "no stacks came back")
 
 
-METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize in every Python process)"
+METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize in every rank and its children)"
 
 
 def record(
