@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.spec.layout import CHECKPOINTS_DIR, COMPLETE, checkpoint_name
 from conftest import REPO, run_cli
 from slurm_jobs import LONG, TINY, events, preempt_once, rank_records, release, scontrol, start, submit, wait, wait_done
 
@@ -268,7 +269,8 @@ def test_a_killed_supervisor_is_retried_once_by_clusterkit_watch(dev_cluster: st
     (this machine), resubmits it exactly once, in the same run directory; the retry resumes from the
     checkpoint and completes."""
     job_id, run_dir = start(tmp_path, *LONG, "--set", "preemption.max_retries=1")
-    wait(lambda: (run_dir / "checkpoints" / "checkpoint-100").is_dir(), 300, "the first checkpoint")
+    # Complete (every rank's part written): a folder alone may be cut short by the kill below.
+    wait((run_dir / CHECKPOINTS_DIR / checkpoint_name(100) / COMPLETE).exists, 300, "the first complete checkpoint")
     killed = subprocess.run(["scancel", "--batch", "--signal=KILL", job_id], capture_output=True, text=True)
     assert killed.returncode == 0, killed.stderr
 
