@@ -346,3 +346,26 @@ def test_the_ranks_get_the_site_folder_first_on_their_path_unless_the_run_dir_ca
     job = FakeJob({}, {"PYTHONPATH": "/mine"})
     _supervise(colon, _plan(), job)
     assert job.started[-1][2]["PYTHONPATH"] == "/mine"  # a path PYTHONPATH would split: left out
+
+
+PYSPY_DUMP = """Process 4242: python3 -I train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4242 (idle): "MainThread"
+    stuck_waiting_for_data (hang_rank.py:17)
+    main (hang_rank.py:35)
+    <module> (hang_rank.py:48)
+Thread 4250 (idle): "pt_autograd_0"
+    wait (threading.py:320)
+"""
+
+
+def test_a_py_spy_dump_is_parsed_innermost_first_with_the_main_thread_current() -> None:
+    threads = stacks.parse_pyspy(PYSPY_DUMP + PYSPY_DUMP.replace("stuck_waiting_for_data", "next_batch"))
+    assert [(current, frames[0]) for current, frames in threads] == [
+        (True, ("hang_rank.py", 17, "next_batch")),
+        (False, ("threading.py", 320, "wait")),
+    ]
+    sample = stacks.Sample(1, 0, 4242, False, threads, "py-spy")
+    assert stacks.method([sample]).endswith("; py-spy for rank 1, which did not answer it")
+    assert stacks.method([stacks.Sample(0, 0, 1, False, [])]) == stacks.METHOD
