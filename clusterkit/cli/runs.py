@@ -21,7 +21,6 @@ from clusterkit.cli.common import (
     with_job,
     with_json,
 )
-from clusterkit.runs.status import restart_lines
 from clusterkit.spec.layout import EXPORT_DIR
 
 
@@ -87,6 +86,7 @@ def adapter(record, args: argparse.Namespace):
 def cmd_status(args: argparse.Namespace) -> int:
     from clusterkit import api
     from clusterkit.errors import UsageError
+    from clusterkit.runs.status import restart_lines
     from clusterkit.schedulers.api import statuses
 
     records = [_find(args)] if args.job else [run.record for run in api.list_runs(args.runs_dir, args.limit)]
