@@ -4,6 +4,8 @@ for it, reading what its ranks recorded, and preempting or releasing it as SLURM
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -127,3 +129,44 @@ def wait_done(job_id: str, run_dir: Path, timeout: float = 180) -> str:
 
 def run_status(job_id: str, run_dir: Path) -> str:
     return run_cli("status", str(run_dir), cwd=REPO).stdout.replace("  ", " ") + " "
+
+
+def rank_pids_on(job_id: str, node: str) -> list[int]:
+    """The ranks of a job running on a dev-cluster node (all its nodes are processes of this machine):
+    processes whose start environment has the job's id, that node's name and a RANK."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            items = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(item.decode(errors="replace").split("=", 1) for item in items if b"=" in item)
+        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME") == node and "RANK" in env:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_ranks_on(job_id: str, node: str) -> float:
+    """SIGKILL every rank of the job on ``node`` (as a node that dies under them); when."""
+    pids = rank_pids_on(job_id, node)
+    assert pids, f"no ranks of job {job_id} on {node}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return time.time()
+
+
+def first_step_after(run_dir: Path, when: float) -> dict | None:
+    """Rank 0's first step line (the runner writes one per step) later than ``when``."""
+    path = run_dir / "ranks" / "steps" / "rank0.jsonl"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        try:
+            step = json.loads(line)
+        except ValueError:
+            continue
+        if step.get("time", 0) > when:
+            return step
+    return None

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from clusterkit.spec.layout import CHECKPOINTS_DIR, COMPLETE, checkpoint_name
 from conftest import REPO, run_cli
 from slurm_jobs import LONG, TINY, events, preempt_once, rank_records, release, scontrol, start, submit, wait, wait_done
 
@@ -190,7 +192,14 @@ def test_a_retry_after_a_killed_node_excludes_that_node(dev_cluster: str, tmp_pa
     wait(lambda: (run_dir / "retries.jsonl").exists(), 120, "the retry to be submitted")
     retry = json.loads((run_dir / "retries.jsonl").read_text())
     died_on = (run_dir / "died-on").read_text()
-    assert retry == {"retry": 1, "job_id": retry["job_id"], "after_job": job_id, "excluded": died_on, "node": "0"}
+    assert retry == {
+        "retry": 1,
+        "job_id": retry["job_id"],
+        "after_job": job_id,
+        "excluded": died_on,
+        "node": "0",
+        "by": "supervisor",
+    }
     assert scontrol(retry["job_id"]).get("ExcNodeList") == died_on
     status = wait_done(retry["job_id"], run_dir)
     assert "COMPLETED" in status and f"retry 1 as job {retry['job_id']}, excluding {died_on}" in status
@@ -252,3 +261,32 @@ def test_an_inherited_retry_variable_does_not_take_over_another_run(dev_cluster:
     assert sorted(p.name for p in earlier.iterdir()) == ["keep.txt"]
     records = [json.loads(p.read_text()) for p in (runs / job_id / "contract").glob("rank-*.json")]
     assert len(records) == 2 and {r["env"].get("CLUSTERKIT_RETRY_OF") for r in records} == {None}
+
+
+def test_a_killed_supervisor_is_retried_once_by_clusterkit_watch(dev_cluster: str, tmp_path: Path) -> None:
+    """The batch shell (the supervisor) of a long run is killed with SIGKILL after its first checkpoint:
+    nothing in the job can retry it. `clusterkit watch --once`, run again and again from the login node
+    (this machine), resubmits it exactly once, in the same run directory; the retry resumes from the
+    checkpoint and completes."""
+    job_id, run_dir = start(tmp_path, *LONG, "--set", "preemption.max_retries=1")
+    # Complete (every rank's part written): a folder alone may be cut short by the kill below.
+    wait((run_dir / CHECKPOINTS_DIR / checkpoint_name(100) / COMPLETE).exists, 300, "the first complete checkpoint")
+    killed = subprocess.run(["scancel", "--batch", "--signal=KILL", job_id], capture_output=True, text=True)
+    assert killed.returncode == 0, killed.stderr
+
+    def watched() -> bool:
+        done = run_cli("watch", "--once", str(run_dir), cwd=REPO)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return (run_dir / "retries.jsonl").exists()
+
+    wait(watched, 180, "clusterkit watch to resubmit the run")
+    for _ in range(3):  # later passes follow the retry: nothing more
+        watched()
+    (retry,) = [json.loads(line) for line in (run_dir / "retries.jsonl").read_text().splitlines()]
+    assert retry["after_job"] == job_id and retry["by"] == "watch" and retry["cause"] in ("FAILED", "CANCELLED")
+    status = wait_done(retry["job_id"], run_dir, timeout=600)
+    assert "COMPLETED" in status, status
+    records = rank_records(run_dir)  # the retry's ranks, in the same run directory
+    assert len({r["resumed_from"] for r in records}) == 1
+    assert str(records[0]["resumed_from"]).startswith(str(run_dir / "checkpoints" / "checkpoint-"))
+    assert (run_dir / "exit_code").read_text() == "0\n"

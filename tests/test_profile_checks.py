@@ -76,7 +76,7 @@ def _refusal(path: Path) -> str:
         ({"ranks": "[0, 4]"}, ":20: profile.ranks[1]: rank 4 is not in the job: its ranks are 0-3"),
         ({"ranks": "[]"}, ":20: profile.ranks: Expected `array` of length >= 1"),
         ({"ranks": "[-1]"}, ":20: profile.ranks[0]: Expected `int` >= 0"),
-        ({"kind": "perf"}, ":18: profile.kind: Invalid enum value 'perf'"),
+        ({"kind": "perf"}, ":18: profile.kind: Invalid enum value 'perf'; valid: torch, nsys"),
         ({"kind": "nsys"}, ":18: profile.kind: nsys profiles GPU work and cluster 'dev' has no GPUs: use kind: torch"),
         (
             {"kind": "nsys", "cluster": "infiniband-h100", "launcher": "deepspeed"},

@@ -535,3 +535,35 @@ def test_over_ssh_the_file_is_0600_exclusive_and_the_value_only_on_stdin(
     assert written.read_bytes() == HOSTILE and stat.S_IMODE(written.stat().st_mode) == 0o600
     # The login node's sshd logs each command it runs (LogLevel of the test server): none holds the value.
     assert leaks(HOSTILE, ssh_client.login.log, done.stdout + done.stderr) == []
+
+
+def test_a_webhook_gets_the_jobs_events_and_its_url_is_in_no_file_or_output(tmp_path: Path) -> None:
+    from test_notify import Hook
+
+    hook = Hook()
+    url = hook.url.replace("MARK-query", "MARK-webhook")
+    try:
+        # Named only in notify: it joins secrets: (the ranks' check sees it, as any secret's).
+        recipe = secret_recipe(
+            tmp_path,
+            "SLACK_WEBHOOK",
+            url.encode(),
+            secrets=[],
+            notify={"webhook_secret": "SLACK_WEBHOOK", "events": ["start", "completion"]},
+        )
+        missing = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path, env={"SLACK_WEBHOOK": None})
+        assert missing.returncode == 2 and not (tmp_path / "runs" / "sec").exists()
+        assert "secret SLACK_WEBHOOK is not set" in error_line(missing)
+        done = clusterkit("submit", str(recipe), "--executor", "local", cwd=tmp_path, env={"SLACK_WEBHOOK": url})
+        assert done.returncode == 0, done.stderr
+        run_dir = wait_done(tmp_path / "runs", tmp_path)
+        assert (run_dir / "exit_code").read_text() == "0\n"
+        deadline = time.monotonic() + 10
+        while len(hook.received) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [body["event"] for _, _, body in hook.received] == ["start", "completion"]
+        assert hook.received[0][0].endswith("?key=MARK-webhook")
+        logs = clusterkit("logs", str(run_dir), cwd=tmp_path)
+        assert leaks(b"MARK-webhook", tmp_path, done.stdout + done.stderr, logs.stdout + logs.stderr) == []
+    finally:
+        hook.server.shutdown()

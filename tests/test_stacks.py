@@ -127,6 +127,32 @@ def test_a_rank_that_does_nothing_for_it_dumps_its_stacks_and_its_child_a_file_o
     assert len(children) == 1 and children[0].rank == 3 and children[0].where[2] == "in_the_child"
 
 
+def test_a_process_that_is_no_rank_writes_nothing_and_supervisor_rank_registers_once_its_rank_is_known(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sleep.py").write_text("import time\ndef waiting():\n    time.sleep(60)\nwaiting()\n")
+    launcher = _python_with_site(tmp_path, "import time; time.sleep(60)", {"SLURM_NODEID": "0"})
+    late = _python_with_site(
+        tmp_path,
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(Path(stacks.__file__).parent.parent)!r})\n"
+        "from supervisor.ranks import run_as_rank\n"
+        "os.environ.update(SLURM_PROCID='5', SLURM_LOCALID='1', SLURM_NTASKS='8', SLURM_NODEID='2')\n"
+        f"run_as_rank([{str(tmp_path / 'sleep.py')!r}])\n",
+        {},
+    )
+    try:
+        time.sleep(1.5)
+        samples = stacks.collect(
+            tmp_path / "stacks", lambda: [os.kill(p.pid, stacks.STACKS_SIGNAL) for p in (launcher, late)], 1
+        )
+    finally:
+        for process in (launcher, late):
+            process.kill()
+            process.wait()
+    assert [(s.rank, s.node, s.where[2]) for s in samples] == [(5, 2, "waiting")]
+
+
 def _children(pid: int) -> list[int]:
     from clusterkit.supervisor.processes import descendants
 
@@ -320,3 +346,26 @@ def test_the_ranks_get_the_site_folder_first_on_their_path_unless_the_run_dir_ca
     job = FakeJob({}, {"PYTHONPATH": "/mine"})
     _supervise(colon, _plan(), job)
     assert job.started[-1][2]["PYTHONPATH"] == "/mine"  # a path PYTHONPATH would split: left out
+
+
+PYSPY_DUMP = """Process 4242: python3 -I train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4242 (idle): "MainThread"
+    stuck_waiting_for_data (hang_rank.py:17)
+    main (hang_rank.py:35)
+    <module> (hang_rank.py:48)
+Thread 4250 (idle): "pt_autograd_0"
+    wait (threading.py:320)
+"""
+
+
+def test_a_py_spy_dump_is_parsed_innermost_first_with_the_main_thread_current() -> None:
+    threads = stacks.parse_pyspy(PYSPY_DUMP + PYSPY_DUMP.replace("stuck_waiting_for_data", "next_batch"))
+    assert [(current, frames[0]) for current, frames in threads] == [
+        (True, ("hang_rank.py", 17, "next_batch")),
+        (False, ("threading.py", 320, "wait")),
+    ]
+    sample = stacks.Sample(1, 0, 4242, False, threads, "py-spy")
+    assert stacks.method([sample]).endswith("; py-spy for rank 1, which did not answer it")
+    assert stacks.method([stacks.Sample(0, 0, 1, False, [])]) == stacks.METHOD

@@ -216,7 +216,14 @@ def test_a_failed_launch_is_retried_as_a_held_job_without_every_node_excluded_so
     assert "--exclude=n[8-9],n7,n2" in argv and argv[-1] == f"{run_dir}/job.sbatch" and "--hold" in argv
     assert env["CLUSTERKIT_RETRY"] == "2" and env["CLUSTERKIT_RETRY_OF"] == "4000" and "A" not in env
     last = json.loads((run_dir / "retries.jsonl").read_text().splitlines()[-1])
-    assert last == {"retry": 2, "job_id": "5000", "after_job": "4242", "excluded": "n[8-9],n7,n2", "node": "1"}
+    assert last == {
+        "retry": 2,
+        "job_id": "5000",
+        "after_job": "4242",
+        "excluded": "n[8-9],n7,n2",
+        "node": "1",
+        "by": "supervisor",
+    }
     assert (run_dir / ".secrets.env").exists()  # the retry reads it
 
 

@@ -25,7 +25,9 @@ The user config is $CLUSTERKIT_CONFIG, else $XDG_CONFIG_HOME/clusterkit/config.y
   runs_dir: DIR              where runs go (unless the recipe says) and where status, logs,
                              cancel and ls look (unless --runs-dir says)
   ssh: {transport: auto|openssh|paramiko, control_persist: 10m}
-                             how this machine reaches login nodes (over a profile's login:)"""
+                             how this machine reaches login nodes (over a profile's login:)
+  notify: {webhook_secret: NAME, email: ADDRESS, events: [failure, ...]}
+                             where a recipe's job events go unless it has a notify: of its own"""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,6 +96,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit top 4300 --interval 10    # a sweep's tasks (job id, run directory or name)",
         "clusterkit top --all --once --json   # one JSON line per run, for tools",
     ),
+    "watch": (
+        "clusterkit watch --all                # in tmux on the login node: every run not completed or cancelled",
+        "clusterkit watch 4242 4300 --interval 30",
+        "clusterkit watch --all --once --json  # from cron: one pass, one JSON line per event",
+    ),
     "plot": (
         "clusterkit plot 4242                 # runs/tiny-gpt2/4242/curves.png, and in the terminal without a display",
         "clusterkit plot 4300 -o sweep.png    # a sweep: one line per point",

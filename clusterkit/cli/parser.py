@@ -13,14 +13,28 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from clusterkit.cli import completion, config, hub, into_job, jobs, node, plot, recipes, runs, stacks, top, tracking
+from clusterkit.cli import (
+    completion,
+    config,
+    hub,
+    into_job,
+    jobs,
+    node,
+    plot,
+    recipes,
+    runs,
+    stacks,
+    top,
+    tracking,
+    watch,
+)
 from clusterkit.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from clusterkit.cli.examples import add_examples
 
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, top, stacks, into_job, tracking, plot, node, config, completion)
+COMMAND_GROUPS = (recipes, hub, jobs, runs, top, watch, stacks, into_job, tracking, plot, node, config, completion)
 
 
 class Parser(argparse.ArgumentParser):

@@ -86,6 +86,7 @@ def adapter(record, args: argparse.Namespace):
 def cmd_status(args: argparse.Namespace) -> int:
     from clusterkit import api
     from clusterkit.errors import UsageError
+    from clusterkit.runs.status import restart_lines
     from clusterkit.schedulers.api import statuses
 
     records = [_find(args)] if args.job else [run.record for run in api.list_runs(args.runs_dir, args.limit)]
@@ -128,6 +129,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  first failure: {status.failure}")
         if status.straggler:
             print(f"  straggler: {status.straggler['summary']}")
+        for line in restart_lines(status.restarts or []):
+            print(f"  {line}")
     return 0
 
 

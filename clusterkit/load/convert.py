@@ -67,6 +67,8 @@ def _finding_from_validation(text: str, root: type, source: SourceMap, data: Any
         else:
             quote = " (quote it to make it text)" if got[1] in ("int", "float", "bool") else ""
             message = f"must be {PATTERN_HINTS[pattern]}, not {_KINDS.get(got[1], got[1])}{quote}"
+    elif message.startswith("Invalid enum value") and (choices := _choices_at(root, path)):
+        message = f"{message}; valid: {', '.join(map(str, choices))}"
     return Finding(source.locate(tuple(path)), tuple(path), message)
 
 
@@ -97,6 +99,20 @@ def _pattern_of(annotation: Any) -> str | None:
         if isinstance(meta, msgspec.Meta) and meta.pattern:
             return meta.pattern
     return next(filter(None, map(_pattern_of, typing.get_args(annotation))), None)
+
+
+def _choices_at(root: Any, path: list[str | int]) -> tuple[Any, ...]:
+    """The values a Literal field at ``path`` takes (none where it is not one)."""
+    current: Any = root
+    for part in path:
+        current = _descend(current, part)
+    return _literal_values(current)
+
+
+def _literal_values(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) is typing.Literal:
+        return typing.get_args(annotation)
+    return next(filter(None, map(_literal_values, typing.get_args(annotation))), ())
 
 
 def _entry_with_key(data: Any, path: list[str | int], key: str) -> str | None:

@@ -9,9 +9,11 @@ from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.load.yaml_source import KeyPath
 from clusterkit.spec.arrays import array_indices
 from clusterkit.spec.launch_plan import STEP_OWNED
+from clusterkit.spec.launchers import BATCH_LAUNCHER
+from clusterkit.spec.notify import NOTIFY_EVENTS, mail_type
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
-from clusterkit.spec.sbatch_header import WRITTEN
+from clusterkit.spec.sbatch_header import MAIL_OPTIONS, WRITTEN
 from clusterkit.spec.secrets import looks_secret
 from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.tracking import as_tracking
@@ -128,6 +130,43 @@ def check_secrets(recipe: Recipe, error: Report, warn: Report) -> None:
                     f"job.sbatch, env.sh and recipe.resolved.yaml; name it in secrets: instead "
                     f"and set it in the environment you submit from",
                 )
+
+
+def check_notify(recipe: Recipe, error: Report, warn: Report) -> None:
+    """Somewhere to send events, and events to send; a webhook's secret is one the job may set (it
+    joins secrets:); SLURM's mail options come from notify.email or from extra_sbatch, not both."""
+    notify = recipe.notify
+    if notify is None:
+        return
+    if notify.webhook_secret is None and notify.email is None:
+        error(("notify",), "nowhere to send the events: give webhook_secret (a secret holding the URL), email, or both")
+    if not notify.events:
+        error(("notify", "events"), f"no events: name some of {', '.join(NOTIFY_EVENTS)}, or remove notify:")
+    for index, event in enumerate(notify.events):
+        if event in notify.events[:index]:
+            error(("notify", "events", index), f"{event} is named twice")
+    name = notify.webhook_secret
+    if name is not None and name not in recipe.secrets:  # one named there too is checked there
+        owner = env_owner(name)
+        if owner is not None:
+            error(("notify", "webhook_secret"), f"{name} is set by {owner}; it cannot be a secret")
+        elif problem := shell_env_problem(name):
+            error(("notify", "webhook_secret"), problem)
+    if notify.email is None:
+        return
+    if notify.events and mail_type(notify) is None:
+        warn(
+            ("notify", "events"),
+            "SLURM mails none of these events (it mails start, failure, restart and completion): "
+            "notify.email gets no mail",
+        )
+    for flag in sorted(recipe.resources.extra_sbatch):
+        owned = [option for option in MAIL_OPTIONS if option.startswith(flag)]
+        if owned:
+            error(
+                ("resources", "extra_sbatch", flag),
+                f"--{owned[0]} is written from {MAIL_OPTIONS[owned[0]]}; remove it here or remove notify.email",
+            )
 
 
 def runs_dir_problem(runs_dir: str) -> str | None:
@@ -274,4 +313,33 @@ def check_tracking(recipe: Recipe, profile: ClusterProfile, error: Report) -> No
             ("tracking",),
             "mlflow online needs its server: tracking.uri (or MLFLOW_TRACKING_URI in env), "
             "or offline: true for a file store in the run directory",
+        )
+
+
+def check_spares(recipe: Recipe, error: Report) -> None:
+    """Hot spares where a restart on one can work: several nodes, a launch clusterkit starts on
+    each node (not a batch launcher, which starts its ranks from the allocation itself), and no
+    more restarts than spares."""
+    spares, restarts = recipe.resources.spare_nodes, recipe.preemption.max_restarts
+    if not spares:
+        if restarts:
+            error(("preemption", "max_restarts"), "restarts happen on spare nodes: set resources.spare_nodes too")
+        return
+    if recipe.resources.nodes == 1:
+        error(
+            ("resources", "spare_nodes"),
+            "a single-node job has no node to replace while the others train: leave spare_nodes out "
+            "and let preemption.max_retries retry it as a new job",
+        )
+    if process_model_of(recipe) == BATCH_LAUNCHER:
+        error(
+            ("resources", "spare_nodes"),
+            f"launcher {recipe.launcher} starts its ranks from the batch host over the whole allocation: "
+            "clusterkit cannot move them to a spare (use a launcher started on each node, e.g. torchrun)",
+        )
+    if restarts is not None and restarts > spares:
+        error(
+            ("preemption", "max_restarts"),
+            f"{restarts} restarts, {spares} spare node{'s' if spares > 1 else ''}: each restart uses one; "
+            f"at most {spares}",
         )

@@ -21,6 +21,7 @@ import msgspec
 
 from clusterkit.errors import Finding, Location, RecipeError
 from clusterkit.load.yaml_source import KeyPath, SourceMap, load_yaml_file
+from clusterkit.spec.notify import Notify
 from clusterkit.spec.profile import ControlPersist
 from clusterkit.spec.recipe import NonEmptyLine, _Struct
 
@@ -51,6 +52,8 @@ class UserConfig(_Struct):
     # NAME=value lines for a recipe's secrets: that the environment does not set; relative to this
     # file, ``~`` expanded; readable by you only (schedulers.secret_values).
     secrets_file: NonEmptyLine | None = None
+    # Where the events of every recipe without a notify: of its own go (spec.notify; the recipe's wins whole).
+    notify: Notify | None = None
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,13 @@ def _parse(path: Path, from_env: bool) -> LoadedConfig:
 
 
 def fill_recipe_defaults(data: dict[str, Any], source: SourceMap) -> None:
-    """The recipe's ``cluster`` and ``runs_dir`` from the user config where the recipe (and its
-    overrides) leave them out; its checks then point at the config file's line."""
+    """The recipe's ``cluster``, ``runs_dir`` and ``notify`` from the user config where the recipe
+    (and its overrides) leave them out; its checks then point at the config file's line."""
     loaded = load_user_config()
-    for key in ("cluster", "runs_dir"):
+    for key in ("cluster", "runs_dir", "notify"):
         value = getattr(loaded.config, key)
         if value is not None and key not in data:
-            data[key] = value
+            data[key] = msgspec.to_builtins(value)
             source.set((key,), loaded.location((key,)))
+            for field in getattr(value, "__struct_fields__", ()):
+                source.set((key, field), loaded.location((key, field)))

@@ -46,10 +46,11 @@ class RunRecord:
     run_dir: str
     recipe: str
     submitted_at: float
-    nodes: Positive
+    nodes: Positive  # training's
     ranks_per_node: Positive
     launcher: str
     pid: Positive | None = None  # the local executor's batch process
+    spare_nodes: int = 0  # allocated beside training's nodes (resources.spare_nodes)
     overrides: tuple[str, ...] = ()  # the --set values it was submitted with (for --resume)
     login: dict[str, Any] | None = None  # ssh: the profile's login settings, to reach the run again
     # A job array's record: its task indices; each task has a record of its own, job id

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from clusterkit.spec.layout import (
     PREEMPTED_RECORD,
     PREFLIGHT_RESULT,
     RANK_LOGS,
+    RESTARTS,
     TORCHRUN_ERROR_FILES,
     mpirun_output,
     mpirun_rank_logs,
@@ -29,6 +31,7 @@ from clusterkit.spec.layout import (
 )
 from clusterkit.supervisor.stragglers import straggler
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a run file may hold that no terminal should get
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
 TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, OUT_OF_MEMORY})
@@ -76,6 +79,8 @@ class JobStatus:
     failure: str | None = None  # the first failing rank's error, when one failed
     # A rank persistently slower than the others (clusterkit.supervisor.stragglers): its figures and summary.
     straggler: dict | None = None
+    # The launch's restarts on spare nodes in this job (restarts.jsonl): which nodes, when, why.
+    restarts: list | None = None
 
     @property
     def done(self) -> bool:
@@ -111,7 +116,45 @@ def explained(record: RunRecord, status: JobStatus) -> JobStatus:
     from the ranks' step times (while the job runs and after: a slow node may be why it failed)."""
     found = _explained(record, status)
     lagging = straggler(record.path, record.ranks_per_node, _hosts(record))
-    return dataclasses.replace(found, straggler=lagging.to_json()) if lagging else found
+    if lagging:
+        found = dataclasses.replace(found, straggler=lagging.to_json())
+    restarts = _restarts(record.path)
+    return dataclasses.replace(found, restarts=restarts) if restarts else found
+
+
+def _restarts(run_dir: Path) -> list[dict] | None:
+    """The launch's restarts on spares (the supervisor's restarts.jsonl, whole lines only), each
+    with the time it lost: from the failure to the restarted launch's first progress."""
+    found: dict[tuple, dict] = {}
+    for line in _text(run_dir / RESTARTS).splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        key = (entry.get("job_id"), entry.get("restart"))
+        if isinstance(entry.get("dropped"), list):
+            kept = ("restart", "job_id", "dropped", "why", "failed_at", "restarted_at")
+            found[key] = {**{name: entry.get(name) for name in kept}, "lost_s": None}
+        elif key in found and isinstance(entry.get("resumed_at"), (int, float)):
+            failed = found[key]["failed_at"]
+            if isinstance(failed, (int, float)):
+                found[key]["lost_s"] = round(entry["resumed_at"] - failed, 1)
+    return list(found.values()) or None
+
+
+def restart_lines(restarts: list[dict]) -> list[str]:
+    """One line per restart for a person: when, which nodes were dropped, why."""
+    lines = []
+    for restart in restarts:
+        when = restart.get("restarted_at")
+        at = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "?"
+        dropped = ", ".join(str(host) for host in restart["dropped"])
+        lost = f"; {restart['lost_s']:g} s lost" if restart.get("lost_s") is not None else ""
+        line = f"restart {restart.get('restart')} at {at} on a spare: dropped {dropped}: {restart.get('why')}{lost}"
+        lines.append(_CONTROL.sub(" ", line))
+    return lines
 
 
 def _explained(record: RunRecord, status: JobStatus) -> JobStatus:
@@ -141,7 +184,7 @@ def _hang_record(run_dir: Path) -> str | None:
         return None
     if not isinstance(hang, dict):
         return None
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", f"{hang.get('why')}: {hang.get('line')}")
+    return _CONTROL.sub(" ", f"{hang.get('why')}: {hang.get('line')}")
 
 
 def _preempted_record(run_dir: Path) -> dict | None:

@@ -51,10 +51,11 @@ class SubmitRequest:
     staging: str
     argv: tuple[str, ...]  # the command that submits (or, locally, runs) the script, word for word
     files: Mapping[str, str]  # file name -> text, the job script among them
-    nodes: int
+    nodes: int  # training's
     ranks_per_node: int
     launcher: str
     overrides: tuple[str, ...] = ()
+    spare_nodes: int = 0  # allocated beside training's (resources.spare_nodes)
     runs_dir: str = "./runs"  # as the recipe says it
     login: Login | None = None  # ssh: the login node
     # Local task scripts the login node needs, relative paths kept (the job runs in remote_workdir).
@@ -85,6 +86,7 @@ class SubmitRequest:
             recipe=self.recipe,
             submitted_at=submitted_at,
             nodes=self.nodes,
+            spare_nodes=self.spare_nodes,
             ranks_per_node=self.ranks_per_node,
             launcher=self.launcher,
             pid=pid,
@@ -213,11 +215,11 @@ def check_capabilities(loaded: LoadedRecipe, scheduler: str, dependency: str | N
     for feature, asks in JOB_FEATURES.items():
         if feature in backend.UNSUPPORTED and asks(loaded, dependency):
             raise SchedulerUnavailable(f"{loaded.path}: {backend.UNSUPPORTED[feature].format(recipe=loaded.recipe)}")
-    nodes = loaded.recipe.resources.nodes
+    nodes = loaded.recipe.resources.nodes + loaded.recipe.resources.spare_nodes
     if backend.MAX_NODES is not None and nodes > backend.MAX_NODES:
         raise SchedulerUnavailable(
             f"{loaded.path}: resources.nodes: the {scheduler} executor runs at most {backend.MAX_NODES} nodes "
-            f"({backend.NODES}), not {nodes}"
+            f"({backend.NODES}), not {nodes}{' with the spares' if loaded.recipe.resources.spare_nodes else ''}"
         )
 
 
@@ -284,6 +286,7 @@ def dry_run(
         argv=argv,
         files=MappingProxyType(dict(job.files)),
         nodes=recipe.resources.nodes,
+        spare_nodes=recipe.resources.spare_nodes,
         ranks_per_node=recipe.ranks_per_node,
         launcher=recipe.launcher,
         overrides=loaded.overrides,

@@ -148,7 +148,7 @@ def job_environment(job_id: str, name: str, nodes: int, run_dir: Path | str) -> 
 
 
 def _start(request: SubmitRequest, job_id: str, run_dir: Path) -> subprocess.Popen[bytes]:
-    env = job_environment(job_id, request.name, request.nodes, run_dir)
+    env = job_environment(job_id, request.name, request.nodes + request.spare_nodes, run_dir)
     for name in request.secrets:  # as on SLURM: the job reads them from its file, not from the submitter
         env.pop(name, None)
     if request.tasks or request.links:  # a job array or chain: its tasks are started, a few at a time, by local_array
@@ -240,9 +240,9 @@ class LocalScheduler:
         chosen node's processes start from (its SLURM_NODEID and SLURMD_NODENAME) and the job's
         marker, so that cancelling the job ends it too, as SLURM ends a step with its job. No cgroup,
         no other machine: every node of a local job is this one. ``tty``: this terminal."""
-        hosts = local_hosts(record.nodes)
+        hosts = local_hosts(record.nodes + record.spare_nodes)
         host = chosen_host(record.job_id, hosts, choice, self.run_file(record, LAUNCH_PLAN))
-        env = job_environment(record.job_id, record.name, record.nodes, record.run_dir)
+        env = job_environment(record.job_id, record.name, record.nodes + record.spare_nodes, record.run_dir)
         env.update(
             SLURM_NODEID=str(hosts.index(host)),
             SLURMD_NODENAME=host,

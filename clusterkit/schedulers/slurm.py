@@ -36,8 +36,17 @@ from clusterkit.schedulers.host import Host, LocalHost, checked
 from clusterkit.schedulers.secret_values import secrets_payload
 from clusterkit.schedulers.slurm_queue import Fields, ask_slurm, read_scontrol
 from clusterkit.spec.arrays import task_job_id
-from clusterkit.spec.layout import EXIT_CODE, LAUNCH_PLAN, RETRIES, RUN_RECORD, SECRETS_FILE, SNAPSHOT_DIR
+from clusterkit.spec.layout import (
+    CANCELLED_MARKER,
+    EXIT_CODE,
+    LAUNCH_PLAN,
+    RETRIES,
+    RUN_RECORD,
+    SECRETS_FILE,
+    SNAPSHOT_DIR,
+)
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.recovery import retry_lock
 from clusterkit.supervisor.stacks import STACKS_SIGNAL_NUMBER
 
 # SLURM runs every job clusterkit renders (schedulers.api.check_capabilities).
@@ -195,11 +204,16 @@ class SlurmScheduler:
             return None
 
     def cancel(self, record: RunRecord) -> None:
-        retry = self._latest_retry(record)  # a retried run goes on as its newest retry's job
-        try:
-            checked(self.host, ["scancel", record.job_id, *([retry["job_id"]] if retry else [])])
-        except SchedulerError as exc:
-            raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
+        # Recorded first, under the run's retry lock where the run dir is on this machine: no retry
+        # (the supervisor's, clusterkit watch's) starts after it, and one submitted before is the
+        # newest retry read here and cancelled too.
+        with retry_lock(record.path) if isinstance(self.host, LocalHost) else contextlib.nullcontext():
+            self.host.write_file(f"{record.run_dir}/{CANCELLED_MARKER}", f"{time.time()}\n")
+            retry = self._latest_retry(record)  # a retried run goes on as its newest retry's job
+            try:
+                checked(self.host, ["scancel", record.job_id, *([retry["job_id"]] if retry else [])])
+            except SchedulerError as exc:
+                raise SchedulerError(f"cannot cancel job {record.job_id}: {exc}") from None
         self.host.remove_tree(f"{record.run_dir}/{SECRETS_FILE}")  # no later attempt needs them
 
     def ask_stacks(self, record: RunRecord) -> None:

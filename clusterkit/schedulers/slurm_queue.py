@@ -42,7 +42,8 @@ _SQUEUE_ENV = (
 MAX_JOB_IDS = 1000
 
 
-def squeue_argv(job_ids: list[str]) -> list[str]:
+def squeue_argv(job_ids: list[str], fields: str = SQUEUE_FORMAT) -> list[str]:
+    """squeue for these jobs (``fields``: its --Format), untouched by the user's SQUEUE_* settings."""
     which = f"--jobs={','.join(job_ids)}" if len(job_ids) <= MAX_JOB_IDS else "--all"
     # --array: an array's pending tasks one per line, not folded into "123_[4-9]".
     return [
@@ -53,7 +54,7 @@ def squeue_argv(job_ids: list[str]) -> list[str]:
         "--array",
         "--states=all",
         which,
-        f"--Format={SQUEUE_FORMAT}",
+        f"--Format={fields}",
     ]
 
 

@@ -20,7 +20,7 @@ from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.watchdog import seconds
-from clusterkit.supervisor.plan import LaunchPlan, Recovery, Service, Step, Watchdog
+from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -299,6 +299,7 @@ def launch_plan(
         job_kind=recipe.job_kind,
         train_nodes=recipe.resources.nodes,
         service_nodes=recipe.service.nodes if recipe.service else 0,
+        spare_nodes=recipe.resources.spare_nodes,
         slots_per_node=recipe.ranks_per_node,
         master_port=recipe.master_port,
         rank_files=rank_files,
@@ -313,6 +314,9 @@ def launch_plan(
             max_retries=recipe.preemption.max_retries,
             exclude=tuple(excluded.split(",")) if isinstance(excluded, str) else (),
             slow_nodes_excluded=recipe.preflight.on_slow == "exclude",
+            max_restarts=recipe.resources.spare_nodes
+            if recipe.preemption.max_restarts is None
+            else recipe.preemption.max_restarts,
         ),
         pre_launch=tuple(recipe.hooks.pre_launch),
         post_run=tuple(recipe.hooks.post_run),
@@ -323,5 +327,8 @@ def launch_plan(
             seconds(recipe.watchdog.no_progress), seconds(recipe.watchdog.startup), recipe.watchdog.action
         )
         if recipe.watchdog
+        else None,
+        notify=Notify(recipe.notify.webhook_secret, tuple(recipe.notify.events), recipe.notify.format)
+        if recipe.notify and recipe.notify.webhook_secret
         else None,
     )

@@ -15,6 +15,7 @@ from typing import Literal
 
 # The names the job's supervisor writes or reads are defined beside it (it imports nothing of clusterkit).
 from clusterkit.supervisor.run_files import (  # noqa: F401
+    CANCELLED_MARKER,
     EXIT_CODE,
     HANG_RECORD,
     HEARTBEAT,
@@ -28,7 +29,9 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     PREFLIGHT_RESULT,
     RANKS_DIR,
     REQUEUED,
+    RESTARTS,
     RETRIES,
+    RETRY_LOCK,
     STACKS_DIR,
     STACKS_SUMMARY,
     STEP_TIMES_DIR,
@@ -83,7 +86,6 @@ REMOVING_PREFIX = ".removing-"
 DAMAGED_INFIX = ".damaged-"  # checkpoint_files sets a damaged checkpoint aside as <name>.damaged-<time>
 
 # --- Written by other commands ---
-CANCELLED_MARKER = "cancelled"  # `clusterkit cancel` for the local executor; read by status
 EXPORT_DIR = "export"  # `clusterkit export`'s default output folder
 # The marker in a folder that `render -o` or `export -o` wrote (runs.output_dir): what kind of output it
 # holds and its files. Read by them (only such a folder is replaced) and by the code snapshot (never code).

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
+from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
 from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
@@ -43,6 +44,7 @@ PATTERN_HINTS = {
     ARRAY_PATTERN: "a SLURM array spec such as 0-9, 1,3,5-7 or 0-15:2%4",
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
+    **NOTIFY_PATTERN_HINTS,
     DURATION_PATTERN: DURATION_HINT,
     STEPS_PATTERN: STEPS_HINT,
 }
@@ -110,6 +112,11 @@ class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_def
 
 class Resources(_Struct):
     nodes: PositiveInt = 1
+    # Hot spares: SLURM is asked for nodes + spare_nodes and training runs on `nodes`; when a node
+    # fails, the launch starts again in the same job on a spare, from the newest complete checkpoint
+    # (preemption.max_restarts bounds how often). Without a spare left, a failure is retried as a
+    # new job (preemption.max_retries).
+    spare_nodes: Annotated[int, Meta(ge=0, le=1024)] = 0
     gpus_per_node: Annotated[int, Meta(ge=1, le=64)] | None = None
     cpus_per_task: PositiveInt | None = None
     mem: Memory | None = None
@@ -266,6 +273,9 @@ class Preemption(_Struct):
     # excluding the node the failure began on, continues the run directory from its newest complete
     # checkpoint (retries.jsonl records each). 0 = never.
     max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
+    # Restarts of the launch on a spare node within the same job (resources.spare_nodes); default:
+    # one per spare. Each drops the node the failure began on.
+    max_restarts: Annotated[int, Meta(ge=0, le=1024)] | None = None
     # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
     # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
     requeue: bool | Literal["auto", "site"] = "auto"
@@ -352,6 +362,9 @@ class Recipe(_Struct, kw_only=True):
     srun: Srun = field(default_factory=Srun)
     service: Service | None = None
     watchdog: Watchdog | None = None  # a hung job found and ended (spec.watchdog)
+    # Where the job's events go (a webhook, SLURM's e-mail) and which (spec.notify); default: the
+    # user config's notify:, and null turns that off.
+    notify: Notify | None = None
     # How long a rank waits in one collective before it fails (and, on a GPU, dumps its NCCL flight
     # recorder): the built-in runner's ddp_timeout, $CLUSTERKIT_COLLECTIVE_TIMEOUT_S for a script.
     # Default: the Trainer's (30 minutes), or what a script sets.

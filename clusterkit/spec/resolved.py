@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.profiling import Profiling
 from clusterkit.spec.recipe import (
@@ -59,6 +60,7 @@ DEFAULT_RUNS_DIR = "./runs"
 
 class ResolvedResources(_Struct):
     nodes: int
+    spare_nodes: int
     gpus_per_node: int
     cpus_per_task: int
     mem: MemoryText | None  # always text, as for time
@@ -127,11 +129,12 @@ class ResolvedRecipe(_Struct, kw_only=True):
     preemption: Preemption
     preflight: Preflight
     env: EnvMap
-    secrets: list[str]  # names only (spec.secrets)
+    secrets: list[str]  # names only (spec.secrets); the webhook's too (spec.notify)
     setup: list[Line]
     srun: Srun
     service: Service | None
     watchdog: Watchdog | None
+    notify: Notify | None
     collective_timeout: Duration | None  # spec.collective_timeout
     profile: Profiling | None
     container: Container | None  # the profile's, with the recipe's image where it names one
@@ -196,6 +199,7 @@ def resolve_resources(
     mem = r.mem if r.mem is not None else profile.mem_per_node
     return ResolvedResources(
         nodes=r.nodes,
+        spare_nodes=r.spare_nodes,
         gpus_per_node=gpus_per_node,
         cpus_per_task=r.cpus_per_task or max(1, profile.cpus_per_node // tasks),
         mem=str(mem) if mem is not None else None,
@@ -255,11 +259,12 @@ def resolve(
         preemption=recipe.preemption,
         preflight=preflight,
         env=recipe.env,
-        secrets=recipe.secrets,
+        secrets=notify_secrets(recipe.secrets, recipe.notify),
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
         watchdog=recipe.watchdog,
+        notify=recipe.notify,
         collective_timeout=recipe.collective_timeout,
         profile=recipe.profile,
         container=(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.spec import layout
+from clusterkit.spec.notify import mail_type
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 BARE = True  # a value that writes the flag alone (#SBATCH --exclusive)
 _RESOURCES = "resources."
 _GPUS = "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)"
+_MAIL = "notify.email and notify.events"
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,13 @@ class HeaderOption:
     flag: str
     field: str  # what sets it, as an error names it
     value: Callable[[ResolvedRecipe, ClusterProfile], Any]  # None: not written; BARE: the flag alone
+    # Only clusterkit writes it (extra_sbatch may not); False: extra_sbatch may, where the field is unset.
+    owned: bool = True
 
 
 def total_nodes(recipe: ResolvedRecipe) -> int:
-    """Training's nodes, then the service's."""
-    return recipe.resources.nodes + (recipe.service.nodes if recipe.service else 0)
+    """Training's nodes, its spares, then the service's."""
+    return recipe.resources.nodes + recipe.resources.spare_nodes + (recipe.service.nodes if recipe.service else 0)
 
 
 def tasks_per_node(recipe: ResolvedRecipe) -> int:
@@ -102,8 +106,13 @@ HEADER: tuple[HeaderOption, ...] = (
         "resources.array (a script task per index), or a sweep: block / clusterkit sweep (one point per task)",
         lambda r, p: r.array.spec if r.array else None,
     ),
+    # SLURM's own e-mail, for clusters whose nodes cannot reach a webhook (load.job_checks refuses
+    # these in extra_sbatch only beside notify.email).
+    HeaderOption("mail-type", _MAIL, lambda r, p: mail_type(r.notify), owned=False),
+    HeaderOption("mail-user", _MAIL, lambda r, p: r.notify.email if mail_type(r.notify) else None, owned=False),
 )
-WRITTEN = {option.flag: option.field for option in HEADER}  # what extra_sbatch may not set
+WRITTEN = {option.flag: option.field for option in HEADER if option.owned}  # what extra_sbatch may not set
+MAIL_OPTIONS = {option.flag: option.field for option in HEADER if option.field == _MAIL}
 
 
 def header_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[tuple[str, Any | None]]:

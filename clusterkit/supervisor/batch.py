@@ -7,6 +7,8 @@ code, the ``post_run`` hooks, a requeue or a retry, and the secrets file's end w
 The preemption signal SLURM sends this process is passed to whichever step is running. While the
 launch runs, the supervisor watches it (:mod:`.watchdog`): it takes every rank's stacks when asked
 (SIGWINCH, from ``clusterkit stacks``) and, with a watchdog, when the launch stops making progress.
+The job's events (its start, failure, hang, restart, completion) go to the recipe's webhook
+(:mod:`.notify`), never holding the job up: its end waits a few seconds at most for them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import hooks, recovery
 from .environment import JobEnvironment
+from .notify import Notifier
 from .plan import PLAN_FORMAT, LaunchPlan, Step
 from .processes import signal_number
 from .run_files import (
@@ -35,9 +38,10 @@ from .run_files import (
     STACKS_DIR,
     SUPERVISOR_DIR,
 )
+from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
 from .steps import Running, free_port, start, step_hosts, wait_until_ready
-from .watchdog import Watcher
+from .watchdog import EXIT_HUNG, Watcher
 
 
 class Supervisor:
@@ -49,13 +53,20 @@ class Supervisor:
         self.preempt_signal = signal_number(plan.recovery.signal)
         self.preempted = False  # the signal came: every step started from now on gets it too
         self.watcher: Optional[Watcher] = None
+        self.spares = Spares(plan, run_dir, job.job_id)
+        self.notifier = Notifier(plan.notify, job.environ, plan.job_name, job.job_id, str(run_dir))
 
     def run(self) -> int:
+        try:
+            return self._carry_out()
+        finally:
+            self.notifier.finish()
+
+    def _carry_out(self) -> int:
         signal.signal(self.preempt_signal, self._pass_on)  # first: by default it would end this process
         signal.signal(STACKS_SIGNAL, self._stacks_asked)
         self._prepare_run_dir()
         self.hosts = self.job.hosts()
-        train = step_hosts(self.plan, self.plan.launch, self.hosts)
         if len(self.hosts) < self.plan.train_nodes + self.plan.service_nodes:
             print(
                 f"clusterkit: the allocation has {len(self.hosts)} nodes, the plan needs "
@@ -63,16 +74,12 @@ class Supervisor:
                 flush=True,
             )
             return self._end(1)
-        master = train[0]
-        port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
-        # What the ranks (and a script of the user's) are told: the rendezvous, and the preemption
-        # signal they may handle and how many requeues the run has.
+        # What the ranks (and a script of the user's) are told: the rendezvous (_rendezvous), and the
+        # preemption signal they may handle and how many requeues the run has.
         self.env.update(
             RUN_DIR=str(self.run_dir),
             CLUSTERKIT_RUN_DIR=str(self.run_dir),
             CLUSTERKIT_JOB_ID=self.job.job_id,
-            MASTER_ADDR=master,
-            MASTER_PORT=str(port),
             CLUSTERKIT_PREEMPT_SIGNAL=self.plan.recovery.signal,
             CLUSTERKIT_MAX_REQUEUES=str(self.plan.recovery.max_requeues),
             # Every Python process of the job registers its stack dump (site/sitecustomize.py); a
@@ -85,18 +92,10 @@ class Supervisor:
             print(f"clusterkit: the run directory's path holds {os.pathsep!r}: no stacks from the ranks", flush=True)
         else:
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, self.env.get("PYTHONPATH")]))
-        self.watcher = Watcher(self.plan, self.job, self.run_dir, train)
-        (self.run_dir / HOSTFILE).write_text(
-            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
-        )
+        train = self._rendezvous()
         # The NCCL flight recorder (GPU profiles, env.sh) dumps into the run directory; torch makes no folder.
         if self.env.get(NCCL_TRACE_ENV, "").startswith(str(self.run_dir / NCCL_TRACE_DIR) + "/"):
             (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
-        print(
-            f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
-            f"run dir {self.run_dir}",
-            flush=True,
-        )
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
 
         code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
@@ -116,10 +115,10 @@ class Supervisor:
             return self._end(1)
         try:
             if self.plan.preflight is not None:
-                code = self._run(self.plan.preflight)
+                code = self._preflight(train)
                 if code:
                     print(f"clusterkit: preflight failed with {code}: not training", flush=True)
-                    slow = recovery.slow_hosts(self.run_dir, train)
+                    slow = recovery.slow_hosts(self.run_dir, self.watcher.hosts)
                     # Slow nodes named: on_slow: exclude retries without them; on_slow: fail stops here.
                     return self._end(
                         code, retry=not slow or self.plan.recovery.slow_nodes_excluded, exclude=slow or None
@@ -127,7 +126,9 @@ class Supervisor:
                 if self.plan.preflight_only:
                     print("clusterkit: preflight only (preflight.only: true): done", flush=True)
                     return self._end(0)
-            code = self._run(self.plan.launch)
+            again = f" (restart {self.job.restarts})" if self.job.restarts else ""
+            self.notifier.send("start", f"started on {' '.join(self.watcher.hosts)}{again}")
+            code = self._launch()
         finally:
             if service:
                 service.stop()
@@ -139,13 +140,83 @@ class Supervisor:
         if self.job.can_requeue and (self.run_dir / REQUEUED).exists():
             # A program that requeued its own job (Lightning's auto-requeue): SLURM starts it again.
             print("clusterkit: the job asked SLURM to requeue it: this attempt records no outcome", flush=True)
+            self.notifier.send("restart", f"requeued by the job itself (exit code {code})")
             return code
         preempted = recovery.preempted_step(self.run_dir)
         if preempted is None:
             return self._end(code, retry=True)
         if recovery.requeue_if_possible(self.plan, self.job, self.run_dir, preempted):
+            limit = self.plan.recovery.max_requeues
+            step = f"preempted at step {preempted.get('step')}"
+            self.notifier.send("restart", f"{step}: requeued (restart {self.job.restarts + 1} of at most {limit})")
             return 0  # SLURM ends this attempt and starts the next; the secrets file stays for it
         return self._end(code or recovery.EXIT_PREEMPTED)  # stopped to be resumed: never retried
+
+    def _rendezvous(self) -> List[str]:
+        """Training's hosts now (the allocation's first, without a dropped node), its master and
+        port, the hostfile, and the watcher that knows them."""
+        train = step_hosts(self.plan, self.plan.launch, self.spares.usable(self.hosts))
+        master = train[0]
+        port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
+        self.env.update(MASTER_ADDR=master, MASTER_PORT=str(port))
+        (self.run_dir / HOSTFILE).write_text(
+            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
+        )
+        self.watcher = Watcher(self.plan, self.job, self.run_dir, train, self.notifier.send)
+        print(
+            f"clusterkit: job {self.job.slurm_job_id} on {' '.join(self.hosts)} master {master}:{port}, "
+            f"run dir {self.run_dir}",
+            flush=True,
+        )
+        return train
+
+    def _preflight(self, train: List[str]) -> int:
+        """The preflight; where it names slow nodes that may be left out (on_slow: exclude) and spares
+        can take their places, again without them."""
+        while True:
+            code = self._run(self.plan.preflight)
+            slow = recovery.slow_hosts(self.run_dir, train) if code else []
+            if not slow or not self.plan.recovery.slow_nodes_excluded:
+                return code
+            restart = self.spares.replace(self.hosts, train, slow, f"the preflight found {', '.join(slow)} slow")
+            if restart is None:
+                return code
+            self._restarted(restart)
+            train = self._rendezvous()
+
+    def _restarted(self, restart: Restart) -> None:
+        print(
+            f"clusterkit: restart {restart.number} of at most {self.plan.recovery.max_restarts} on a spare "
+            f"node: {restart.why}; dropping {', '.join(restart.dropped)}",
+            flush=True,
+        )
+        self.notifier.send("restart", f"restart {restart.number} on a spare node: {restart.why}")
+
+    def _launch(self) -> int:
+        """The launch step; where it fails on a node and a spare is left, again on the spare, in
+        this job, from the newest complete checkpoint (the runner resumes by itself)."""
+        while True:
+            train = step_hosts(self.plan, self.plan.launch, self.spares.usable(self.hosts))
+            code = self._run(self.plan.launch)
+            hang = self.watcher.hang
+            if code == 0 or recovery.preempted_step(self.run_dir) is not None or (self.run_dir / REQUEUED).exists():
+                return code
+            if hang is not None and not hang.retry:
+                return code  # watchdog.action: fail ends the job
+            if hang is not None:
+                why = f"the launch hung; the ranks on {', '.join(hang.exclude)} were elsewhere than the others"
+                restart = self.spares.replace(self.hosts, train, hang.exclude, why)
+            else:
+                restart = self.spares.replace(self.hosts, train, why=f"the launch exited with {code}")
+            if restart is None:
+                return code
+            self._restarted(restart)
+            try:
+                (self.run_dir / HANG_RECORD).unlink()  # the hang, if that was why, is now a restart's
+            except FileNotFoundError:
+                pass
+            self._rendezvous()
+            self.watcher.on_first_progress = self.spares.resumed
 
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
@@ -174,7 +245,7 @@ class Supervisor:
     def _run(self, step: Step) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
         env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
-        self.running = start(self.plan, step, self.job, self.hosts, str(self.run_dir), env)
+        self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
         try:
             if step is self.plan.launch and self.watcher is not None:
                 return self.watcher.watch(self.running)
@@ -210,7 +281,17 @@ class Supervisor:
         failed = hooks.post_run(self.plan.post_run, self.env, code)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
-        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, self.hosts, self.env, exclude)
+        usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not
+        again = code != 0 and retry and recovery.retry(self.plan, self.job, self.run_dir, usable, self.env, exclude)
+        why = {EXIT_HUNG: "hung: ended by the watchdog", recovery.EXIT_PREEMPTED: "preempted, not requeued"}
+        if code == 0:
+            self.notifier.send("completion", "completed (exit code 0)")
+        else:
+            self.notifier.send("failure", f"failed with exit code {code}" + (f" ({why[code]})" if code in why else ""))
+        if again:
+            self.notifier.send(
+                "restart", f"retry {self.job.retry + 1} of {self.plan.recovery.max_retries}: job {again}"
+            )
         if not again and self.plan.secrets_file:
             recovery.end_secrets(self.files_dir / self.plan.secrets_file)
         return code

@@ -20,12 +20,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Set
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
+from . import pyspy
 from .plan import LaunchPlan, Step, expand
 from .processes import descendants, exit_status, signal_catchers, signal_number
 from .ranks import node_ids, runtime_values, task_ids
 from .run_files import node_exit
+from .stacks import STACKS_SIGNAL, sizes
 
 NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell reports a program it cannot start
 PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
@@ -67,6 +69,15 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
             waiting = [pid for pid in [child.pid, *descendants(child.pid)] if pid not in told]
             told.update(signal_catchers(waiting, preempt))
 
+    # Every rank's stacks asked for (the supervisor signals the whole step): once the ranks that
+    # registered have written theirs, py-spy (where installed) dumps those that did not.
+    folder = env.get("CLUSTERKIT_STACKS_DIR")
+    asked: List[Optional[Tuple[float, Dict[str, int]]]] = [None]
+
+    def stacks_asked(_signum: int, _frame: object) -> None:
+        if folder:
+            asked[0] = (time.monotonic(), sizes(Path(folder)))
+
     def stop(signum: int, _frame: object) -> None:
         for child in started:
             if child.poll() is None:
@@ -76,6 +87,8 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
     # program itself starts with the preemption signal ignored or at its default (a handler would
     # not survive exec anyway), set in the child between fork and exec.
     signal.signal(preempt, pass_on)
+    if preempt != STACKS_SIGNAL:
+        signal.signal(STACKS_SIGNAL, stacks_asked)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         if signum != preempt:
             signal.signal(signum, stop)
@@ -99,6 +112,12 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
         except subprocess.TimeoutExpired:
             if preempted[0]:
                 tell()  # a rank that has installed its handler since
+            request = asked[0]
+            if folder and request is not None and time.monotonic() - request[0] >= pyspy.GRACE_S:
+                asked[0] = None
+                pyspy.fill_in(
+                    child.pid, Path(folder), env.get("SLURM_NODEID", "-"), pyspy.answered_pids(Path(folder), request[1])
+                )
     code = exit_status(returncode)
     _record_end(env, code)
     return code

@@ -84,6 +84,7 @@ class Recovery:
     max_retries: int
     exclude: Tuple[str, ...] = ()  # the recipe's own --exclude hosts: a retry keeps them excluded
     slow_nodes_excluded: bool = False  # preflight.on_slow: exclude: a retry leaves the slow nodes out
+    max_restarts: int = 0  # the launch started again on a spare node, in the same job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +100,17 @@ class Watchdog:
 
 
 @dataclasses.dataclass(frozen=True)
+class Notify:
+    """Which of the job's events go to the webhook whose URL the secret ``webhook_env`` holds (its
+    name: the value is read from the job's environment when an event is sent), in ``format``:
+    json, slack or teams (:mod:`.notify`)."""
+
+    webhook_env: str
+    events: Tuple[str, ...]
+    format: str = "json"
+
+
+@dataclasses.dataclass(frozen=True)
 class LaunchPlan:
     job_name: str
     job_kind: str  # job | array | chain (clusterkit.spec.layout names each kind's directories)
@@ -107,6 +119,7 @@ class LaunchPlan:
     launch: Step
     recovery: Recovery
     service_nodes: int = 0
+    spare_nodes: int = 0  # between training's nodes and the service's: a failed node's replacements
     master_port: Optional[int] = None  # the recipe's; None: derived from the job id, moved off a busy one
     # Rendered files the ranks read from the run directory; an array task's are copied there from the array's.
     rank_files: Tuple[str, ...] = ()
@@ -119,6 +132,7 @@ class LaunchPlan:
     secrets_file: Optional[str] = None  # beside the job script: the 0600 file the batch shell read
     secrets: Tuple[str, ...] = ()  # the names it holds (never their values)
     watchdog: Optional[Watchdog] = None
+    notify: Optional[Notify] = None
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -153,7 +167,7 @@ def _build(cls: Any, data: Any) -> Any:
         raise PlanError(f"{cls.__name__}: {exc}") from None
 
 
-_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog}
+_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog, "Notify": Notify}
 
 
 def load_plan(text: str) -> LaunchPlan:

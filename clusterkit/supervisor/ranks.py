@@ -75,6 +75,9 @@ def run_as_rank(argv: List[str]) -> None:
     module = bool(argv) and argv[0] == "--module"
     entry, args = (argv[1], argv[2:]) if module else (argv[0], argv[1:])
     os.environ.update(task_ids(os.environ))
+    register_stacks = getattr(sys, "_clusterkit_register_stacks", None)  # site/sitecustomize.py, now RANK is set
+    if register_stacks is not None:
+        register_stacks()
     sys.argv = [entry, *args]
     if module:
         sys.path[0] = os.getcwd()  # as `python -m` has it

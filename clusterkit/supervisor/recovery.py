@@ -9,18 +9,37 @@ the failure began on, and the end of the secrets file once nothing will read it 
   excluding every node excluded so far: the recipe's own ``--exclude``, each earlier retry's, the
   node where this failure began or, with ``preflight.on_slow: exclude``, the slow ones, or, when the
   watchdog ended a hung launch, the nodes of the ranks that were elsewhere than the others.
+- At most one retry per failed job, whoever submits it: the supervisor here, or ``clusterkit watch``
+  on the login node when this process could not (a node that died, a batch shell that was killed).
+  Each takes the run's ``retries.lock`` (``flock``), and under it reads ``retries.jsonl``: a line whose
+  ``after_job`` is the failed job means the retry is done; ``cancelled`` (``clusterkit cancel``)
+  means none is wanted. The submit and the line are made under the same lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .environment import JobEnvironment
 from .plan import LaunchPlan
-from .run_files import JOB_SCRIPT, PREEMPTED_RECORD, PREFLIGHT_RESULT, REQUEUED, RETRIES, batch_log, node_exit
+from .run_files import (
+    CANCELLED_MARKER,
+    JOB_SCRIPT,
+    PREEMPTED_RECORD,
+    PREFLIGHT_RESULT,
+    REQUEUED,
+    RESTARTS,
+    RETRIES,
+    RETRY_LOCK,
+    batch_log,
+    node_exit,
+)
 
 EXIT_PREEMPTED = 85  # the job's exit code when it stopped for preemption and was not requeued
 
@@ -63,8 +82,8 @@ def requeue_if_possible(plan: LaunchPlan, job: JobEnvironment, run_dir: Path, re
     return False
 
 
-def failed_node(run_dir: Path) -> Optional[int]:
-    """The node whose program ended first with a non-zero code (each node records when)."""
+def first_failure(run_dir: Path) -> Optional[Tuple[float, int]]:
+    """When and on which node a program first ended with a non-zero code (each node records it)."""
     ended = []
     for path in run_dir.glob(node_exit("*")):
         try:
@@ -73,22 +92,45 @@ def failed_node(run_dir: Path) -> Optional[int]:
                 ended.append((float(when), int(path.stem[len("node") :])))
         except (OSError, ValueError):
             continue
-    return min(ended)[1] if ended else None
+    return min(ended) if ended else None
+
+
+def failed_node(run_dir: Path) -> Optional[int]:
+    """The node whose program ended first with a non-zero code."""
+    first = first_failure(run_dir)
+    return first[1] if first else None
+
+
+def retry_records(run_dir: Path) -> List[dict]:
+    """The lines of the run's retries.jsonl (each retry submitted), damaged ones left out."""
+    try:
+        lines = (run_dir / RETRIES).read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def excluded_so_far(run_dir: Path) -> List[str]:
-    """The hosts earlier retries of this run excluded."""
-    hosts: List[str] = []
+    """The hosts earlier retries of this run excluded, and the nodes its jobs dropped for a spare."""
+    hosts = [host for record in retry_records(run_dir) for host in str(record.get("excluded") or "").split(",") if host]
     try:
-        lines = (run_dir / RETRIES).read_text().splitlines()
+        lines = (run_dir / RESTARTS).read_text().splitlines()
     except OSError:
         return hosts
     for line in lines:
         try:
-            excluded = json.loads(line).get("excluded") or ""
+            dropped = json.loads(line).get("dropped")
         except (ValueError, AttributeError):
             continue
-        hosts += [host for host in str(excluded).split(",") if host]
+        hosts += [str(host) for host in dropped or () if isinstance(host, str)]
     return hosts
 
 
@@ -101,6 +143,30 @@ def slow_hosts(run_dir: Path, hosts: Sequence[str]) -> List[str]:
     return [hosts[index] for index in slow if isinstance(index, int) and 0 <= index < len(hosts)]
 
 
+@contextlib.contextmanager
+def retry_lock(run_dir: Path) -> Iterator[None]:
+    """The run's retry decision to oneself: an exclusive ``flock`` on its ``retries.lock``, waited for.
+    Held across one login node's processes and the batch host's only where the file system passes
+    flock on (NFSv4 and Lustre with ``flock`` mounted do; NFSv3 without lockd does not)."""
+    # Not a FIFO or a link someone put there: opened without blocking and following, and checked.
+    fd = os.open(
+        str(run_dir / RETRY_LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600
+    )
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{run_dir / RETRY_LOCK} is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+class Retried(NamedTuple):
+    job_id: Optional[str]  # the job that continues the run after the failed one (None: none)
+    new: bool  # submitted by this call (False: one recorded before, or none)
+    why_not: str = ""  # where there is none: why
+
+
 def retry(
     plan: LaunchPlan,
     job: JobEnvironment,
@@ -109,11 +175,50 @@ def retry(
     environ: Mapping[str, str],
     exclude: Optional[Sequence[str]] = None,
 ) -> Optional[str]:
-    """Submit the next retry of this run: its job id, or None where none is due or sbatch refused.
-    It runs without every host excluded so far and ``exclude`` (None: the node where the failure began)."""
+    """Submit the next retry of this run: its job id (or that of the retry recorded for this job
+    already, by ``clusterkit watch``), or None where none is due or sbatch refused. It runs without
+    every host excluded so far and ``exclude`` (None: the node where the failure began)."""
+    return retry_after(plan, job, run_dir, hosts, environ, exclude).job_id
+
+
+def retry_after(
+    plan: LaunchPlan,
+    job: JobEnvironment,
+    run_dir: Path,
+    hosts: Sequence[str],
+    environ: Mapping[str, str],
+    exclude: Optional[Sequence[str]] = None,
+    by: str = "supervisor",
+    cause: str = "",
+) -> Retried:
+    """The retry after ``job`` (whose id, retry number and first job its environment says), decided
+    and recorded under the run's retry lock: one already recorded for this job is the answer; else
+    one is submitted held, recorded (``by``, ``cause``) and released. ``environ``: what sbatch runs in."""
     attempt = job.retry + 1
-    if attempt > plan.recovery.max_retries or not job.can_submit:
-        return None
+    limit = plan.recovery.max_retries
+    if attempt > limit or not job.can_submit:
+        return Retried(None, False, f"max_retries ({limit}) reached" if job.can_submit else "nothing can queue a retry")
+    with retry_lock(run_dir):
+        done = [r for r in retry_records(run_dir) if str(r.get("after_job")) == job.slurm_job_id and r.get("job_id")]
+        if done:
+            return Retried(str(done[-1]["job_id"]), False, "")
+        if (run_dir / CANCELLED_MARKER).exists():
+            print("clusterkit: the run was cancelled (clusterkit cancel): not retried", flush=True)
+            return Retried(None, False, "cancelled by clusterkit cancel")
+        return _submit_retry(plan, job, run_dir, hosts, environ, exclude, attempt, by, cause)
+
+
+def _submit_retry(
+    plan: LaunchPlan,
+    job: JobEnvironment,
+    run_dir: Path,
+    hosts: Sequence[str],
+    environ: Mapping[str, str],
+    exclude: Optional[Sequence[str]],
+    attempt: int,
+    by: str,
+    cause: str,
+) -> Retried:
     # The hosts named (the preflight's slow nodes, a hang's odd ranks': every node's program then
     # ended non-zero together, so which ended first says nothing); else where the failure began.
     node = failed_node(run_dir) if exclude is None else None
@@ -138,7 +243,7 @@ def retry(
     next_job = job.submit_held(argv, env)
     if next_job is None:
         print(f"clusterkit: retry {attempt} of {limit} could not be submitted", flush=True)
-        return None
+        return Retried(None, False, "sbatch refused it")
     with (run_dir / RETRIES).open("a") as record:  # read by the retry itself before it takes this run over
         record.write(
             json.dumps(
@@ -148,6 +253,8 @@ def retry(
                     "after_job": job.slurm_job_id,
                     "excluded": ",".join(excluded),
                     "node": "" if node is None else str(node),
+                    "by": by,
+                    **({"cause": cause} if cause else {}),
                 }
             )
             + "\n"
@@ -159,7 +266,7 @@ def retry(
         + (f" (node {node}, where the failure began)" if node is not None else ""),
         flush=True,
     )
-    return next_job
+    return Retried(next_job, True)
 
 
 def end_secrets(path: Optional[Path]) -> None:

@@ -25,6 +25,16 @@ REQUEUED = "requeued"
 # line per retry (job_id, after_job, excluded hosts, node); read by status, which follows the newest,
 # and by the retry itself before it takes the run over.
 RETRIES = "retries.jsonl"
+# The supervisor, each time it starts the launch again on a spare node in the same job: one JSON line
+# (restart, job_id, dropped hosts, why, failed_at, restarted_at); read by status.
+RESTARTS = "restarts.jsonl"
+# Taken (flock) by whoever decides on and records a retry: the supervisor, `clusterkit watch` and
+# `clusterkit cancel`; under it retries.jsonl is read, a retry submitted and its line written, so
+# a failed job is retried at most once.
+RETRY_LOCK = "retries.lock"
+# Written by `clusterkit cancel` (for SLURM under RETRY_LOCK, before scancel): no retry starts the run
+# again; read by the supervisor's retry, `clusterkit watch` and (the local executor) status.
+CANCELLED_MARKER = "cancelled"
 RANKS_DIR = "ranks"  # per-node and per-rank records below; created by the node agents and the runner
 METRICS = "metrics.jsonl"  # the runner, rank 0, one JSON line per log step; read by --follow, bench and the watchdog
 # Touched by a script's ranks at each step (the watchdog's other sign of progress): $CLUSTERKIT_HEARTBEAT.

@@ -24,8 +24,14 @@ STACKS_SIGNAL = signal.SIGWINCH
 # scancel --signal has no name for it (found on the dev cluster: "Unknown job signal: WINCH"): its
 # number, 28 on Linux on every architecture.
 STACKS_SIGNAL_NUMBER = int(STACKS_SIGNAL)
-# rank<R>-node<N>-pid<P>.txt; a process that is not a rank's own (a launcher, a data loader) is "child"
-_FILE = re.compile(r"^rank(?P<rank>\d+|-)-node(?P<node>\d+|-)-pid(?P<pid>\d+)(?P<child>-child)?\.txt$")
+# rank<R>-node<N>-pid<P>.txt; a process a rank started (a data loader) is "-child"; ".pyspy": py-spy's
+# dump of a rank that did not answer the signal (pyspy.py).
+_FILE = re.compile(
+    r"^rank(?P<rank>\d+|-)-node(?P<node>\d+|-)-pid(?P<pid>\d+)(?P<child>-child)?(?P<pyspy>\.pyspy)?\.txt$"
+)
+# py-spy dump's own format: 'Thread 123 (idle): "MainThread"', then '    func (file.py:12)' lines
+_PYSPY_THREAD = re.compile(r'^Thread (?P<id>\S+) \([^)]*\)(?:: "(?P<name>.*)")?$')
+_PYSPY_FRAME = re.compile(r"^\s+(?P<func>.+) \((?P<file>.+):(?P<line>\d+)\)$")
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+)")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
 
@@ -42,6 +48,7 @@ class Sample:
     pid: int
     child: bool
     threads: List[Tuple[bool, List[Frame]]] = field(default_factory=list)  # (current, frames)
+    method: str = "faulthandler"  # or py-spy
 
     def to_dict(self, hosts: Sequence[str] = ()) -> dict:
         return {
@@ -50,6 +57,7 @@ class Sample:
             "host": node_name(self.node, hosts),
             "pid": self.pid,
             "child": self.child,
+            "method": self.method,
             "where": _frame_text(self.where),
             "threads": [
                 {"current": current, "frames": [{"file": f, "line": n, "function": fn} for f, n, fn in frames]}
@@ -64,6 +72,29 @@ class Sample:
             if current and frames:
                 return frames[0]
         return self.threads[0][1][0] if self.threads and self.threads[0][1] else None
+
+
+def parse_pyspy(text: str) -> List[Tuple[bool, List[Frame]]]:
+    """The threads of py-spy's dump (the last, where the text holds several); the main thread counts
+    as the one that would have taken the signal."""
+    threads: List[Tuple[bool, List[Frame]]] = []
+    for line in text.splitlines():
+        if line.startswith("Process "):
+            threads = []  # a newer dump starts
+            continue
+        thread = _PYSPY_THREAD.match(line)
+        if thread:
+            threads.append((thread.group("name") == "MainThread", []))
+            continue
+        frame = _PYSPY_FRAME.match(line)
+        if frame and threads:
+            threads[-1][1].append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+    return threads
+
+
+def dump_pid(name: str) -> Optional[int]:
+    match = _FILE.match(name)
+    return int(match.group("pid")) if match else None
 
 
 def parse(text: str) -> List[Tuple[bool, List[Frame]]]:
@@ -137,7 +168,8 @@ def collect(
                 _number(match.group("node")),  # type: ignore[union-attr]
                 int(match.group("pid")),  # type: ignore[union-attr]
                 bool(match.group("child")),  # type: ignore[union-attr]
-                parse(text),
+                parse_pyspy(text) if match.group("pyspy") else parse(text),  # type: ignore[union-attr]
+                "py-spy" if match.group("pyspy") else "faulthandler",  # type: ignore[union-attr]
             )
         )
     return samples
@@ -201,7 +233,15 @@ def summarise(samples: Sequence[Sample], world: int, hosts: Sequence[str] = (), 
     return Summary(groups, odd, missing, "; ".join(parts) or "no stacks came back")
 
 
-METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize in every Python process)"
+METHOD = "faulthandler (SIGWINCH, registered by the supervisor's sitecustomize in every rank and its children)"
+
+
+def method(samples: Sequence[Sample]) -> str:
+    """How the stacks were taken: faulthandler, and py-spy for the ranks that did not answer it."""
+    spied = sorted({s.rank for s in samples if s.method == "py-spy" and s.rank is not None})
+    if not spied:
+        return METHOD
+    return f"{METHOD}; py-spy for rank{'s' if len(spied) > 1 else ''} {', '.join(map(str, spied))}, which did not answer it"
 
 
 def record(
@@ -224,7 +264,7 @@ def record(
         "serial": serial,  # grows with each taking: a reader waits for a new one
         "time": time.time(),
         "reason": reason,
-        "method": METHOD,
+        "method": method(samples),
         "summary": summary.to_dict(),
         "processes": [sample.to_dict(hosts) for sample in samples],
     }

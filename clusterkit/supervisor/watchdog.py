@@ -28,23 +28,27 @@ WATCH_EVERY_S = 0.5  # how often a stacks request is looked for while the launch
 Mark = Tuple[Optional[Tuple[int, int]], ...]
 
 
+def progress_mark(run_dir: Path) -> Mark:
+    """The progress files as they are now: a change is progress."""
+    marks = []
+    for path in (run_dir / METRICS, run_dir / HEARTBEAT):
+        try:
+            status = path.stat()
+            marks.append((status.st_size, status.st_mtime_ns))
+        except OSError:
+            marks.append(None)
+    return tuple(marks)
+
+
 class Progress:
     def __init__(self, run_dir: Path, watchdog: Watchdog, clock: Callable[[], float] = time.monotonic) -> None:
-        self.paths: List[Path] = [run_dir / METRICS, run_dir / HEARTBEAT]
-        self.watchdog, self.clock = watchdog, clock
+        self.run_dir, self.watchdog, self.clock = run_dir, watchdog, clock
         self.mark = self._mark()
         self.since = clock()
         self.started = False  # the launch has made progress once
 
     def _mark(self) -> Mark:
-        marks = []
-        for path in self.paths:
-            try:
-                status = path.stat()
-                marks.append((status.st_size, status.st_mtime_ns))
-            except OSError:
-                marks.append(None)
-        return tuple(marks)
+        return progress_mark(self.run_dir)
 
     def stalled(self) -> Optional[str]:
         """Why the launch counts as hung now, or None while it makes progress."""
@@ -79,23 +83,38 @@ class Hang:
 
 class Watcher:
     """Watches a started launch until it ends: the stacks when asked (``asked``, set by the
-    supervisor's SIGWINCH handler), and the watchdog's verdicts."""
+    supervisor's SIGWINCH handler), and the watchdog's verdicts, each also told ``notify``
+    (``hang`` and its line: Notifier.send)."""
 
-    def __init__(self, plan: LaunchPlan, job: JobEnvironment, run_dir: Path, hosts: Sequence[str]) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        job: JobEnvironment,
+        run_dir: Path,
+        hosts: Sequence[str],
+        notify: Callable[[str, str], None] = lambda event, text: None,
+    ) -> None:
         self.plan, self.job, self.run_dir, self.hosts = plan, job, run_dir, list(hosts)
+        self.notify = notify
         self.world = plan.train_nodes * plan.slots_per_node
         self.asked = False
         self.hang: Optional[Hang] = None
+        # Called once, when the launch first makes progress (a restart's time lost ends there).
+        self.on_first_progress: Optional[Callable[[], None]] = None
 
     def watch(self, running: Running, clock: Callable[[], float] = time.monotonic) -> int:
         watchdog = self.plan.watchdog
         progress = Progress(self.run_dir, watchdog, clock) if watchdog else None
         hung_at: Optional[Mark] = None  # the progress files when a hang was recorded and the launch went on
         every = min(WATCH_EVERY_S, progress.poll_s) if progress else WATCH_EVERY_S
+        first, started_at = self.on_first_progress, progress_mark(self.run_dir)
         while True:
             code = running.poll(every)
             if code is not None:
                 return code
+            if first is not None and progress_mark(self.run_dir) != started_at:
+                first()
+                first = None
             if self.asked:
                 self.asked = False
                 self.take("asked (clusterkit stacks)")
@@ -112,6 +131,7 @@ class Watcher:
             odd = sorted({stacks.node_name(node, self.hosts) for _, node, _ in summary.odd if node is not None})
             self._record(why, summary, odd)
             print(f"clusterkit: HUNG: {why}: {summary.line}", flush=True)
+            self.notify("hang", f"HUNG: {why}: {summary.line} (watchdog.action: {watchdog.action})")
             if watchdog.action == "stacks":
                 hung_at = progress.mark
                 progress.rearm()

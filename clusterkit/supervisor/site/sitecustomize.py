@@ -1,7 +1,8 @@
-"""On the path of the job's Python processes (the node agent puts this folder first on PYTHONPATH):
-each process registers faulthandler on SIGWINCH, writing the stacks of all its threads into the run
-directory when asked (``clusterkit stacks``, the supervisor's watchdog). SIGWINCH's default action
-is to ignore it, so asking disturbs nothing else. Then the environment's own sitecustomize, if one is
+"""On the path of the job's Python processes (the supervisor puts this folder first on PYTHONPATH):
+each rank's process, and each process a rank starts, registers faulthandler on SIGWINCH, writing
+the stacks of all its threads into the run directory when asked (``clusterkit stacks``, the
+supervisor's watchdog); the job's other Python processes (launchers, node agents, checks) write
+nothing. SIGWINCH's default action is to ignore it, so asking disturbs nothing else. Then the environment's own sitecustomize, if one is
 on the path after this folder, runs as it would have.
 
 Standard library only, and the ranks' own Python, whatever its version: plain syntax.
@@ -18,7 +19,10 @@ def _register():
     folder = os.environ.get("CLUSTERKIT_STACKS_DIR")
     if not folder or not hasattr(signal, "SIGWINCH"):
         return
-    # The rank's own process claims its name; what it starts (a data loader, a compile worker) is a child.
+    # A rank's own process (RANK set) claims its name; what it starts (a data loader, a compile worker)
+    # is a child of it; other processes of the job write nothing.
+    if getattr(sys, "_clusterkit_stacks", None) is not None:
+        return  # registered already
     child = os.environ.get("CLUSTERKIT_STACKS_CLAIMED") not in (None, "", str(os.getpid()))
 
     def open_file(is_child):
@@ -37,7 +41,9 @@ def _register():
             faulthandler.register(signal.SIGWINCH, file=out, all_threads=True, chain=True)
             sys._clusterkit_stacks = out  # open for the process's life: faulthandler writes to its descriptor
 
-    if "RANK" in os.environ and not child:
+    if not child and "RANK" not in os.environ:
+        return  # a launcher, a node agent, a check: no rank's, and one file per process costs the file system
+    if not child:
         os.environ["CLUSTERKIT_STACKS_CLAIMED"] = str(os.getpid())
     register(child)
     if hasattr(os, "register_at_fork"):  # a forked child writes a file of its own, not into its parent's
@@ -58,8 +64,14 @@ def _chain():
         spec.loader.exec_module(module)
 
 
-try:
-    _register()
-except Exception:  # never the reason a rank does not start
-    pass
+def register_stacks():
+    """Register, once RANK is known (``supervisor rank`` learns it after the process started)."""
+    try:
+        _register()
+    except Exception:  # never the reason a rank does not start
+        pass
+
+
+sys._clusterkit_register_stacks = register_stacks  # the chained sitecustomize below replaces this module's name
+register_stacks()
 _chain()
