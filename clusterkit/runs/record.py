@@ -21,6 +21,7 @@ from clusterkit.errors import BadRunRecord, RunNotFound
 from clusterkit.spec.bounded_read import RECORD_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.layout import RUN_RECORD
 from clusterkit.spec.profile import Login
+from clusterkit.supervisor.run_files import json_objects
 
 # A job id names files and directories and is matched in globs: one plain word, no path or pattern.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z_.-]+$")]
@@ -84,15 +85,7 @@ class RunRecord:
 def metric_records(text: str) -> list[dict[str, Any]]:
     """The records of metrics.jsonl text; a line that is not a JSON object (one cut short when its
     rank was killed mid-write) is left out rather than failing the reader."""
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return json_objects(text)
 
 
 def read_record(run_dir: Path) -> RunRecord:

@@ -38,6 +38,7 @@ from .run_files import (
     RETRIES,
     RETRY_LOCK,
     batch_log,
+    json_objects,
     node_exit,
 )
 
@@ -104,34 +105,19 @@ def failed_node(run_dir: Path) -> Optional[int]:
 def retry_records(run_dir: Path) -> List[dict]:
     """The lines of the run's retries.jsonl (each retry submitted), damaged ones left out."""
     try:
-        lines = (run_dir / RETRIES).read_text().splitlines()
+        return json_objects((run_dir / RETRIES).read_text())
     except OSError:
         return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def excluded_so_far(run_dir: Path) -> List[str]:
     """The hosts earlier retries of this run excluded, and the nodes its jobs dropped for a spare."""
     hosts = [host for record in retry_records(run_dir) for host in str(record.get("excluded") or "").split(",") if host]
     try:
-        lines = (run_dir / RESTARTS).read_text().splitlines()
+        restarts = json_objects((run_dir / RESTARTS).read_text())
     except OSError:
         return hosts
-    for line in lines:
-        try:
-            dropped = json.loads(line).get("dropped")
-        except (ValueError, AttributeError):
-            continue
-        hosts += [str(host) for host in dropped or () if isinstance(host, str)]
-    return hosts
+    return hosts + [host for restart in restarts for host in restart.get("dropped") or () if isinstance(host, str)]
 
 
 def slow_hosts(run_dir: Path, hosts: Sequence[str]) -> List[str]:

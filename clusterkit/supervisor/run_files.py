@@ -88,3 +88,19 @@ def step_times(rank: Union[int, str]) -> str:
 def batch_log(job_id: str, stream: str) -> str:
     """The batch shell's output (sbatch --output, the local executor): node 0's log, shared."""
     return node_log(job_id, 0, stream)
+
+
+def json_objects(text: str) -> "list[dict]":
+    """The JSON objects of a JSON-lines file's text; a line that is none (cut short when its writer
+    was killed mid-write) is left out rather than failing the reader."""
+    import json
+
+    found = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            found.append(record)
+    return found
