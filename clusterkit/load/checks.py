@@ -316,7 +316,7 @@ def _fit_memory(
     families only: the meta-device fallback would import torch on the validate path). Where
     gradient checkpointing makes a trainer task fit and the recipe leaves it unset, it is turned
     on (a GPU default), said in a warning; ``gradient_checkpointing: false`` keeps it off."""
-    from clusterkit.estimate.memory import GIB, Layout, estimate, optimizer_kind
+    from clusterkit.estimate.memory import GIB, Layout, estimate, fused_attention, optimizer_kind
     from clusterkit.estimate.modelsize import CLOSED_FORM_FAMILIES, model_shape
 
     if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
@@ -333,6 +333,7 @@ def _fit_memory(
             optimizer_kind(args.get("optim")),
             profile.accelerator,
             recipe.resources.gpus_per_node,
+            fused_attention(recipe),
         ).total
 
     layout, available = Layout.of_recipe(recipe), profile.gpu.memory_gb * GIB
