@@ -4,6 +4,7 @@ once per session; the training tests run real torchrun / DeepSpeed processes on 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.module.__name__ in FAST_MODULES and not {"slurm", "train"} & {m.name for m in item.iter_markers()}:
             item.add_marker(pytest.mark.fast)
+
+
+def interruptible() -> None:
+    """A child's preexec_fn for tests that Ctrl-C it: SIGINT back to its default. A shell without job
+    control starts background commands (``bin/test &``, nohup in a script) with SIGINT ignored, the
+    children inherit that, and Python then installs no KeyboardInterrupt: the test's Ctrl-C would be
+    lost and the test hang, for a reason that is the runner's, not clusterkit's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(
