@@ -434,3 +434,29 @@ def test_gres_text_is_read_as_slurm_writes_it() -> None:
         ("gpu", "v100", 2),
     ]
     assert read_gres("gpu:\u00b2") == ()  # a digit Python knows but int() need not
+
+
+def test_json_has_the_documented_shape(tmp_path: Path, fake, capsys) -> None:
+    import json
+
+    from test_json_shapes import as_documented
+
+    assert run(["profile", "init", "dev-probed", "-o", str(tmp_path / "x.yaml"), "--json"]) == 0
+    done = type("Done", (), {"stdout": capsys.readouterr().out})
+    as_documented(done, "clusterkit profile init --json NAME")
+    assert json.loads(done.stdout)["found_by_name"] is False  # -o elsewhere: cluster: dev-probed does not find it
+
+
+def test_a_profile_another_folder_shadows_is_said(
+    tmp_path: Path, fake, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "clusters").mkdir()
+    (tmp_path / "clusters" / "site.yaml").write_text((REPO / "recipes" / "clusters" / "dev.yaml").read_text())
+    assert run(["profile", "init", "site"]) == 0
+    written = tmp_path / "config" / "clusterkit" / "clusters" / "site.yaml"
+    assert (
+        f"a recipe's cluster: site finds {tmp_path / 'clusters' / 'site.yaml'} first: write cluster: {written}\n"
+        in (capsys.readouterr().out)
+    )

@@ -172,9 +172,8 @@ def cmd_profile_init(args: argparse.Namespace, host=None) -> int:
     if not errors:
         print(f"the tiny recipe ({TINY_RECIPE}) validates on it")
     if not by_name:
-        print(
-            f"cluster: {args.name} finds {found or 'no profile'} here, not this one: name the file (cluster: {target})"
-        )
+        shadow = f"finds {found} first" if found else "does not find it from here (not in a profile folder)"
+        print(f"a recipe's cluster: {args.name} {shadow}: write cluster: {target}")
     return EXIT_FAILURE if errors else 0
 
 
