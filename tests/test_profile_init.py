@@ -460,3 +460,19 @@ def test_a_profile_another_folder_shadows_is_said(
         f"a recipe's cluster: site finds {tmp_path / 'clusters' / 'site.yaml'} first: write cluster: {written}\n"
         in (capsys.readouterr().out)
     )
+
+
+def test_slurms_placeholders_are_not_taken_for_values() -> None:
+    """RealMemory=1 is SLURM's default for a node slurm.conf gives no memory (a --mem=1M would kill
+    every job where memory is enforced); a partition not UP and nodes that list no partition are said."""
+    unset = node("n1", "gpu:4", partitions="(null)").replace("RealMemory=2000000", "RealMemory=1")
+    down = partition("gpu").replace("State=UP", "State=DOWN")
+    draft = draft_profile(read_site(FakeHost(cluster([down], [unset]))), "x")
+    assert "mem_per_node" not in draft.values and draft.values["gpus_per_node"] == 4
+    assert [
+        line.split(":")[0] for line in draft.undetermined if not line.startswith(("gpu", "interconnect", "sbatch"))
+    ] == [
+        "nodes",
+        "partition",
+        "mem_per_node",
+    ]

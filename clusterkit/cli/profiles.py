@@ -18,8 +18,13 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import EXIT_FAILURE, print_json, with_host_keys, with_json
+
+if TYPE_CHECKING:
+    from clusterkit.schedulers.host import Host
+    from clusterkit.spec.profile import Login
 
 # Validated against the new profile: the shipped tiny recipe on one node of it.
 TINY_RECIPE = "tiny-gpt2-cpu"
@@ -53,7 +58,7 @@ def output_path(args: argparse.Namespace) -> Path:
 
 
 @contextlib.contextmanager
-def cluster_host(args: argparse.Namespace) -> Iterator[tuple[object, object]]:
+def cluster_host(args: argparse.Namespace) -> Iterator[tuple[Host, Login | None]]:
     """Where SLURM is asked, and the login node the new profile names (None: this machine)."""
     from clusterkit.errors import UsageError
     from clusterkit.schedulers.api import is_this_host, open_scheduler
@@ -79,7 +84,7 @@ def cluster_host(args: argparse.Namespace) -> Iterator[tuple[object, object]]:
         yield scheduler.host, login
 
 
-def _login(host: str):
+def _login(host: str) -> Login:
     import msgspec
 
     from clusterkit.errors import UsageError
@@ -127,14 +132,14 @@ def tiny_recipe_check(target: Path, gpus_per_node: int) -> tuple[list[str], list
     return [], checked.warnings
 
 
-def cmd_profile_init(args: argparse.Namespace, host=None) -> int:
+def cmd_profile_init(args: argparse.Namespace) -> int:
     from clusterkit.diagnose.site_profile import draft_profile, one_line, profile_yaml
     from clusterkit.load.user_config import load_user_config
     from clusterkit.schedulers.slurm_site import read_site
     from clusterkit.spec.profile import find_profile
 
     target = output_path(args)  # before the cluster is asked: a name or path that cannot be written stops here
-    with contextlib.nullcontext((host, None)) if host is not None else cluster_host(args) as (where, login):
+    with cluster_host(args) as (where, login):
         site = read_site(where)
     draft = draft_profile(site, args.name, args.partition, login)
     heading = (

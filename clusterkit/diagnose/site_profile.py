@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import SchedulerError, UsageError
 from clusterkit.schedulers.slurm_site import Node, Partition, SlurmSite
 from clusterkit.spec.profile import ClusterProfile, Login
 from clusterkit.spec.recipe import SLURM_TIME_PATTERN
@@ -61,7 +61,16 @@ class Draft:
 def draft_profile(site: SlurmSite, name: str, partition: str | None = None, login: Login | None = None) -> Draft:
     draft = Draft()
     chosen = choose_partition(site.partitions, partition)
-    nodes = [node for node in site.nodes if chosen.name in node.partitions] or list(site.nodes)
+    nodes = [node for node in site.nodes if chosen.name in node.partitions]
+    if not nodes:
+        nodes = list(site.nodes)
+        draft.undetermined.append(
+            f"nodes: no node lists partition {chosen.name} (Partitions=): every node's values are used"
+        )
+    if chosen.state != "UP":
+        draft.undetermined.append(
+            f"partition: {chosen.name} is {chosen.state or 'in no state'} (State=), not UP: jobs wait"
+        )
     draft.set("name", name, "the name given to clusterkit profile init")
     draft.set(
         "description",
@@ -110,7 +119,7 @@ def _keep_valid(draft: Draft) -> None:
 def choose_partition(partitions: tuple[Partition, ...], wanted: str | None) -> Partition:
     names = ", ".join(repr(p.name) for p in partitions)
     if not partitions:
-        raise UsageError("scontrol show partition lists no partition: nothing to write a profile for")
+        raise SchedulerError("scontrol show partition lists no partition: nothing to write a profile for")
     if wanted is not None:
         for partition in partitions:
             if partition.name == wanted:
@@ -177,11 +186,14 @@ def _cpus_and_memory(draft: Draft, nodes: list[Node]) -> None:
     else:
         draft.set("cpus_per_node", 1, "NOT DETERMINED: scontrol show node gave no CPU count")
         draft.undetermined.append("cpus_per_node: no node says its CPU count (CPUTot): set it (1 is written)")
-    memory = [node.memory_mb for node in nodes if node.memory_mb]
+    # RealMemory=1 is SLURM's default for a node whose memory slurm.conf does not give: unknown, not 1 MB.
+    memory = [node.memory_mb for node in nodes if node.memory_mb and node.memory_mb > 1]
     if memory:
         draft.set("mem_per_node", f"{min(memory)}M", _spread("RealMemory (MB, less MemSpecLimit)", memory, len(nodes)))
     else:
-        draft.undetermined.append("mem_per_node: no node says its memory (RealMemory): left to SLURM's default")
+        draft.undetermined.append(
+            "mem_per_node: no node says its memory (RealMemory unset or 1): left to SLURM's default"
+        )
 
 
 def _max_time(draft: Draft, partition: Partition) -> None:
