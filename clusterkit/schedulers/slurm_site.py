@@ -9,6 +9,7 @@ none given a value of the user's. ``clusterkit profile init`` writes a cluster p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from clusterkit.errors import SchedulerError
@@ -42,7 +43,6 @@ class Partition:
     default: bool
     max_time: str | None  # as SLURM writes it; None: UNLIMITED
     state: str
-    line: str  # scontrol's line, for the profile's comments
 
 
 @dataclass(frozen=True)
@@ -93,52 +93,51 @@ def help_options(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"(?m)^\s+(?:-\w[ ,]\s*)?--([a-z][a-z0-9-]*)", text))
 
 
-def read_partitions(output: str) -> tuple[Partition, ...]:
-    found = []
+def _records(output: str, key: str) -> Iterator[dict[str, str]]:
+    """The Key=value fields of each line of an ``scontrol --oneliner show`` that names a ``key``."""
     for line in output.split("\n"):  # SLURM's lines end so; splitlines() would also cut at \x85
         fields = oneliner_fields(line)
-        if fields.get("PartitionName") in _NONE | {None}:
-            continue
-        max_time = fields.get("MaxTime", "UNLIMITED")
-        found.append(
-            Partition(
-                name=fields["PartitionName"],
-                default=fields.get("Default") == "YES",
-                max_time=None if max_time in {"UNLIMITED", "INFINITE"} | _NONE else max_time,
-                state=fields.get("State", ""),
-                line=line,
-            )
-        )
-    return tuple(found)
+        if fields.get(key, "") not in _NONE:
+            yield fields
+
+
+def read_partitions(output: str) -> tuple[Partition, ...]:
+    return tuple(_partition(fields) for fields in _records(output, "PartitionName"))
+
+
+def _partition(fields: dict[str, str]) -> Partition:
+    max_time = fields.get("MaxTime", "UNLIMITED")
+    return Partition(
+        name=fields["PartitionName"],
+        default=fields.get("Default") == "YES",
+        max_time=None if max_time in {"UNLIMITED", "INFINITE"} | _NONE else max_time,
+        state=fields.get("State", ""),
+    )
 
 
 def read_nodes(output: str) -> tuple[Node, ...]:
-    found = []
-    for line in output.split("\n"):  # SLURM's lines end so; splitlines() would also cut at \x85
-        fields = oneliner_fields(line)
-        if fields.get("NodeName") in _NONE | {None}:
-            continue
-        memory = _number(fields.get("RealMemory"))
-        if memory is not None:
-            memory -= _number(fields.get("MemSpecLimit")) or 0
-        features = [
-            feature
-            for key in ("AvailableFeatures", "ActiveFeatures")
-            for feature in fields.get(key, "").split(",")
-            if feature not in _NONE
-        ]
-        found.append(
-            Node(
-                name=fields["NodeName"],
-                partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p not in _NONE),
-                cpus=_number(fields.get("CPUEfctv")) or _number(fields.get("CPUTot")),
-                memory_mb=memory,
-                gres=read_gres(fields.get("Gres", "")),
-                features=tuple(dict.fromkeys(features)),
-                gres_text=fields.get("Gres", ""),
-            )
-        )
-    return tuple(found)
+    return tuple(_node(fields) for fields in _records(output, "NodeName"))
+
+
+def _node(fields: dict[str, str]) -> Node:
+    memory = _number(fields.get("RealMemory"))
+    if memory is not None:
+        memory -= _number(fields.get("MemSpecLimit")) or 0
+    features = [
+        feature
+        for key in ("AvailableFeatures", "ActiveFeatures")
+        for feature in fields.get(key, "").split(",")
+        if feature not in _NONE
+    ]
+    return Node(
+        name=fields["NodeName"],
+        partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p not in _NONE),
+        cpus=_number(fields.get("CPUEfctv")) or _number(fields.get("CPUTot")),
+        memory_mb=memory,
+        gres=read_gres(fields.get("Gres", "")),
+        features=tuple(dict.fromkeys(features)),
+        gres_text=fields.get("Gres", ""),
+    )
 
 
 def read_gres(text: str) -> tuple[Gres, ...]:
