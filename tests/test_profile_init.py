@@ -476,3 +476,13 @@ def test_slurms_placeholders_are_not_taken_for_values() -> None:
         "partition",
         "mem_per_node",
     ]
+
+
+def test_a_config_folder_that_is_a_file_stops_before_the_cluster_is_asked(
+    tmp_path: Path, fake, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    (tmp_path / "config" / "clusterkit").mkdir(parents=True)
+    (tmp_path / "config" / "clusterkit" / "clusters").write_text("a file\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert run(["profile", "init", "x"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and fake["host"].asked == []

@@ -54,6 +54,8 @@ def output_path(args: argparse.Namespace) -> Path:
         raise PathError(f"{target}: already exists; nothing written (give another NAME, or -o FILE)")
     if args.output and not target.parent.is_dir():
         raise PathError(f"{target.parent}: no such folder; nothing written")
+    if not args.output:
+        target.parent.mkdir(parents=True, exist_ok=True)  # the user's own profiles: made on first use
     return target
 
 
@@ -147,8 +149,6 @@ def cmd_profile_init(args: argparse.Namespace) -> int:
         "(scontrol show partition/node/config, sbatch --help, srun --help). Each value's comment says where\n"
         "it came from; check the ones NOT DETERMINED. Every key: docs/reference/profile.md"
     )
-    if not args.output:
-        target.parent.mkdir(parents=True, exist_ok=True)
     write_new(target, profile_yaml(draft, heading))
     errors, warnings = tiny_recipe_check(target, draft.values["gpus_per_node"])
     found = find_profile(args.name, Path.cwd(), load_user_config().profile_directories())
