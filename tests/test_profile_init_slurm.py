@@ -1,6 +1,7 @@
 """`clusterkit profile init` on the real dev cluster: the profile it writes from what SLURM says is
 one a recipe validates, renders and runs on (submitted, waited for, COMPLETED), found by its name
-from the user's own profile folder. (In-process, against captured output: test_profile_init.py.)"""
+from the user's own profile folder; asked over SSH through an existing profile's login node, the new
+profile names that login node. (In-process, against captured output: test_profile_init.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+import test_remote
 from conftest import REPO, run_cli
+from test_remote import Remote
 
 pytestmark = pytest.mark.slurm
+remote = test_remote.remote  # the login node (a real sshd) in front of the dev cluster, for this module too
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
 
 
@@ -61,3 +65,14 @@ def test_profile_init_writes_a_profile_a_job_runs_on(dev_cluster: str, tmp_path:
     assert json.loads(status.stdout)["state"] == "COMPLETED"
     ranks = sorted((Path(run["run"]["run_dir"]) / "contract").glob("rank-*.json"))
     assert len(ranks) == gpus
+
+
+def test_profile_init_over_ssh_asks_the_login_node_and_names_it(remote: Remote) -> None:
+    existing = remote.profile("prod", "profile-init")
+    out = remote.laptop / "probed-over-ssh.yaml"
+    done = remote.cli("profile", "init", "probed", "--cluster", str(existing), "-o", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    written = yaml.safe_load(text)
+    assert written["login"]["host"] == "cluster-login" and written["partition"] == "debug"
+    assert "asked on this machine" not in text and "the tiny recipe (tiny-gpt2-cpu) validates on it" in done.stdout
