@@ -486,3 +486,14 @@ def test_a_config_folder_that_is_a_file_stops_before_the_cluster_is_asked(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert run(["profile", "init", "x"]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and fake["host"].asked == []
+
+
+def test_pyxis_and_apptainer_are_found_and_the_container_block_to_add_is_written(tmp_path: Path) -> None:
+    answers = cluster([partition("gpu")], [node("n1", "gpu:8")])
+    answers[("srun", "--help")] += "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH  [pyxis] the image\n"
+    draft, text = written_round_trip(tmp_path, FakeHost(answers, tools="apptainer\nenroot\n"))
+    assert "# pyxis is here (srun --help lists --container-image): to run jobs in an image add\n" in text
+    assert "# container: {image: /path/to/image.sif, runtime: apptainer}\n" in text
+    assert "container" not in draft.values  # the image is the user's to name
+    plain = read_site(FakeHost(REAL, tools="sh: 1: weird\x1boutput\n"))
+    assert plain.container_tools == () and not [n for n in draft_profile(plain, "x").notes if "container" in n]
