@@ -115,6 +115,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit sync runs/tiny-gpt2/4242              # wandb sync of its offline runs",
         "clusterkit sync 4242 --dry-run                   # what wandb would upload",
     ),
+    "profile": (
+        "clusterkit profile init my-site                     # on the login node: ~/.config/clusterkit/clusters/my-site.yaml",
+        "clusterkit profile init my-site-a100 --partition a100 --json",
+        "clusterkit profile init site-b --login login.site-b.org --json   # asked there over SSH",
+    ),
     "config": (
         "clusterkit config                     # every setting, its value and where it came from",
         "clusterkit config recipes/tiny-gpt2-cpu.yaml --cluster dev --json",
