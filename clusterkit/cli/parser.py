@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from clusterkit.cli import (
     completion,
     config,
+    gpus,
     hub,
     into_job,
     jobs,
@@ -34,7 +35,7 @@ from clusterkit.cli.examples import add_examples
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, top, watch, stacks, into_job, tracking, plot, node, config, completion)
+COMMAND_GROUPS = (recipes, hub, jobs, gpus, runs, top, watch, stacks, into_job, tracking, plot, node, config, completion)
 
 
 class Parser(argparse.ArgumentParser):

@@ -118,6 +118,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if status.reason:
             line += f"  ({status.reason})"
         print(line)
+        if status.explanation:  # a pending job: why, in words, and what to do
+            print(f"  {'NEVER RUNS' if status.never else 'waiting'}: {status.explanation}")
         if args.job:
             print(f"  run dir: {_where(record)}")
             print(
