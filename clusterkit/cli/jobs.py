@@ -164,7 +164,9 @@ def _test_only(prepared, args: argparse.Namespace) -> int:
             return None
         verdict = fit(found, asked) if found else None
         if verdict is not None and verdict.verdict == "never":
-            raise NeverRuns(printable(f"SLURM would never run this job in partition {verdict.partition}: {verdict.why}"))
+            raise NeverRuns(
+                printable(f"SLURM would never run this job in partition {verdict.partition}: {verdict.why}")
+            )
         return verdict
 
     with cluster_host(loaded.profile, args.accept_new_host_key) as scheduler:
