@@ -152,7 +152,7 @@ def gpu_gres(text: str) -> list[tuple[str, int]]:
     [("h100", 8)], ``gpu:2`` -> [("", 2)]; other kinds (mps, shard, nic) and "(null)" -> none."""
     found = []
     for item in _gres_items(text.strip()):
-        words = item.split("(", 1)[0].strip().split(":")
+        words = re.sub(r"\([^()]*\)$", "", item.strip()).split(":")  # less "(S:0-1)", "(IDX:0,2)"
         if words[0] != "gpu" or len(words) not in (2, 3):
             continue
         kind = words[1] if len(words) == 3 and words[1] != "(null)" else ""
