@@ -326,3 +326,16 @@ def test_status_of_a_job_that_can_never_run_says_so_in_one_line_and_json(
     shown = json.loads(capsys.readouterr().out)
     assert shown["reason"] == "DependencyNeverSatisfied" and shown["never"] is True
     assert shown["explanation"].startswith("a job it depends on ended")
+
+
+def test_json_shapes_are_as_documented(host: FakeHost, tmp_path: Path, capsys: pytest.CaptureFixture):
+    from test_json_shapes import DOCS, differences
+
+    assert run_cli_in_process(["gpus", TINY, "--json"]) == 0
+    assert differences(json.loads(capsys.readouterr().out), DOCS["clusterkit gpus --json [RECIPE]"][0]) == []
+    host.answers["sbatch"] = (0, "", ESTIMATE)
+    argv = ["submit", TINY, "--test-only", "--json", "--executor", "slurm", "--set", f"runs_dir={tmp_path}/runs"]
+    assert run_cli_in_process(argv) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert differences(shown, DOCS["clusterkit submit --test-only --json RECIPE"][0]) == []
+    assert shown["partition"]["verdict"] == "now"

@@ -45,7 +45,6 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",
         "clusterkit submit recipes/llama-7b-zero3-ib.yaml --dry-run",
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --test-only   # when would it start? queues nothing",
-        "clusterkit submit recipes/llama-1b-efa.yaml --executor ssh --chain 3",
         "clusterkit submit --resume runs/llama-7b-zero3/4242 --set resources.time=2-00:00:00",
     ),
     "sweep": (

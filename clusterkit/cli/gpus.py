@@ -1,8 +1,10 @@
 """``clusterkit gpus [RECIPE]``: the cluster's partitions, their GPUs and nodes, free and in all,
 from one ``sinfo`` (:mod:`clusterkit.schedulers.slurm_partitions`); with a recipe, where its job
 could start now, and where never. On this machine's SLURM, or the profile's login node over SSH.
+Also ``submit --test-only`` (SLURM's start estimate for the rendered job, and the partition's verdict).
 
-Exit codes: 0 the table; 1 SLURM could not be asked; 2 a recipe, profile or option is wrong."""
+Exit codes: 0 the table (the estimate); 1 SLURM could not be asked; 2 a recipe, profile or option is
+wrong, or (--test-only) SLURM would never run the job as it is."""
 
 from __future__ import annotations
 
@@ -134,6 +136,54 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if own is None:
         named = loaded.recipe.resources.partition
         print(_cell(f"  the recipe's partition {named!r} is not among them" if named else "  no default partition"))
+    return 0
+
+
+def test_only(prepared, args: argparse.Namespace) -> int:
+    """``submit --test-only``: SLURM's start estimate for exactly this job, and the partition's
+    verdict from sinfo (a time over its limit is never, though sbatch may not say so)."""
+    from clusterkit.errors import SchedulerError, UsageError, printable
+    from clusterkit.schedulers.slurm_partitions import asked_of, chosen_partition, fit, read_partitions
+    from clusterkit.schedulers.slurm_test_only import NeverRuns, estimate_start
+
+    request, loaded = prepared.request, prepared.loaded
+    if args.dry_run or args.follow:
+        raise UsageError("--test-only queues nothing: it goes without --dry-run and --follow")
+    if request.scheduler == "local":
+        raise UsageError("--test-only asks SLURM when the job would start; the local executor has no queue")
+    asked = asked_of(loaded.recipe, loaded.profile)
+
+    def verdict_in(host, partition: str | None):
+        """sinfo's verdict on the job in that partition; None where sinfo does not tell (sbatch's answer stands)."""
+        try:
+            found = chosen_partition(read_partitions(host), partition)
+        except SchedulerError:
+            return None
+        verdict = fit(found, asked) if found else None
+        if verdict is not None and verdict.verdict == "never":
+            raise NeverRuns(
+                printable(f"SLURM would never run this job in partition {verdict.partition}: {verdict.why}")
+            )
+        return verdict
+
+    with cluster_host(loaded.profile, args.accept_new_host_key) as scheduler:
+        try:
+            estimate = estimate_start(scheduler.host, request)
+        except NeverRuns:
+            verdict_in(scheduler.host, loaded.recipe.resources.partition)  # its words are the more precise
+            raise
+        verdict = verdict_in(scheduler.host, estimate.partition)
+    if args.json:
+        print_json({"estimate": estimate.to_json(), "partition": verdict.to_json() if verdict else None})
+        return 0
+    print(
+        printable(
+            f"job would start at {estimate.start} on {estimate.nodes} ({estimate.processors} processors, "
+            f"partition {estimate.partition}); nothing was queued"
+        )
+    )
+    if verdict is not None:
+        print(printable(f"partition {verdict.partition}: {verdict.why}"))
     return 0
 
 

@@ -108,7 +108,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     prepared = _prepare(args, [Override(("snapshot",), False)] if args.no_snapshot else [])
     request = prepared.request
     if args.test_only:
-        return _test_only(prepared, args)
+        from clusterkit.cli.gpus import test_only
+
+        return test_only(prepared, args)
     if args.dry_run:
         if args.json:
             print_json(request_json(request))
@@ -139,55 +141,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return _follow_array(record, scheduler)
         final = follow(record, scheduler.status, scheduler.run_file(record, METRICS))
         return 0 if final.state == COMPLETED else 1
-
-
-def _test_only(prepared, args: argparse.Namespace) -> int:
-    """``submit --test-only``: SLURM's start estimate for exactly this job, and the partition's
-    verdict from sinfo (a time over its limit is never, though sbatch may not say so)."""
-    from clusterkit.cli.gpus import cluster_host
-    from clusterkit.errors import SchedulerError, UsageError, printable
-    from clusterkit.schedulers.slurm_partitions import asked_of, chosen_partition, fit, read_partitions
-    from clusterkit.schedulers.slurm_test_only import NeverRuns, estimate_start
-
-    request, loaded = prepared.request, prepared.loaded
-    if args.dry_run or args.follow:
-        raise UsageError("--test-only queues nothing: it goes without --dry-run and --follow")
-    if request.scheduler == "local":
-        raise UsageError("--test-only asks SLURM when the job would start; the local executor has no queue")
-    asked = asked_of(loaded.recipe, loaded.profile)
-
-    def verdict_in(host, partition: str | None):
-        """sinfo's verdict on the job in that partition; None where sinfo does not tell (sbatch's answer stands)."""
-        try:
-            found = chosen_partition(read_partitions(host), partition)
-        except SchedulerError:
-            return None
-        verdict = fit(found, asked) if found else None
-        if verdict is not None and verdict.verdict == "never":
-            raise NeverRuns(
-                printable(f"SLURM would never run this job in partition {verdict.partition}: {verdict.why}")
-            )
-        return verdict
-
-    with cluster_host(loaded.profile, args.accept_new_host_key) as scheduler:
-        try:
-            estimate = estimate_start(scheduler.host, request)
-        except NeverRuns:
-            verdict_in(scheduler.host, loaded.recipe.resources.partition)  # its words are the more precise
-            raise
-        verdict = verdict_in(scheduler.host, estimate.partition)
-    if args.json:
-        print_json({"estimate": estimate.to_json(), "partition": verdict.to_json() if verdict else None})
-        return 0
-    print(
-        printable(
-            f"job would start at {estimate.start} on {estimate.nodes} ({estimate.processors} processors, "
-            f"partition {estimate.partition}); nothing was queued"
-        )
-    )
-    if verdict is not None:
-        print(printable(f"partition {verdict.partition}: {verdict.why}"))
-    return 0
 
 
 def _follow_array(record, scheduler) -> int:
