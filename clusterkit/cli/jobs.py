@@ -107,7 +107,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args, [Override(("snapshot",), False)] if args.no_snapshot else [])
     request = prepared.request
-    if args.test_only:
+    if getattr(args, "test_only", False):  # submit's; sweep shares this command
         from clusterkit.cli.gpus import test_only
 
         return test_only(prepared, args)
