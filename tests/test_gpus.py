@@ -81,7 +81,8 @@ def host(monkeypatch: pytest.MonkeyPatch):
     fake = FakeHost({"sinfo": (0, SINFO_DEV, ""), "mktemp": (0, "/tmp/tmp.Xy12\n", "")})
 
     @contextlib.contextmanager
-    def opened(profile, accept_new_host_key=False):
+    def opened(profile, accept_new_host_key=False, name=None):
+        fake.executor = name
         yield SimpleNamespace(host=fake)
 
     monkeypatch.setattr(gpus_cli, "cluster_host", opened)
@@ -224,6 +225,7 @@ def test_test_only_runs_exactly_the_rendered_job_and_leaves_nothing(
     script, mode = host.files["/tmp/tmp.Xy12/job.sbatch"]
     assert script.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in script and mode == 0o700
     assert host.removed == ["/tmp/tmp.Xy12"] and not runs.exists()  # no run directory, no staging
+    assert host.executor == "slurm"  # the request's executor asks
     # The same script submit would send: what --dry-run prints.
     assert run_cli_in_process(["submit", TINY, "--dry-run", "--executor", "slurm", "--set", f"runs_dir={runs}"]) == 0
     assert capsys.readouterr().out == script

@@ -15,13 +15,13 @@ from pathlib import Path
 from clusterkit.cli.common import print_columns, print_json, with_host_keys, with_json, with_overrides
 
 
-def cluster_host(profile, accept_new_host_key: bool = False) -> AbstractContextManager:
-    """The adapter of the profile's cluster (its ``host`` runs SLURM's commands): SLURM here, or
-    the login node over SSH; refused where there is neither."""
+def cluster_host(profile, accept_new_host_key: bool = False, name: str | None = None) -> AbstractContextManager:
+    """The adapter of the profile's cluster (its ``host`` runs SLURM's commands): ``name``'s (a
+    request's executor), by default SLURM here or the login node over SSH; refused where there is neither."""
     from clusterkit.errors import UsageError
     from clusterkit.schedulers.api import default_scheduler, open_scheduler
 
-    name = default_scheduler(profile)
+    name = name or default_scheduler(profile)
     if name == "local":
         raise UsageError(
             f"no SLURM on this machine (sbatch is not on PATH) and cluster profile {profile.name!r} "
@@ -166,7 +166,7 @@ def test_only(prepared, args: argparse.Namespace) -> int:
             )
         return verdict
 
-    with cluster_host(loaded.profile, args.accept_new_host_key) as scheduler:
+    with cluster_host(loaded.profile, args.accept_new_host_key, request.scheduler) as scheduler:
         try:
             estimate = estimate_start(scheduler.host, request)
         except NeverRuns:
