@@ -151,7 +151,8 @@ def test_hostile_partition_names_break_neither_table_nor_json(host: FakeHost, ca
     assert run_cli_in_process(["gpus"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "evil\\x1b[2J\\x07*" in out
-    assert len(out.splitlines()) == 2  # the header and the one whole line; "br\neak" is no node line
+    # The header, the one whole line ("br\neak" is no node line) and that the profile's debug is not listed.
+    assert len(out.splitlines()) == 3 and "partition debug is not among them" in out
     assert run_cli_in_process(["gpus", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [p["partition"] for p in shown["partitions"]] == ["evil\x1b[2J\x07"]
@@ -165,6 +166,7 @@ def test_gpus_prints_the_table_and_json_from_one_sinfo(host: FakeHost, capsys: p
     assert lines[1].split() == ["h100", "h100", "8", "10/40", "1/5", "1", "1", "0", "3", "2-00:00:00"]
     assert lines[2].split()[:3] == ["mix", "a100,v100", "6"]
     assert lines[3].split()[:3] == ["cpu*", "-", "0"]
+    assert lines[4] == "cluster profile dev's partition debug is not among them"
     assert len(host.calls) == 1
     assert run_cli_in_process(["gpus", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)

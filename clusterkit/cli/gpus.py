@@ -106,6 +106,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
             print_json({"cluster": profile.name, "partitions": [p.to_json() for p in found], "recipe": None})
         else:
             print_columns(partition_rows(found))
+            if profile.partition and all(partition.name != profile.partition for partition in found):
+                print(_cell(f"cluster profile {profile.name}'s partition {profile.partition} is not among them"))
         return 0
     asked = asked_of(loaded.recipe, profile)
     verdicts = fits(found, asked)
