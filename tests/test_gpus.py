@@ -343,3 +343,17 @@ def test_json_shapes_are_as_documented(host: FakeHost, tmp_path: Path, capsys: p
     shown = json.loads(capsys.readouterr().out)
     assert differences(shown, DOCS["clusterkit submit --test-only --json RECIPE"][0]) == []
     assert shown["partition"]["verdict"] == "now"
+
+
+def test_an_array_or_chain_waiting_tells_its_waiting_tasks_reason():
+    from clusterkit.runs.arrays import array_status, chain_status
+
+    def pending(reason):
+        return slurm_status({"JobState": "PENDING", "Reason": reason, "ExitCode": "0:0"}, None)
+
+    done = slurm_status({"JobState": "COMPLETED", "Reason": "None", "ExitCode": "0:0"}, None)
+    array = array_status([done, pending("BadConstraints"), pending("JobArrayTaskLimit")])
+    assert array.state == "RUNNING" and array.reason == "1 COMPLETED, 2 PENDING" and array.never
+    assert "constraint" in array.explanation
+    chain = chain_status([done, pending("Resources")], done)
+    assert chain.reason == "link 2 of 2" and "enough nodes/GPUs" in chain.explanation and not chain.never
