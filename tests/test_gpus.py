@@ -357,3 +357,10 @@ def test_an_array_or_chain_waiting_tells_its_waiting_tasks_reason():
     assert "constraint" in array.explanation
     chain = chain_status([done, pending("Resources")], done)
     assert chain.reason == "link 2 of 2" and "enough nodes/GPUs" in chain.explanation and not chain.never
+
+
+@pytest.mark.parametrize("other", ["--dry-run", "--follow"])
+def test_test_only_goes_without_dry_run_and_follow(host: FakeHost, tmp_path: Path, capsys, other: str):
+    argv = ["submit", TINY, "--test-only", other, "--executor", "slurm", "--set", f"runs_dir={tmp_path}/runs"]
+    assert run_cli_in_process(argv) == 2 and not host.calls
+    assert capsys.readouterr().err.count("\n") == 1
