@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from clusterkit.cli import (
     completion,
     config,
+    gpus,
     hub,
     into_job,
     jobs,
@@ -39,6 +40,7 @@ COMMAND_GROUPS = (
     recipes,
     hub,
     jobs,
+    gpus,
     runs,
     top,
     watch,
