@@ -12,7 +12,8 @@ from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import BATCH_LAUNCHER
 from clusterkit.spec.notify import NOTIFY_EVENTS, mail_type
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
+from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of, tasks_per_node
+from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.sbatch_header import MAIL_OPTIONS, WRITTEN
 from clusterkit.spec.secrets import looks_secret
 from clusterkit.spec.timefmt import slurm_time_minutes
@@ -36,6 +37,10 @@ OWNED_ENV = {
     "GROUP_RANK": _LAUNCHER,
     "CUDA_VISIBLE_DEVICES": "SLURM (the GPUs it allocated to the job)",
 }
+# The one owned name a recipe's env may still set, where SLURM leaves it alone: a script that orders
+# the GPUs itself (gpu_request: none). Where SLURM hands out the GPUs it sets this name in every step
+# (its GRES guide), so a value of the recipe's would be replaced as the ranks start.
+GPU_LIST_ENV = "CUDA_VISIBLE_DEVICES"
 OWNED_ENV_PREFIXES = {
     "SLURM_": "SLURM (describes the allocation; sbatch options go in resources.extra_sbatch)",
     "CLUSTERKIT_": "clusterkit (its own namespace)",
@@ -61,14 +66,19 @@ DERIVED_SBATCH = {
     "chdir": "runs_dir (the job runs where it is submitted from)",
     "export": "env (every node gets the job's environment)",
 }
-# Options sbatch refuses beside the ones clusterkit writes, or that clusterkit cannot run yet.
+# Options sbatch refuses beside the ones clusterkit writes, or that a clusterkit job cannot take.
 CONFLICTING_SBATCH = {
     "cpus-per-gpu": "conflicts with the --cpus-per-task clusterkit writes; set resources.cpus_per_task",
-    "mem-per-cpu": "conflicts with the --mem clusterkit writes; set resources.mem",
-    "mem-per-gpu": "conflicts with the --mem clusterkit writes; set resources.mem",
-    "gpus-per-task": "conflicts with one launcher task per node; set resources.gpus_per_node",
     "ntasks-per-gpu": "conflicts with one launcher task per node; set resources.gpus_per_node",
+    "wait": "makes sbatch block until the job ends, which a clusterkit submit must not do; for srun's --wait "
+    "(seconds to wait for the other tasks once one exits) set srun.wait",
 }
+# SLURM's memory options, mutually exclusive: a job gives one of them (clusterkit writes --mem from
+# resources.mem or the profile's mem_per_node, where either is set).
+MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# Options extra_sbatch may set where the rest of the job allows (checked below); their prefixes
+# are refused like those of the options clusterkit owns.
+CHECKED_SBATCH = ("gpus-per-task", "mem-per-cpu", "mem-per-gpu")
 
 
 def env_owner(name: str) -> str | None:
@@ -93,7 +103,9 @@ def read_by_programs(name: str) -> str | None:
     return None
 
 
-def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+def check_env_names(
+    recipe: Recipe, profile: ClusterProfile, error: Report, warn: Report, profile_error: Report
+) -> None:
     for report, base, env in (
         (error, ("env",), recipe.env),
         (error, ("network", "env"), recipe.network.env),
@@ -103,6 +115,20 @@ def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         for name in sorted(env):
             if name == "PATH" and isinstance(env[name], EnvEdit):
                 continue  # a prepend or append extends the node's PATH: srun and python stay found
+            if name == GPU_LIST_ENV and report is error:
+                if profile.gpu_request == "none":
+                    warn(
+                        base + (name,),
+                        f"{name} replaces the GPU list SLURM binds to each task: every rank of a node sees this "
+                        "same list, in this order",
+                    )
+                else:
+                    error(
+                        base + (name,),
+                        f"SLURM sets {name} in every step of a cluster whose GPUs it hands out (gpu_request: "
+                        f"{profile.gpu_request}), so this value would never reach the ranks; order the GPUs in the script",
+                    )
+                continue
             owner = env_owner(name)
             if owner is not None:
                 report(base + (name,), f"{name} is set by {owner}; remove it here")
@@ -190,7 +216,7 @@ def check_runs_dirs(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         error(("runs_dir",), problem)
 
 
-def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
+def check_extra_sbatch(recipe: Recipe, resources: ResolvedResources, error: Report, warn: Report) -> None:
     for flag in sorted(recipe.resources.extra_sbatch):
         key = ("resources", "extra_sbatch", flag)
         if flag in SRUN_ONLY_OPTIONS or flag in STEP_OWNED and flag not in SBATCH_OPTIONS:
@@ -201,13 +227,15 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
             )
         elif flag in DERIVED_SBATCH:
             error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
-        elif flag == "gpus-per-task" and process_model_of(recipe) == "task_per_gpu":
-            if recipe.resources.extra_sbatch[flag] != 1:
-                error(key, "a task per GPU (launcher: python) binds one GPU to each task: gpus-per-task must be 1")
         elif flag in CONFLICTING_SBATCH:
             error(key, f"--{flag} {CONFLICTING_SBATCH[flag]}")
-        elif owned := [name for name in (*DERIVED_SBATCH, *CONFLICTING_SBATCH) if name.startswith(flag)]:
-            # sbatch takes any unambiguous prefix of a long option: --out is --output.
+        elif flag in CHECKED_SBATCH:
+            if problem := _checked_problem(flag, recipe, resources):
+                error(key, problem)
+        elif flag not in SBATCH_OPTIONS and (
+            owned := [name for name in (*DERIVED_SBATCH, *CONFLICTING_SBATCH, *CHECKED_SBATCH) if name.startswith(flag)]
+        ):
+            # sbatch takes any unambiguous prefix of a long option (an exact name wins): --out is --output.
             error(key, f"--{flag} abbreviates --{owned[0]} (sbatch accepts prefixes); write the full option name")
         elif flag not in SBATCH_OPTIONS:
             warn(
@@ -215,6 +243,48 @@ def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
                 f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
                 "site plugin adds it",
             )
+
+
+def _checked_problem(flag: str, recipe: Recipe, resources: ResolvedResources) -> str | None:
+    if recipe.resources.extra_sbatch[flag] is False:
+        return None  # false removes the option: nothing is written
+    if flag == "gpus-per-task":
+        return _gpus_per_task_problem(recipe.resources.extra_sbatch[flag], recipe, resources.gpus_per_node)
+    extra = recipe.resources.extra_sbatch
+    # A pair is reported once, at the later option of MEMORY_OPTIONS.
+    for other in MEMORY_OPTIONS[: MEMORY_OPTIONS.index(flag)]:
+        if other == "mem" and resources.mem is not None:
+            own = recipe.resources.mem is not None
+            source = "resources.mem" if own else "the cluster profile's mem_per_node"
+            return (
+                f"--{flag} and the --mem={resources.mem} clusterkit writes from {source} are mutually exclusive "
+                f"in SLURM; {'keep one of them' if own else 'give the memory per node in resources.mem instead'}"
+            )
+        if other != "mem" and extra.get(other, False) is not False:
+            return f"--{flag} and --{other} are mutually exclusive in SLURM; keep one of them"
+    return None
+
+
+def _gpus_per_task_problem(value: object, recipe: Recipe, gpus: int) -> str | None:
+    """--gpus-per-task must give each srun task of the layout the GPUs it has: a launcher per node
+    all the node's, a task per GPU one; a launcher in the batch shell spreads a node's GPUs itself."""
+    model = process_model_of(recipe)
+    ranks = f"{gpus} rank{'s' if gpus > 1 else ''}"
+    if model == "task_per_gpu":
+        if str(value) != "1":
+            return "a task per GPU (launcher: python) binds one GPU to each task: gpus-per-task must be 1"
+    elif tasks_per_node(model, gpus) == 1:
+        if str(value) != str(gpus):
+            return (
+                f"one launcher task per node (launcher {recipe.launcher}) starts the node's {ranks} and needs its "
+                f"{gpus} GPU{'s' if gpus > 1 else ''}: gpus-per-task must be {gpus}, or leave it out"
+            )
+    elif gpus > 1 or str(value) != "1":
+        return (
+            f"launcher {recipe.launcher} starts the node's {ranks} itself and hands each its GPU; per-task GPUs "
+            "would hide the others from it: set resources.gpus_per_node"
+        )
+    return None
 
 
 def check_drops(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:
