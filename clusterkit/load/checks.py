@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks
+from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks, sbatch_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -114,7 +114,7 @@ def resolve_and_check(
     job_checks.check_secrets(recipe, found.error, found.warn)
     job_checks.check_notify(recipe, found.error, found.warn)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
-    job_checks.check_extra_sbatch(recipe, resources, found.error, found.warn)
+    sbatch_checks.check_extra_sbatch(recipe, resources, found.error, found.warn)
     job_checks.check_drops(recipe, profile, found.error)
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
