@@ -1,0 +1,44 @@
+"""An imported recipe as YAML text, its not-mapped list as comments above it, and the cluster
+profile derived from a script's header where no ``--cluster`` was given."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import yaml
+
+if TYPE_CHECKING:
+    from clusterkit.load.import_script import Imported
+
+
+def recipe_yaml(imported: Imported, script: str, cluster: str) -> str:
+    lines = [f"# Imported by `clusterkit import` from {_comment(script)}: read, never run."]
+    if imported.unmapped:
+        lines.append("# Not mapped (line: what, why, the nearest field):")
+        lines += [
+            f"#   {item.line}: {_comment(item.text[:100])} ({item.why}; nearest: {item.nearest})"
+            for item in imported.unmapped
+        ]
+    recipe = {"name": imported.recipe["name"], "cluster": cluster, **imported.recipe}
+    return "\n".join(lines) + "\n" + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def derived_profile(imported: Imported) -> str:
+    """A cluster profile from the header: GPUs asked for as the script asks, its partition."""
+    header = imported.header
+    gpus = header.gpus_per_node or imported.recipe.get("resources", {}).get("gpus_per_node")
+    cpus = max(1, imported.recipe.get("resources", {}).get("cpus_per_task") or 1) * max(1, header.tasks_per_node or 1)
+    profile = {
+        "name": f"{imported.recipe['name']}-site",
+        "description": "derived by clusterkit import from the script's #SBATCH header; check it",
+        "accelerator": "gpu" if gpus else "cpu",
+        "gpus_per_node": gpus or 1,
+        "gpu_request": header.gpu_request if gpus else "none",
+        "cpus_per_node": max(cpus, gpus or 1),
+        "interconnect": "infiniband" if any(n.startswith("NCCL_IB") for n in imported.env) else "ethernet",
+    }
+    return yaml.safe_dump(profile, sort_keys=False)
+
+
+def _comment(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)

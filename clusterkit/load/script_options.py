@@ -1,0 +1,116 @@
+"""A parsed launch line as recipe fields (``clusterkit import``): the launcher, its options
+(those clusterkit writes itself consumed into the fields behind them, the rest ``launcher_args``),
+the srun options (``srun:``), the interpreter, the program and its arguments."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.load.script_text import Unmapped
+from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
+
+if TYPE_CHECKING:
+    from clusterkit.load.import_script import Imported
+    from clusterkit.load.script_header import Header
+    from clusterkit.load.script_launch import Launch
+
+SRUN_FIELDS = {"wait": "wait", "mpi": "mpi", "distribution": "distribution", "m": "distribution", "cpu-bind": "cpu_bind"}
+PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "no": "fp32"}
+
+
+def map_launch(
+    launch: Launch,
+    out: dict[str, Any],
+    resources: dict[str, Any],
+    header: Header,
+    variables: dict[str, str],
+    imported: Imported,
+    profile_python: list[str] | None,
+) -> None:
+    from clusterkit.load.import_script import STEP_DROPPED, literal_args, owned_flag, substitute
+
+    out["launcher"] = launch.launcher
+    if launch.python and launch.python != profile_python and launch.launcher != "command":
+        out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
+    task: dict[str, Any] = {"script": launch.program}
+    if launch.module:
+        task["module"] = True
+    if launch.args:
+        task["args"] = literal_args(launch.args, variables, launch.line, imported)
+    out["task"] = task
+    srun: dict[str, Any] = {"kill_on_bad_exit": False}  # SLURM's default, where the script gives none
+    extra: dict[str, Any] = {}
+    for flag, value in launch.srun:
+        if flag == "kill-on-bad-exit" or flag == "K":
+            srun["kill_on_bad_exit"] = value not in ("0",)
+        elif flag in ("label", "l"):
+            srun["label"] = True
+        elif flag in SRUN_FIELDS and value:
+            srun[SRUN_FIELDS[flag]] = int(value) if flag == "wait" and value.isdigit() else value
+        elif flag in ("cpus-per-task", "c") and value and value.isdigit():
+            resources.setdefault("cpus_per_task", int(value))
+        elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
+            header.tasks_per_node = int(value)
+        elif flag in STEP_DROPPED:
+            imported.unmapped.append(
+                Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
+            )
+        elif len(flag) > 1 and (flag in SRUN_ONLY_OPTIONS or flag in SBATCH_OPTIONS):
+            extra[flag] = True if value is None else value
+        else:
+            imported.unmapped.append(Unmapped(launch.line, f"srun -{flag}", "an srun option not mapped", "srun.extra"))
+    if extra:
+        srun["extra"] = extra
+    out["srun"] = srun
+    args: list[str] = []
+    for name, flag, value in launch.options:
+        value = None if value is None else substitute(value, variables)
+        if launch.launcher != "command" and owned_flag(launch.launcher, name):
+            _owned(launch, name, value, out, resources, header, imported)
+        elif launch.launcher == "mpirun":
+            args += [flag, *(value.split(" ") if value is not None else [])]
+        else:
+            args.append(flag if value is None else f"{flag}={value}")
+    if args:
+        out["launcher_args"] = args
+    if launch.launcher == "python" and header.tasks_per_node and header.gpus_per_node is None:
+        header.gpus_per_node = header.tasks_per_node
+    if launch.launcher in ("mpirun",) and launch.srun:
+        imported.unmapped.append(Unmapped(launch.line, "srun mpirun", "mpirun starts its own daemons", "launcher"))
+
+
+def _owned(
+    launch: Launch,
+    name: str,
+    value: str | None,
+    out: dict[str, Any],
+    resources: dict[str, Any],
+    header: Header,
+    imported: Imported,
+) -> None:
+    """A launcher option clusterkit writes itself: into its field where its value is literal."""
+    digits = value is not None and value.isdigit()
+    if name in ("nproc-per-node", "num-gpus", "num-processes"):
+        if digits and header.gpus_per_node is None and name != "num-processes":
+            header.gpus_per_node = int(value)  # type: ignore[arg-type]
+    elif name in ("nnodes", "num-nodes", "num-machines"):
+        if digits:
+            resources.setdefault("nodes", int(value))  # type: ignore[arg-type]
+    elif name == "rdzv-backend" and value == "c10d":
+        out["rendezvous"] = "c10d"
+    elif name in ("master-port", "main-process-port") and digits:
+        out["master_port"] = int(value)  # type: ignore[arg-type]
+    elif name == "rdzv-endpoint" and value and value.rpartition(":")[2].isdigit():
+        out["master_port"] = int(value.rpartition(":")[2])
+    elif name in ("include", "exclude") and value:
+        out.setdefault("deepspeed", {})[name] = value
+    elif name == "launcher" and value == "slurm":
+        out["process_model"] = "batch_launcher"
+    elif name == "config-file" and value and launch.launcher == "accelerate" and "{" not in value:
+        out["accelerate"] = {"config": value}
+    elif name == "mixed-precision" and value in PRECISIONS:
+        out["precision"] = PRECISIONS[value]
+    elif name not in ("node-rank", "machine-rank", "master-addr", "main-process-ip", "log-dir", "tee", "rdzv-id"):
+        imported.unmapped.append(
+            Unmapped(launch.line, f"--{name}" + (f"={value}" if value else ""), "set by clusterkit", "(see the field)")
+        )
