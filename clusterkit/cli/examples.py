@@ -23,6 +23,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit validate recipes/ recipes/ported/              # every recipe in the folders",
         "clusterkit validate -q recipes/tiny-gpt2-cpu.yaml --set resources.nodes=4",
     ),
+    "import": (
+        "clusterkit import job.sbatch                           # the recipe on stdout, what was not mapped",
+        "clusterkit import job.sbatch -o job.yaml --cluster infiniband-h100",
+        "clusterkit import job.sbatch --json",
+    ),
+    "new": (
+        "clusterkit new --script train.py --nodes 2 --gpus 8 --cluster infiniband-h100 -o train.yaml",
+        "clusterkit new --trainer gpt2                          # the built-in Trainer, on stdout",
+        "clusterkit new --trainer llama --zero3 --nodes 4 -o llama.yaml",
+    ),
     "render": (
         "clusterkit render recipes/tiny-gpt2-cpu.yaml -o tiny-job   # then read tiny-job/job.sbatch",
         "clusterkit render recipes/llama-7b-zero3-ib.yaml --set resources.nodes=4 --set resources.time=120",

@@ -52,15 +52,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.output and os.path.lexists(args.output):
         raise UsageError(f"{args.output}: exists already; clusterkit never overwrites a file (choose another -o)")
     script = read_script(args.script)
-    profile_python = None
+    profile = None
     if args.cluster:
         from clusterkit.load.loader import load_profile
 
         profile = load_profile(args.cluster, Path.cwd())[0]
-        profile_python = [profile.python] if isinstance(profile.python, str) else list(profile.python)
     from clusterkit.load.import_script import import_script
 
-    imported = import_script(script, profile_python)
+    imported = import_script(script, profile)
     profile_text = None if args.cluster else derived_profile(imported)
     cluster = str(Path(args.cluster).absolute()) if args.cluster and "/" in args.cluster else args.cluster
     text = recipe_yaml(imported, args.script, cluster or "cluster.yaml")

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, has_computed, launcher_of, normalise, parse_launch
@@ -21,6 +21,9 @@ from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_com
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.recipe import NAME_PATTERN
+
+if TYPE_CHECKING:
+    from clusterkit.spec.profile import ClusterProfile
 
 SETUP_COMMANDS = frozenset({"module", "ml", "source", ".", "cd", "conda", "ulimit", "umask", "mamba", "spack"})
 SLURM_VALUES = {"SLURM_JOB_ID": "{job_id}", "SLURM_JOBID": "{job_id}", "SLURM_NODEID": "{node_rank}"}
@@ -45,15 +48,21 @@ class Imported:
     warnings: list[str] = field(default_factory=list)
     mapped: list[int] = field(default_factory=list)  # line numbers mapped to a field
     kept: list[int] = field(default_factory=list)  # line numbers kept as setup/hook lines
+    generated: bool = False  # a rendered script: its setup lines stay as written
 
 
-def import_script(script: ScriptText, profile_python: list[str] | None = None) -> Imported:
+def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
+    """``script`` as a recipe; ``profile``: the cluster profile it is for (its python, and its own
+    modules and setup lines, which the recipe need not repeat)."""
+    profile_python = None if profile is None else ([profile.python] if isinstance(profile.python, str) else list(profile.python))
+    own = set() if profile is None else {*profile.setup, *(f"module load {m}" for m in profile.modules)}
     header = read_header(script.directives)
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
+    imported.generated = script.generated
     imported.mapped += [directive.line for directive in script.directives]
     variables: dict[str, str] = {}
     recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
-    commands = [c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text))]
+    commands = [c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own]
     launch_at = _launch_index(commands, script)
     for index, command in enumerate(commands):
         if index == launch_at:
@@ -146,7 +155,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if exported:
             imported.env[name] = value
         literal = substitute(value, variables, keep_self=name)
-        edit = _path_edit(name, literal)
+        edit = None if imported.generated else _path_edit(name, literal)
         if edit is not None and exported:
             recipe["env"][name] = edit
         elif "$" in literal:

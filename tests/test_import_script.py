@@ -1,0 +1,155 @@
+"""clusterkit import (a batch script read as words, never run) and clusterkit new: round trips of
+rendered jobs, hostile scripts, ported excerpts, and new recipes that validate and render clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit import api
+from clusterkit.cli.main import main
+from clusterkit.cli.scaffold import checked
+from clusterkit.load.import_script import import_script
+from clusterkit.load.import_yaml import recipe_yaml
+from clusterkit.load.script_compare import differences, rendered_parts
+from clusterkit.load.script_text import read_script
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "import"
+ROUND_TRIP = [
+    "recipes/ddp-1node-8gpu.yaml",
+    "recipes/tiny-gpt2-cpu.yaml",
+    "recipes/script-site-hooks.yaml",
+    "recipes/ported/mle-torchrun.yaml",
+    "recipes/ported/hf-deepspeed-slurm.yaml",
+    "recipes/ported/mle-srun.yaml",
+    "recipes/ported/mle-accelerate.yaml",
+]
+
+
+def _render(recipe: str | Path, folder: Path) -> Path:
+    loaded = api.load_recipe(recipe)
+    folder.mkdir(parents=True)
+    for name, text in api.render_job(loaded).files.items():
+        if "/" not in name:
+            (folder / name).write_text(text)
+    return folder / "job.sbatch"
+
+
+@pytest.mark.parametrize("recipe", ROUND_TRIP)
+def test_the_import_of_a_rendered_job_renders_the_same_job(recipe: str, tmp_path: Path) -> None:
+    loaded = api.load_recipe(REPO / recipe)
+    job = _render(REPO / recipe, tmp_path / "first")
+    imported = import_script(read_script(job), loaded.profile)
+    files, _ = checked(recipe_yaml(imported, str(job), str(loaded.profile_path)), None)
+    before = rendered_parts(job.read_text(), json.loads((tmp_path / "first" / "plan.json").read_text()))
+    after = rendered_parts(files["job.sbatch"], json.loads(files["plan.json"]))
+    assert differences(before, after) == []
+    assert json.loads(files["plan.json"])["launch"]["argv"] == json.loads((job.parent / "plan.json").read_text())["launch"]["argv"]
+
+
+def _import(tmp_path: Path, text: str | bytes, *extra: str) -> tuple[int, str, str]:
+    script = tmp_path / "job.sh"
+    script.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = subprocess.run(
+        [shutil.which("python") or "python", "-m", "clusterkit.cli.main", "import", str(script), *extra],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_nothing_in_a_script_is_ever_run(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    lines = [
+        "#!/bin/bash", "#SBATCH --nodes=1", f"touch {canary}1", f"X=$(touch {canary}2)", f"Y=`touch {canary}3`",
+        f"export Z=$(touch {canary}4)", f"if true; then touch {canary}5; fi", f"cat <<EOF\n$(touch {canary}6)\nEOF",
+        f"f() {{ touch {canary}7; }}", f"srun bash -c 'touch {canary}8; python train.py --out $(touch {canary}9)'",
+        f"source {canary}10", f"echo done > {canary}11",
+    ]  # fmt: skip
+    code, out, err = _import(tmp_path, "\n".join(lines) + "\n")
+    assert code == 0, err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("canary")] == []
+    assert "not mapped" in err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (b"#!/bin/bash\nsrun python a.py\x00\n", "job.sh:2: a NUL byte"),
+        (b"#!/bin/bash\nsrun python \xff.py\n", "job.sh:2: not UTF-8"),
+    ],
+)
+def test_a_file_that_is_no_text_script_is_one_line_exit_2(tmp_path: Path, text: bytes, expected: str) -> None:
+    code, _, err = _import(tmp_path, text)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fifo_or_a_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    for name in ("fifo", "folder"):
+        assert main(["import", str(tmp_path / name)]) == 2
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("#SBATCH -N 1\nsrun python 'a.py\n", "unbalanced"),
+        ("#SBATCH -N 1\ncat <<'X'\nsrun python evil.py\nX\nsrun python a.py\n", "here-document"),
+        ("#SBATCH -N 1\nfor i in 1 2; do\n  srun python b.py\ndone\nsrun python a.py\n", "loop"),
+        ("#SBATCH -N 1\nexport A=`hostname`\nsrun python a.py\n", "computed"),
+        ("#SBATCH -N 1\nexport A=" + "x" * 1_000_000 + "\nsrun python a.py\n", "longer than"),
+    ],
+    ids=["quote", "heredoc", "loop", "backticks", "1MB-line"],
+)
+def test_hostile_lines_are_listed_inert_in_bounded_time(tmp_path: Path, text: str, why: str) -> None:
+    started = time.monotonic()
+    code, out, err = _import(tmp_path, text, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert any(why in item["why"] for item in report["not_mapped"]), report["not_mapped"]
+    assert time.monotonic() - started < 30
+
+
+def test_crlf_line_ends_read_as_lines(tmp_path: Path) -> None:
+    code, out, err = _import(tmp_path, "#!/bin/bash\r\n#SBATCH --nodes=2\r\nexport A=1\r\nsrun python a.py --x 1\r\n", "--json")
+    assert code == 0, err
+    assert json.loads(out)["not_mapped"] == []
+
+
+def test_an_existing_output_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "out.yaml").write_text("mine")
+    code, _, err = _import(tmp_path, "#SBATCH -N 1\nsrun python a.py\n", "-o", str(tmp_path / "out.yaml"))
+    assert code == 2 and "exists already" in err and (tmp_path / "out.yaml").read_text() == "mine"
+
+
+@pytest.mark.parametrize("port", sorted(DATA.glob("*.sbatch")), ids=lambda p: p.stem)
+def test_ported_excerpts_import_close_to_the_hand_port(port: Path, tmp_path: Path) -> None:
+    hand = REPO / "recipes" / "ported" / f"{port.stem}.yaml"
+    loaded = api.load_recipe(hand)
+    job = _render(hand, tmp_path / "hand")
+    imported = import_script(read_script(port))
+    files, _ = checked(recipe_yaml(imported, str(port), str(loaded.profile_path)), None)
+    ours = rendered_parts(files["job.sbatch"], json.loads(files["plan.json"]))
+    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
+    listed = set(differences(theirs, ours))
+    expected = set((port.with_suffix(".differences").read_text().splitlines()) if port.with_suffix(".differences").exists() else [])
+    assert listed == expected
+
+
+@pytest.mark.parametrize(
+    "start", [["--script", "train.py"], ["--trainer", "gpt2"], ["--trainer", "llama", "--zero3", "--nodes", "2"]]
+)
+def test_new_recipes_validate_and_render_clean(start: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "new.yaml"
+    assert main(["new", *start, "-o", str(out)]) == 0
+    assert main(["new", *start, "-o", str(out)]) == 2  # never overwritten
+    job = _render(out, tmp_path / "render")
+    subprocess.run(["bash", "-n", str(job)], check=True)
+    subprocess.run(["shellcheck", "-S", "error", str(job)], check=True)
