@@ -24,14 +24,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit validate -q recipes/tiny-gpt2-cpu.yaml --set resources.nodes=4",
     ),
     "import": (
-        "clusterkit import job.sbatch                           # the recipe on stdout, what was not mapped",
-        "clusterkit import job.sbatch -o job.yaml --cluster infiniband-h100",
-        "clusterkit import job.sbatch --json",
+        "clusterkit import job.sbatch > job.yaml                # the recipe; what was not mapped on stderr",
+        "clusterkit import tests/data/import/mle-torchrun.sbatch --cluster xyz-cluster",
+        "clusterkit import job.sbatch --json                    # the not-mapped list and the differences",
     ),
     "new": (
-        "clusterkit new --script train.py --nodes 2 --gpus 8 --cluster infiniband-h100 -o train.yaml",
+        "clusterkit new --script train.py --nodes 2 --gpus 8 --cluster infiniband-h100 > train.yaml",
         "clusterkit new --trainer gpt2                          # the built-in Trainer, on stdout",
-        "clusterkit new --trainer llama --zero3 --nodes 4 -o llama.yaml",
+        "clusterkit new --trainer llama --zero3 --nodes 4 > llama.yaml",
     ),
     "render": (
         "clusterkit render recipes/tiny-gpt2-cpu.yaml -o tiny-job   # then read tiny-job/job.sbatch",

@@ -26,19 +26,38 @@ def write_new(path: str, text: str) -> None:
         out.write(text)
 
 
-def checked(recipe_text: str, cluster: str | None, profile_text: str | None = None) -> tuple[Any, list[str]]:
-    """The recipe text loaded and validated as ``clusterkit validate`` does (in a private folder),
-    and its rendered job's files; raises the RecipeError of a recipe that does not validate."""
+def checked(
+    recipe_text: str, cluster: str | None, profile_text: str | None = None, folder: str | Path = "."
+) -> tuple[Any, list[str]]:
+    """The recipe text validated as ``clusterkit validate`` does, and its rendered job's files: as a
+    hidden file in ``folder`` (where the recipe goes: its relative paths name files there), removed
+    after. ``profile_text``: the derived profile the recipe names as ``cluster: cluster.yaml``. A
+    recipe that does not validate is one UsageError line per finding."""
     from clusterkit import api
+    from clusterkit.errors import RecipeError, UsageError
 
-    with tempfile.TemporaryDirectory(prefix="clusterkit-import-") as folder:
-        recipe = Path(folder) / "recipe.yaml"
+    written: list[str] = []
+    try:
         if profile_text is not None:
-            (Path(folder) / "cluster.yaml").write_text(profile_text, encoding="utf-8")
-        recipe.write_text(recipe_text, encoding="utf-8")
-        api.validate(recipe, cluster=cluster)
-        loaded = api.load_recipe(recipe, cluster=cluster)
-        return api.render_job(loaded).files, [str(w) for w in loaded.warnings]
+            written.append(_hidden(folder, profile_text))
+            recipe_text = recipe_text.replace("cluster: cluster.yaml", f"cluster: {Path(written[-1]).name}", 1)
+        written.append(_hidden(folder, recipe_text))
+        api.validate(written[-1], cluster=cluster)
+        loaded = api.load_recipe(written[-1], cluster=cluster)
+        warnings = [str(w).replace(written[-1], "the imported recipe") for w in loaded.warnings]
+        return api.render_job(loaded).files, warnings
+    except RecipeError as exc:
+        raise UsageError(f"the recipe does not validate: {str(exc).replace(written[-1], 'recipe')}") from None
+    finally:
+        for path in written:
+            os.unlink(path)
+
+
+def _hidden(folder: str | Path, text: str) -> str:
+    descriptor, path = tempfile.mkstemp(prefix=".clusterkit-import-", suffix=".yaml", dir=folder)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text)
+    return path
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -63,7 +82,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     profile_text = None if args.cluster else derived_profile(imported)
     cluster = str(Path(args.cluster).absolute()) if args.cluster and "/" in args.cluster else args.cluster
     text = recipe_yaml(imported, args.script, cluster or "cluster.yaml")
-    files, warnings = checked(text, cluster, profile_text)
+    folder = os.path.dirname(os.path.abspath(args.output)) if args.output else "."
+    files, warnings = checked(text, cluster, profile_text, folder)
     diff = differences(script_parts(script), rendered_parts(files["job.sbatch"], json.loads(files["plan.json"])))
     if not args.cluster and args.output:
         profile_path = str(Path(args.output).with_suffix(".cluster.yaml"))
@@ -89,7 +109,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"{args.script}: {report['lines_mapped']} lines mapped to fields, {report['lines_kept_as_setup']} kept as "
           f"setup/hook lines, {len(imported.unmapped)} not mapped", file=out)  # fmt: skip
     for item in imported.unmapped:
-        print(f"  {args.script}:{item.line}: not mapped: {item.text[:100]} ({item.why}; nearest: {item.nearest})", file=out)
+        print(
+            f"  {args.script}:{item.line}: not mapped: {item.text[:100]} ({item.why}; nearest: {item.nearest})",
+            file=out,
+        )
     for warning in report["warnings"]:
         print(f"  warning: {warning}", file=out)
     print(f"render vs the script ({len(diff)} differences in header options, env and launch):", file=out)
@@ -103,7 +126,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
     text = new_recipe(args.script, args.trainer, args.nodes, args.gpus, args.cluster or "dev", args.zero3)
     cluster = str(Path(args.cluster).absolute()) if args.cluster and "/" in args.cluster else None
-    checked(text, cluster)
+    checked(text, cluster, folder=os.path.dirname(os.path.abspath(args.output)) if args.output else ".")
     if args.output:
         write_new(args.output, text)
         print(f"{args.output}: written (validated); next: clusterkit render {args.output}")

@@ -16,26 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
-from clusterkit.load.script_launch import Launch, has_computed, launcher_of, normalise, parse_launch
+from clusterkit.load.script_launch import Launch, launcher_of, parse_launch
+from clusterkit.load.script_options import map_launch, substitute
 from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
-from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.recipe import NAME_PATTERN
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
 
 SETUP_COMMANDS = frozenset({"module", "ml", "source", ".", "cd", "conda", "ulimit", "umask", "mamba", "spack"})
-SLURM_VALUES = {"SLURM_JOB_ID": "{job_id}", "SLURM_JOBID": "{job_id}", "SLURM_NODEID": "{node_rank}"}
-VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # Lines of clusterkit's own rendered preamble (rendered again from the recipe, so not imported).
 GENERATED_OWN = re.compile(
     r"^(set [-+]e?u|mkdir -p -- |RUN_DIR=|CLUSTERKIT_JOB_ID=|export RUN_DIR |secrets_file=|unset secret|trap |exec )"
 )
-STEP_DROPPED = {
-    "nodes", "N", "ntasks", "n", "ntasks-per-node", "nodelist", "w", "output", "o", "error", "e", "open-mode",
-    "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem",
-}  # fmt: skip
 
 
 @dataclass
@@ -49,12 +43,15 @@ class Imported:
     mapped: list[int] = field(default_factory=list)  # line numbers mapped to a field
     kept: list[int] = field(default_factory=list)  # line numbers kept as setup/hook lines
     generated: bool = False  # a rendered script: its setup lines stay as written
+    env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
     """``script`` as a recipe; ``profile``: the cluster profile it is for (its python, and its own
     modules and setup lines, which the recipe need not repeat)."""
-    profile_python = None if profile is None else ([profile.python] if isinstance(profile.python, str) else list(profile.python))
+    profile_python = (
+        None if profile is None else ([profile.python] if isinstance(profile.python, str) else list(profile.python))
+    )
     own = set() if profile is None else {*profile.setup, *(f"module load {m}" for m in profile.modules)}
     header = read_header(script.directives)
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
@@ -62,7 +59,9 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     imported.mapped += [directive.line for directive in script.directives]
     variables: dict[str, str] = {}
     recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
-    commands = [c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own]
+    commands = [
+        c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own
+    ]
     launch_at = _launch_index(commands, script)
     for index, command in enumerate(commands):
         if index == launch_at:
@@ -108,7 +107,8 @@ def _launch_words(command: Command, imported: Imported) -> list[str]:
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
     words, line = command.words, command.line
     parts = split_commands(words)
-    if command.computed:
+    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
+    if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
@@ -156,7 +156,10 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             imported.env[name] = value
         literal = substitute(value, variables, keep_self=name)
         edit = None if imported.generated else _path_edit(name, literal)
-        if edit is not None and exported:
+        imported.env_lines[name] = command.line
+        if exported and edit is None and "$" in literal and owner_of(name):
+            imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
+        elif edit is not None and exported:
             recipe["env"][name] = edit
         elif "$" in literal:
             as_setup = True
@@ -169,14 +172,6 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
     else:
         imported.mapped.append(command.line)
     return True
-
-
-def substitute(value: str, variables: dict[str, str], keep_self: str | None = None) -> str:
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        return variables[name] if name in variables and name != keep_self else match.group(0)
-
-    return VARIABLE.sub(one, value)
 
 
 def _path_edit(name: str, value: str) -> dict[str, str] | None:
@@ -212,7 +207,9 @@ def plan_launch(plan: dict[str, Any]) -> Launch | None:
     return launch
 
 
-def _build(imported: Imported, recipe: dict, variables: dict, profile_python: list[str] | None, script: ScriptText) -> None:
+def _build(
+    imported: Imported, recipe: dict, variables: dict, profile_python: list[str] | None, script: ScriptText
+) -> None:
     header, launch = imported.header, imported.launch
     name = header.name or Path(script.path).stem
     if not re.match(NAME_PATTERN, name):
@@ -224,8 +221,6 @@ def _build(imported: Imported, recipe: dict, variables: dict, profile_python: li
         out["launcher"] = "command"
         out["task"] = {"script": "true"}
     else:
-        from clusterkit.load.script_options import map_launch
-
         map_launch(launch, out, resources, header, variables, imported, profile_python)
     if header.gpus_per_node is not None:
         resources["gpus_per_node"] = header.gpus_per_node
@@ -246,36 +241,24 @@ def _build(imported: Imported, recipe: dict, variables: dict, profile_python: li
     imported.recipe = out
 
 
+def owner_of(name: str) -> str | None:
+    """Who sets an environment variable a recipe may not (job_checks' names), or None."""
+    from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
+
+    owner = OWNED_ENV.get(name) or SHELL_ENV.get(name)
+    return owner or next((who for prefix, who in OWNED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
+
+
 def _owned_env(env: dict[str, Any], out: dict[str, Any], imported: Imported) -> None:
     """Names the job sets itself (MASTER_PORT, RANK, SLURM_*...) out of env: a literal
     MASTER_PORT becomes master_port, the others are listed."""
-    from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
-
     for name in list(env):
-        owner = OWNED_ENV.get(name) or SHELL_ENV.get(name)
-        owner = owner or next((who for prefix, who in OWNED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
+        owner = owner_of(name)
         if owner is None or (name == "PATH" and isinstance(env[name], dict)):
             continue
         value = env.pop(name)
         if name == "MASTER_PORT" and isinstance(value, str) and value.isdigit() and 1024 <= int(value) <= 65535:
             out.setdefault("master_port", int(value))
         else:
-            imported.unmapped.append(Unmapped(0, f"export {name}", f"set by {owner}", "remove it"))
-
-
-def literal_args(words: list[str], variables: dict[str, str], line: int, imported: Imported) -> list[str]:
-    """Program arguments with the script's own literal variables and SLURM's ids filled in; a word
-    still reading a shell variable is listed (arguments reach the program literally)."""
-    out = []
-    for word in words:
-        value = substitute(word, {**variables, **SLURM_VALUES})
-        if "$" in value or has_computed([value]):
-            imported.unmapped.append(
-                Unmapped(line, word.replace("\x00", "$(...)"), "a run-time value in an argument", "task.args or env")
-            )
-        out.append(value.replace("\x00", "$(...)"))
-    return out
-
-
-def owned_flag(launcher: str, name: str) -> bool:
-    return normalise(name) in {normalise(flag) for flag in LAUNCHERS[launcher].owned}
+            line = imported.env_lines.get(name, 0)
+            imported.unmapped.append(Unmapped(line, f"export {name}", f"set by {owner}", "remove it"))

@@ -32,7 +32,10 @@ def new_recipe(script: str | None, trainer: str | None, nodes: int, gpus: int | 
         lines.append(f"  gpus_per_node: {gpus}            # default: the profile's")
     lines.append('  time: "01:00:00"                # the job\'s time limit')
     if zero3:
-        lines += ["parallelism:", "  zero_stage: 3                   # parameters, gradients and optimizer states sharded"]
+        lines += [
+            "parallelism:",
+            "  zero_stage: 3                   # parameters, gradients and optimizer states sharded",
+        ]
     if script is not None:
         lines += [
             "task:",

@@ -49,7 +49,7 @@ def _exports(script: ScriptText) -> dict[str, str | None]:
 def differences(original: Parts, rendered: Parts) -> list[str]:
     """Each difference as one line: ``header --time: 1:00:00 -> 01:00:00``, ``env X: only in the script``."""
     lines = _mapping_differences("header --", original.header, rendered.header)
-    lines += _mapping_differences("env ", original.env, rendered.env)
+    lines += _mapping_differences("env ", original.env, rendered.env, unset="unset")
     a, b = original.launch, rendered.launch
     if a is None or b is None:
         return lines + ([] if a is b else ["launch: " + ("none in the script" if a is None else "none rendered")])
@@ -65,7 +65,12 @@ def _options(launch: Launch) -> dict[str, str | None]:
     return {name: value for name, _, value in launch.options}
 
 
-def _mapping_differences(prefix: str, a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _mapping_differences(prefix: str, a: dict[str, Any], b: dict[str, Any], unset: str = "the flag alone") -> list[str]:
+    """``unset``: how a None value reads (a flag alone; an unset variable)."""
+
+    def _shown(value: Any) -> str:
+        return unset if value is None else str(value).replace("\x00", "$(...)")
+
     lines = []
     for key in sorted(a.keys() | b.keys()):
         if key not in b:
@@ -75,7 +80,3 @@ def _mapping_differences(prefix: str, a: dict[str, Any], b: dict[str, Any]) -> l
         elif a[key] != b[key]:
             lines.append(f"{prefix}{key}: {_shown(a[key])} -> {_shown(b[key])}")
     return lines
-
-
-def _shown(value: Any) -> str:
-    return "the flag alone" if value is None else str(value).replace("\x00", "$(...)")

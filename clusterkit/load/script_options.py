@@ -4,17 +4,32 @@ the srun options (``srun:``), the interpreter, the program and its arguments."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
+from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
+from clusterkit.spec.launchers import LAUNCHERS
 
 if TYPE_CHECKING:
     from clusterkit.load.import_script import Imported
     from clusterkit.load.script_header import Header
     from clusterkit.load.script_launch import Launch
 
-SRUN_FIELDS = {"wait": "wait", "mpi": "mpi", "distribution": "distribution", "m": "distribution", "cpu-bind": "cpu_bind"}
+SLURM_VALUES = {"SLURM_JOB_ID": "{job_id}", "SLURM_JOBID": "{job_id}", "SLURM_NODEID": "{node_rank}"}
+VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+STEP_DROPPED = {
+    "nodes", "N", "ntasks", "n", "ntasks-per-node", "nodelist", "w", "output", "o", "error", "e", "open-mode",
+    "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem",
+}  # fmt: skip
+SRUN_FIELDS = {
+    "wait": "wait",
+    "mpi": "mpi",
+    "distribution": "distribution",
+    "m": "distribution",
+    "cpu-bind": "cpu_bind",
+}
 PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "no": "fp32"}
 
 
@@ -27,8 +42,6 @@ def map_launch(
     imported: Imported,
     profile_python: list[str] | None,
 ) -> None:
-    from clusterkit.load.import_script import STEP_DROPPED, literal_args, owned_flag, substitute
-
     out["launcher"] = launch.launcher
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
@@ -61,12 +74,18 @@ def map_launch(
             imported.unmapped.append(Unmapped(launch.line, f"srun -{flag}", "an srun option not mapped", "srun.extra"))
     if extra:
         srun["extra"] = extra
-    out["srun"] = srun
+    if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
+        out["srun"] = srun
     args: list[str] = []
     for name, flag, value in launch.options:
         value = None if value is None else substitute(value, variables)
         if launch.launcher != "command" and owned_flag(launch.launcher, name):
             _owned(launch, name, value, out, resources, header, imported)
+        elif value is not None and ("$" in value or has_computed([value])):
+            shown = value.replace("\x00", "$(...)")
+            imported.unmapped.append(
+                Unmapped(launch.line, f"{flag} {shown}", "a run-time value in a launcher option", "launcher_args")
+            )
         elif launch.launcher == "mpirun":
             args += [flag, *(value.split(" ") if value is not None else [])]
         else:
@@ -114,3 +133,29 @@ def _owned(
         imported.unmapped.append(
             Unmapped(launch.line, f"--{name}" + (f"={value}" if value else ""), "set by clusterkit", "(see the field)")
         )
+
+
+def substitute(value: str, variables: dict[str, str], keep_self: str | None = None) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return variables[name] if name in variables and name != keep_self else match.group(0)
+
+    return VARIABLE.sub(one, value)
+
+
+def literal_args(words: list[str], variables: dict[str, str], line: int, imported: Imported) -> list[str]:
+    """Program arguments with the script's own literal variables and SLURM's ids filled in; a word
+    still reading a shell variable is listed (arguments reach the program literally)."""
+    out = []
+    for word in words:
+        value = substitute(word, {**variables, **SLURM_VALUES})
+        if "$" in value or has_computed([value]):
+            imported.unmapped.append(
+                Unmapped(line, word.replace("\x00", "$(...)"), "a run-time value in an argument", "task.args or env")
+            )
+        out.append(value.replace("\x00", "$(...)"))
+    return out
+
+
+def owned_flag(launcher: str, name: str) -> bool:
+    return normalise(name) in {normalise(flag) for flag in LAUNCHERS[launcher].owned}
