@@ -19,6 +19,7 @@ from clusterkit.load.import_script import import_script
 from clusterkit.load.import_yaml import recipe_yaml
 from clusterkit.load.script_compare import differences, rendered_parts
 from clusterkit.load.script_text import read_script
+from conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "import"
@@ -118,6 +119,14 @@ def test_hostile_lines_are_listed_inert_in_bounded_time(tmp_path: Path, text: st
     report = json.loads(out)
     assert any(why in item["why"] for item in report["not_mapped"]), report["not_mapped"]
     assert time.monotonic() - started < 30
+
+
+def test_the_json_report_is_shaped_as_documented(tmp_path: Path) -> None:
+    from test_json_shapes import as_documented
+
+    (tmp_path / "job.sbatch").write_text("#SBATCH --nodes=2\nX=$(hostname)\nsrun python a.py\n")
+    done = run_cli("import", "--json", str(tmp_path / "job.sbatch"), "-o", str(tmp_path / "job.yaml"), cwd=tmp_path)
+    assert as_documented(done, "clusterkit import --json SCRIPT")["not_mapped"][0]["line"] == 2
 
 
 def test_crlf_line_ends_read_as_lines(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "import": (
         "clusterkit import job.sbatch > job.yaml                # the recipe; what was not mapped on stderr",
-        "clusterkit import tests/data/import/mle-torchrun.sbatch --cluster xyz-cluster",
+        "clusterkit import tests/data/import/mle-torchrun.sbatch --cluster recipes/ported/clusters/xyz-cluster.yaml",
         "clusterkit import job.sbatch --json                    # the not-mapped list and the differences",
     ),
     "new": (

@@ -70,6 +70,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if args.output and os.path.lexists(args.output):
         raise UsageError(f"{args.output}: exists already; clusterkit never overwrites a file (choose another -o)")
+    profile_path = str(Path(args.output).with_suffix(".cluster.yaml")) if args.output else ""
+    if args.output and not args.cluster and os.path.lexists(profile_path):
+        raise UsageError(f"{profile_path}: exists already; clusterkit never overwrites a file (give --cluster)")
     script = read_script(args.script)
     profile = None
     if args.cluster:
@@ -86,7 +89,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     files, warnings = checked(text, cluster, profile_text, folder)
     diff = differences(script_parts(script), rendered_parts(files["job.sbatch"], json.loads(files["plan.json"])))
     if not args.cluster and args.output:
-        profile_path = str(Path(args.output).with_suffix(".cluster.yaml"))
         text = text.replace("cluster: cluster.yaml", f"cluster: {Path(profile_path).name}", 1)
         write_new(profile_path, profile_text or "")
     if args.output:

@@ -166,7 +166,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         elif exported:
             recipe["env"][name] = literal
         variables[name] = literal
-    if as_setup:
+    if as_setup and exported:
         recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
         imported.kept.append(command.line)
     else:

@@ -3,6 +3,7 @@ profile derived from a script's header where no ``--cluster`` was given."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import yaml
@@ -20,7 +21,20 @@ def recipe_yaml(imported: Imported, script: str, cluster: str) -> str:
             for item in imported.unmapped
         ]
     recipe = {"name": imported.recipe["name"], "cluster": cluster, **imported.recipe}
-    return "\n".join(lines) + "\n" + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=1000)
+    text = yaml.dump(recipe, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
+    return "\n".join(lines) + "\n" + text
+
+
+class _Dumper(yaml.SafeDumper):
+    """Quotes numbers-with-colons (SLURM times such as 0:10:00), which YAML 1.1 may read as base 60."""
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = '"' if re.match(r"^[0-9][0-9:._-]*$", value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _string)
 
 
 def derived_profile(imported: Imported) -> str:
