@@ -109,8 +109,20 @@ def test_a_fifo_or_a_directory_is_refused_in_one_line(tmp_path: Path) -> None:
         ("#SBATCH -N 1\nfor i in 1 2; do\n  srun python b.py\ndone\nsrun python a.py\n", "loop"),
         ("#SBATCH -N 1\nexport A=`hostname`\nsrun python a.py\n", "computed"),
         ("#SBATCH -N 1\nexport A=" + "x" * 1_000_000 + "\nsrun python a.py\n", "longer than"),
+        ("#SBATCH -N 1\necho 'open\n" + "x\n" * 500_000, "unbalanced"),
+        ("#SBATCH -N 1\n" + "echo $(\n" * 200_000, "unbalanced"),
+        ("#SBATCH -N 1\n" + "abc\\\n" * 800_000 + "\nsrun python a.py\n", "longer than"),
     ],
-    ids=["quote", "heredoc", "loop", "backticks", "1MB-line"],
+    ids=[
+        "quote",
+        "heredoc",
+        "loop",
+        "backticks",
+        "1MB-line",
+        "quote-then-500k-lines",
+        "200k-open-subshells",
+        "800k-continued-lines",
+    ],  # fmt: skip
 )
 def test_hostile_lines_are_listed_inert_in_bounded_time(tmp_path: Path, text: str, why: str) -> None:
     started = time.monotonic()
@@ -168,3 +180,25 @@ def test_new_recipes_validate_and_render_clean(start: list[str], tmp_path: Path)
     job = _render(out, tmp_path / "render")
     subprocess.run(["bash", "-n", str(job)], check=True)
     subprocess.run(["shellcheck", "-S", "error", str(job)], check=True)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('#SBATCH -N 1\necho "two\nlines"\nsrun python a.py\n', "several lines"),
+        ("#SBATCH -N 1\n#SBATCH --Weird=1\n#SBATCH -Z\nsrun python a.py\n", "no sbatch option name"),
+        ("#SBATCH -N 1\nsrun --container-image=$IMG python a.py\n", "a run-time value"),
+        ("#SBATCH -N 1\nsrun python $SCRIPT --x 1\n", "a run-time value"),
+    ],
+    ids=["multi-line-command", "odd-flags", "srun-variable", "program-variable"],
+)
+def test_what_a_field_cannot_hold_is_listed_and_the_rest_validates(tmp_path: Path, text: str, why: str) -> None:
+    code, out, err = _import(tmp_path, text, "--json")
+    assert code == 0, err
+    assert any(why in item["why"] for item in json.loads(out)["not_mapped"]), out
+
+
+def test_control_characters_reach_no_terminal(tmp_path: Path) -> None:
+    code, out, err = _import(tmp_path, "#SBATCH -N 1\nX=$(printf '\x1b]0;owned\x07')\nsrun python a.py\n")
+    assert code == 0, err
+    assert "\x1b" not in out + err and "\x07" not in out + err

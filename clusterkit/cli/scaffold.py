@@ -64,7 +64,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     import json
 
     from clusterkit.errors import UsageError
-    from clusterkit.load.import_yaml import derived_profile, recipe_yaml
+    from clusterkit.load.import_yaml import derived_profile, printable, recipe_yaml
     from clusterkit.load.script_compare import differences, rendered_parts, script_parts
     from clusterkit.load.script_text import read_script
 
@@ -105,21 +105,22 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
+    shown = printable(args.script)
     if not args.output:
         print(text, end="")
     out = sys.stderr if not args.output else sys.stdout
-    print(f"{args.script}: {report['lines_mapped']} lines mapped to fields, {report['lines_kept_as_setup']} kept as "
+    print(f"{shown}: {report['lines_mapped']} lines mapped to fields, {report['lines_kept_as_setup']} kept as "
           f"setup/hook lines, {len(imported.unmapped)} not mapped", file=out)  # fmt: skip
     for item in imported.unmapped:
         print(
-            f"  {args.script}:{item.line}: not mapped: {item.text[:100]} ({item.why}; nearest: {item.nearest})",
+            f"  {shown}:{item.line}: not mapped: {printable(item.text[:100])} ({item.why}; nearest: {item.nearest})",
             file=out,
         )
     for warning in report["warnings"]:
-        print(f"  warning: {warning}", file=out)
+        print(f"  warning: {printable(warning)}", file=out)
     print(f"render vs the script ({len(diff)} differences in header options, env and launch):", file=out)
     for line in diff:
-        print(f"  {line}", file=out)
+        print(f"  {printable(line)}", file=out)
     return 0
 
 

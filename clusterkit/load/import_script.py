@@ -107,6 +107,11 @@ def _launch_words(command: Command, imported: Imported) -> list[str]:
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
     words, line = command.words, command.line
     parts = split_commands(words)
+    if not command.text.isprintable():  # a quoted line break or a control character: no line field holds it
+        imported.unmapped.append(
+            Unmapped(line, command.text, "a command over several lines or with control characters")
+        )
+        return
     assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))

@@ -13,11 +13,11 @@ if TYPE_CHECKING:
 
 
 def recipe_yaml(imported: Imported, script: str, cluster: str) -> str:
-    lines = [f"# Imported by `clusterkit import` from {_comment(script)}: read, never run."]
+    lines = [f"# Imported by `clusterkit import` from {printable(script)}: read, never run."]
     if imported.unmapped:
         lines.append("# Not mapped (line: what, why, the nearest field):")
         lines += [
-            f"#   {item.line}: {_comment(item.text[:100])} ({item.why}; nearest: {item.nearest})"
+            f"#   {item.line}: {printable(item.text[:100])} ({item.why}; nearest: {item.nearest})"
             for item in imported.unmapped
         ]
     recipe = {"name": imported.recipe["name"], "cluster": cluster, **imported.recipe}
@@ -54,5 +54,6 @@ def derived_profile(imported: Imported) -> str:
     return yaml.safe_dump(profile, sort_keys=False)
 
 
-def _comment(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` with each control character (an escape sequence, a line break) shown as ``?``."""
     return "".join(c if c.isprintable() else "?" for c in text)

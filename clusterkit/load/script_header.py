@@ -11,7 +11,7 @@ from typing import Any
 from clusterkit.load.job_checks import DERIVED_SBATCH
 from clusterkit.load.script_text import COMPUTED, Command, Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS
-from clusterkit.spec.recipe import ARRAY_PATTERN, SLURM_TIME_PATTERN
+from clusterkit.spec.recipe import ARRAY_PATTERN, SBATCH_FLAG_PATTERN, SLURM_TIME_PATTERN
 
 SHORT = {
     "N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
@@ -74,7 +74,9 @@ def read_header(directives: list[Command]) -> Header:
     extra: dict[str, Any] = {}
     for flag, value in header.options.items():
         line = header.lines.get(flag, 0)
-        if value is not None and COMPUTED in value:
+        if not re.match(SBATCH_FLAG_PATTERN, flag):
+            header.unmapped.append(Unmapped(line, f"-{flag}", "no sbatch option name sbatch reads", "resources:"))
+        elif value is not None and COMPUTED in value:
             header.unmapped.append(Unmapped(line, f"--{flag}", "a computed value", _field(flag)))
         elif flag in DERIVED_SBATCH and not _mapped(header, flag, value, line):
             header.unmapped.append(Unmapped(line, f"--{flag}", "clusterkit derives it", DERIVED_SBATCH[flag]))

@@ -45,7 +45,12 @@ def map_launch(
     out["launcher"] = launch.launcher
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
-    task: dict[str, Any] = {"script": launch.program}
+    program = substitute(launch.program, variables)
+    if "$" in program or has_computed([program]):
+        imported.unmapped.append(
+            Unmapped(launch.line, program.replace("\x00", "$(...)"), "a run-time value in the program", "task.script")
+        )
+    task: dict[str, Any] = {"script": program.replace("\x00", "$(...)")}
     if launch.module:
         task["module"] = True
     if launch.args:
@@ -67,6 +72,10 @@ def map_launch(
         elif flag in STEP_DROPPED:
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
+            )
+        elif value is not None and ("$" in value or has_computed([value])):
+            imported.unmapped.append(
+                Unmapped(launch.line, f"srun --{flag}", "a run-time value in an srun option", "srun.extra")
             )
         elif len(flag) > 1 and (flag in SRUN_ONLY_OPTIONS or flag in SBATCH_OPTIONS):
             extra[flag] = True if value is None else value

@@ -19,6 +19,7 @@ from clusterkit.spec.bounded_read import read_bounded
 
 SCRIPT_LIMIT = 4 * 1024 * 1024  # a batch script is a few KiB; a larger file is no script
 LINE_LIMIT = 64 * 1024  # a longer logical line is set aside unread (shlex is linear, but slow)
+SPAN_LIMIT = 100  # lines one quoted string may span: each try splits the whole text again
 COMPUTED = "\x00"  # marks a $(...)/backtick span in a word: NUL cannot be in the text (refused)
 SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;"})
 REDIRECTIONS = re.compile(r"^[0-9]*(<|>|>>|<<<|>&|<&|&>|&>>|>\|)$")
@@ -82,15 +83,17 @@ def parse_script(text: str, path: str) -> ScriptText:
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
-    """(first line number, text) with backslash-newline continuations joined."""
+    """(first line number, text) with backslash-newline continuations joined (parts joined once:
+    a million continued lines stay linear)."""
     joined: list[tuple[int, str]] = []
     index = 0
     while index < len(lines):
-        start, text = index + 1, lines[index]
-        while _continues(text) and index + 1 < len(lines):
+        start, parts = index + 1, [lines[index]]
+        while _continues(parts[-1]) and index + 1 < len(lines):
             index += 1
-            text = text[:-1] + lines[index]
-        joined.append((start, text))
+            parts[-1] = parts[-1][:-1]
+            parts.append(lines[index])
+        joined.append((start, "".join(parts)))
         index += 1
     return joined
 
@@ -124,9 +127,11 @@ def _read_lines(script: ScriptText, lines: list[str]) -> None:
         if not stripped or stripped.startswith("#"):
             continue
         in_header = False
-        words, index = _words_spanning(logical, index, text)
+        words, index, text = _words_spanning(logical, index, text)
+        stripped = text.strip()
         if words is None:
-            script.unmapped.append(Unmapped(number, stripped, "an unbalanced quote or $( (the rest of the file)"))
+            first = stripped.split("\n", 1)[0]
+            script.unmapped.append(Unmapped(number, first, "an unbalanced quote or $( (the rest of the file)"))
             return
         command = Command(number, stripped, words)
         opened = _count(words, OPENERS) + _function_definitions(words)
@@ -145,17 +150,19 @@ def _read_lines(script: ScriptText, lines: list[str]) -> None:
         depth = max(0, depth + opened - closed)
 
 
-def _words_spanning(logical: list[tuple[int, str]], index: int, text: str) -> tuple[list[str] | None, int]:
+def _words_spanning(logical: list[tuple[int, str]], index: int, text: str) -> tuple[list[str] | None, int, str]:
     """The words of a command that starts with ``text`` and may go on over later lines (a quoted
-    string with line breaks); None where a quote never closes (up to LINE_LIMIT characters)."""
-    while True:
+    string with line breaks), the next index, and its whole text; None where a quote never closes
+    (up to SPAN_LIMIT lines, LINE_LIMIT characters)."""
+    for _ in range(SPAN_LIMIT):
         words = words_of(text)
         if words is not None:
-            return words, index
+            return words, index, text
         if index >= len(logical) or len(text) > LINE_LIMIT:
-            return None, index
+            break
         text += "\n" + logical[index][1]
         index += 1
+    return None, index, text
 
 
 def words_of(text: str) -> list[str] | None:
