@@ -202,3 +202,19 @@ def test_control_characters_reach_no_terminal(tmp_path: Path) -> None:
     code, out, err = _import(tmp_path, "#SBATCH -N 1\nX=$(printf '\x1b]0;owned\x07')\nsrun python a.py\n")
     assert code == 0, err
     assert "\x1b" not in out + err and "\x07" not in out + err
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["new", "--script=-rf.py"], "reads as an option"),
+        (["new", "--script", "a\nb.py"], "a path on one line"),
+        (["new", "--gpus", "0"], "--gpus 1 to 64"),
+        (["import", "job.sh", "-o", "missing/x.yaml"], "no such folder"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path: Path, arguments: list[str], message: str) -> None:
+    (tmp_path / "job.sh").write_text("#SBATCH -N 1\nsrun python a.py\n")
+    done = run_cli(*arguments, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]

@@ -36,6 +36,8 @@ def checked(
     from clusterkit import api
     from clusterkit.errors import RecipeError, UsageError
 
+    if not os.path.isdir(folder):
+        raise UsageError(f"{folder}: no such folder for the recipe")
     written: list[str] = []
     try:
         if profile_text is not None:

@@ -16,6 +16,8 @@ def new_recipe(script: str | None, trainer: str | None, nodes: int, gpus: int | 
         raise UsageError("--nodes is 1 or more, --gpus 1 to 64")
     if script is not None and (not script.strip() or any(not c.isprintable() for c in script)):
         raise UsageError("--script: a path on one line")
+    if script is not None and script.startswith("-"):  # the launcher would read it as one of its options
+        raise UsageError(f"--script: {script} reads as an option; write ./{script}")
     if trainer is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", trainer):
         raise UsageError("--trainer: a model type such as gpt2 or llama")
     stem = script.rsplit("/", 1)[-1].rsplit(".", 1)[0] if script else (trainer or "gpt2")
