@@ -189,8 +189,9 @@ def test_new_recipes_validate_and_render_clean(start: list[str], tmp_path: Path)
         ("#SBATCH -N 1\n#SBATCH --Weird=1\n#SBATCH -Z\nsrun python a.py\n", "no sbatch option name"),
         ("#SBATCH -N 1\nsrun --container-image=$IMG python a.py\n", "a run-time value"),
         ("#SBATCH -N 1\nsrun python $SCRIPT --x 1\n", "a run-time value"),
+        ("#SBATCH -N 1\nsrun --gpu-bind=closest --nodelist=n1 --open-mode=append python a.py\n", "step sets it"),
     ],
-    ids=["multi-line-command", "odd-flags", "srun-variable", "program-variable"],
+    ids=["multi-line-command", "odd-flags", "srun-variable", "program-variable", "step-owned-srun-options"],
 )
 def test_what_a_field_cannot_hold_is_listed_and_the_rest_validates(tmp_path: Path, text: str, why: str) -> None:
     code, out, err = _import(tmp_path, text, "--json")
@@ -218,3 +219,69 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path: Path, arguments:
     done = run_cli(*arguments, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
+
+
+def _recipe(text: str) -> dict:
+    from clusterkit.load.script_text import parse_script
+
+    return import_script(parse_script(text, "job.sh")).recipe
+
+
+HEADER = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=4\n"
+
+
+@pytest.mark.parametrize(
+    "launch, expected",
+    [
+        (
+            "srun deepspeed --num_gpus 4 --num_nodes 2 --include node1:0,1 --master_port 29600 train.py --ds c.json",
+            {"launcher": "deepspeed", "master_port": 29600, "deepspeed": {"include": "node1:0,1"},
+             "task": {"script": "train.py", "args": ["--ds", "c.json"]}},
+        ),
+        (
+            "srun accelerate launch --config_file acc.yaml --mixed_precision bf16 --num_processes 8 -m pkg.train --lr 1",
+            {"launcher": "accelerate", "accelerate": {"config": "acc.yaml"}, "precision": "bf16",
+             "task": {"script": "pkg.train", "module": True, "args": ["--lr", "1"]}},
+        ),
+        (
+            "mpirun -np 8 --bind-to core -x NCCL_DEBUG python3 -u hvd.py",
+            {"launcher": "mpirun", "launcher_args": ["--bind-to", "core", "-x", "NCCL_DEBUG"],
+             "python": ["python3", "-u"], "task": {"script": "hvd.py"}},
+        ),
+        (
+            "srun --ntasks-per-node=4 --mpi=pmix --label python -u train.py",
+            {"launcher": "python", "srun": {"kill_on_bad_exit": False, "mpi": "pmix", "label": True},
+             "python": ["python", "-u"], "task": {"script": "train.py"}},
+        ),
+        (
+            "srun --container-image=nvcr.io/x:1 ./run.sh --epochs 3",
+            {"launcher": "command", "srun": {"kill_on_bad_exit": False, "extra": {"container-image": "nvcr.io/x:1"}},
+             "task": {"script": "./run.sh", "args": ["--epochs", "3"]}},
+        ),
+    ],
+    ids=["deepspeed", "accelerate", "mpirun", "python-per-task", "command"],
+)  # fmt: skip
+def test_each_launcher_maps_to_its_fields(launch: str, expected: dict) -> None:
+    recipe = _recipe(HEADER + launch + "\n")
+    assert {key: recipe.get(key) for key in expected} == expected
+    assert recipe["resources"]["nodes"] == 2 and recipe["resources"]["gpus_per_node"] == 4
+
+
+def test_header_and_environment_forms_map_to_their_fields() -> None:
+    recipe = _recipe(
+        "#SBATCH -N 4 -t 2-00:00:00 -p big -A proj --qos=high --array=0-9%2 --signal=B:USR2@300 --no-requeue\n"
+        "#SBATCH --gres=gpu:a100:8 --mem=0 --constraint=ib --exclusive --mail-user=me@x.org --comment=hi\n"
+        "export A=1 B='two words'\nexport PATH=/opt/bin:$PATH\nexport LD_LIBRARY_PATH=${LD_LIBRARY_PATH}:/opt/lib\n"
+        "unset C\nexport D=$HOME/x\nsrun torchrun --nproc-per-node=8 t.py\n"
+    )
+    assert recipe["resources"] == {
+        "nodes": 4, "time": "2-00:00:00", "partition": "big", "account": "proj", "qos": "high", "array": "0-9%2",
+        "mem": "0", "constraint": "ib", "exclusive": True, "gpus_per_node": 8,
+        "extra_sbatch": {"mail-user": "me@x.org", "comment": "hi"},
+    }  # fmt: skip
+    assert recipe["preemption"] == {"signal": "USR2", "grace_s": 300, "requeue": False, "max_requeues": 0}
+    assert recipe["env"] == {
+        "A": "1", "B": "two words", "PATH": {"prepend": "/opt/bin"}, "LD_LIBRARY_PATH": {"append": "/opt/lib"},
+        "C": None, "OMP_NUM_THREADS": None,
+    }  # fmt: skip
+    assert recipe["setup"] == ["export D=$HOME/x"]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
+from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def map_launch(
             resources.setdefault("cpus_per_task", int(value))
         elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
             header.tasks_per_node = int(value)
-        elif flag in STEP_DROPPED:
+        elif flag in STEP_DROPPED or flag in STEP_OWNED:
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
             )
@@ -77,8 +78,12 @@ def map_launch(
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "a run-time value in an srun option", "srun.extra")
             )
-        elif len(flag) > 1 and (flag in SRUN_ONLY_OPTIONS or flag in SBATCH_OPTIONS):
+        elif len(flag) > 1:
             extra[flag] = True if value is None else value
+            if flag not in SRUN_ONLY_OPTIONS and flag not in SBATCH_OPTIONS:  # a SPANK plugin's (pyxis...)
+                imported.warnings.append(
+                    f"line {launch.line}: srun --{flag}: an option srun has not, kept in srun.extra"
+                )
         else:
             imported.unmapped.append(Unmapped(launch.line, f"srun -{flag}", "an srun option not mapped", "srun.extra"))
     if extra:
