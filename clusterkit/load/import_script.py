@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
-from clusterkit.load.script_launch import Launch, launcher_of, parse_launch
+from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import map_launch, substitute
 from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
@@ -44,6 +44,7 @@ class Imported:
     kept: list[int] = field(default_factory=list)  # line numbers kept as setup/hook lines
     generated: bool = False  # a rendered script: its setup lines stay as written
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
+    profile: ClusterProfile | None = None
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -55,7 +56,7 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     own = set() if profile is None else {*profile.setup, *(f"module load {m}" for m in profile.modules)}
     header = read_header(script.directives)
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
-    imported.generated = script.generated
+    imported.generated, imported.profile = script.generated, profile
     imported.mapped += [directive.line for directive in script.directives]
     variables: dict[str, str] = {}
     recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
@@ -113,6 +114,10 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         )
         return
     assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
+    if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
+        recipe["setup"].append(command.text)
+        imported.kept.append(line)
+        return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
         return
@@ -142,7 +147,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
     exported = words[0] == "export"
     if words[0] == "unset":
         for name in words[1:]:
-            if not name.startswith("-"):
+            if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 recipe["env"][name] = None
                 imported.env[name] = None
         imported.mapped.append(command.line)
@@ -206,9 +211,14 @@ def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch
 def plan_launch(plan: dict[str, Any]) -> Launch | None:
     """The launch step of a launch plan (plan.json) as a parsed launch line."""
     step = plan["launch"]
-    launch = parse_launch(0, ["srun", *map(str, step["srun"]), *map(str, step["argv"])])
+    argv = [str(word) for word in step["argv"]]
+    for at in range(len(argv) - 1):  # the node agent's wrapper around each rank (batch launchers)
+        if argv[at].endswith("supervisor/__main__.py") and argv[at + 1] == "rank":
+            del argv[at : at + 2]
+            break
+    launch = parse_launch(0, ["srun", *map(str, step["srun"]), *argv], literal=True)
     if launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
-        launch.launcher = "python"
+        wrapped_python(launch, argv)
     return launch
 
 

@@ -25,12 +25,16 @@ def recipe_yaml(imported: Imported, script: str, cluster: str) -> str:
     return "\n".join(lines) + "\n" + text
 
 
+_PLAIN_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", ".inf", ".nan", "-.inf"}
+
+
 class _Dumper(yaml.SafeDumper):
-    """Quotes numbers-with-colons (SLURM times such as 0:10:00), which YAML 1.1 may read as base 60."""
+    """Quotes every string that starts like a number or reads as a boolean/null (0:10:00, 1e-5,
+    on): the loader must read each as the text it was in the script."""
 
 
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = '"' if re.match(r"^[0-9][0-9:._-]*$", value) else None
+    style = '"' if re.match(r"^[-+.]?[0-9]", value) or value.lower() in _PLAIN_WORDS else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

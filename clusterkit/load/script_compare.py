@@ -53,7 +53,7 @@ def differences(original: Parts, rendered: Parts) -> list[str]:
     a, b = original.launch, rendered.launch
     if a is None or b is None:
         return lines + ([] if a is b else ["launch: " + ("none in the script" if a is None else "none rendered")])
-    for what in ("launcher", "module", "program", "args"):
+    for what in ("launcher", "python", "module", "program", "args"):
         if getattr(a, what) != getattr(b, what):
             lines.append(f"launch {what}: {getattr(a, what)} -> {getattr(b, what)}")
     lines += _mapping_differences("launcher option ", _options(a), _options(b))

@@ -29,6 +29,9 @@ LAUNCHER_BARE = {
         "oversubscribe tag-output report-bindings allow-run-as-root v q display-map timestamp-output".split()
     ),
 }
+CONTAINER_BARE = frozenset(
+    "--nv --rocm --nvccli --cleanenv -e --contain -c --containall -C --writable-tmpfs --no-home --no-mount".split()
+)
 MPIRUN_TWO_VALUES = frozenset({"mca", "gmca"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 DEEPSPEED_MODULES = frozenset({"deepspeed.launcher.runner"})
@@ -49,6 +52,7 @@ class Launch:
     args: list[str] = field(default_factory=list)
     prefix_env: dict[str, str] = field(default_factory=dict)  # VAR=value words before the command
     redirections: list[str] = field(default_factory=list)
+    container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
 
     def argv(self) -> list[str]:
@@ -96,22 +100,24 @@ def _interpreter(words: list[str]) -> tuple[list[str], list[str]]:
     return words[:at], words[at:]
 
 
-def parse_launch(line: int, words: list[str], under_srun: bool = False) -> Launch | None:
+def parse_launch(line: int, words: list[str], under_srun: bool = False, literal: bool = False) -> Launch | None:
     """The launch in ``words`` (one command, separators already cut), or None where it starts none;
-    ``under_srun``: the words are what an srun runs (any command is then the launch)."""
+    ``under_srun``: the words are what an srun runs (any command is then the launch); ``literal``:
+    an argv as a launch plan holds it (a ``bash -c`` there is the user's command, not a line to read)."""
     words, redirections = _without_redirections(words)
     prefix_env, words = _env_prefix(words)
     srun: list[tuple[str, str | None]] = []
     if words and words[0].rsplit("/", 1)[-1] == "srun":
         srun, words = _srun_options(words[1:])
-    if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
+    container, words = _container(words)
+    if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
         return _inner(line, words[2], srun, prefix_env, redirections)
     kind = launcher_of(words)
     if kind is None:
         if not srun and not words:
             return None
         kind = "command"
-    launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections)
+    launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
     _fill(launch, words)
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 
@@ -175,11 +181,43 @@ def _fill(launch: Launch, words: list[str]) -> None:
     _program(launch, rest)
 
 
+def wrapped_python(launch: Launch, argv: list[str]) -> None:
+    """A task-per-rank argv whose interpreter runs under a wrapper (``run_env.sh singularity exec
+    IMAGE python -u x.py``): the interpreter is everything up to the first python and its flags."""
+    at = next((i for i, word in enumerate(argv) if PYTHON.match(word)), None)
+    if at is None:
+        return
+    interpreter, rest = _interpreter(argv[at:])
+    launch.launcher, launch.python, launch.module, launch.program, launch.args = (
+        "python",
+        argv[:at] + interpreter,
+        False,
+        "",
+        [],
+    )
+    _program(launch, rest)
+
+
 def _program(launch: Launch, words: list[str]) -> None:
     if words[:1] == ["-m"] and len(words) > 1:
         launch.module, words = True, words[1:]
     if words:
         launch.program, launch.args = words[0], words[1:]
+
+
+def _container(words: list[str]) -> tuple[str | None, list[str]]:
+    """``apptainer exec [options] IMAGE rest`` -> (IMAGE, rest); other words as they are."""
+    if (
+        len(words) < 3
+        or words[0].rsplit("/", 1)[-1] not in ("apptainer", "singularity")
+        or words[1] not in ("exec", "run")
+    ):
+        return None, words
+    at = 2
+    while at < len(words) and words[at].startswith("-"):
+        alone = "=" in words[at] or words[at] in CONTAINER_BARE or (words[at][:2] == "-B" and len(words[at]) > 2)
+        at += 1 if alone else 2
+    return (words[at], words[at + 1 :]) if at < len(words) else (None, words)
 
 
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:

@@ -44,6 +44,8 @@ def map_launch(
     profile_python: list[str] | None,
 ) -> None:
     out["launcher"] = launch.launcher
+    if launch.launcher == "mpirun" and launch.python[-1:] == ["-u"]:
+        launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
     program = substitute(launch.program, variables)
@@ -70,6 +72,8 @@ def map_launch(
             resources.setdefault("cpus_per_task", int(value))
         elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
             header.tasks_per_node = int(value)
+        elif flag.startswith("container-") and _profile_container(imported, "pyxis", flag, value, out, launch.line):
+            pass
         elif flag in STEP_DROPPED or flag in STEP_OWNED:
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
@@ -90,8 +94,18 @@ def map_launch(
         srun["extra"] = extra
     if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
         out["srun"] = srun
+    if launch.container is not None and not _profile_container(
+        imported, "apptainer", "container-image", launch.container, out, launch.line
+    ):
+        imported.unmapped.append(
+            Unmapped(launch.line, f"apptainer exec ... {launch.container}", "a container", "a profile's container:")
+        )
     args: list[str] = []
+    defaults = set(LAUNCHERS[launch.launcher].defaults) if imported.generated else set()
     for name, flag, value in launch.options:
+        if name in defaults:  # a rendered line: clusterkit's own default comes first
+            defaults.discard(name)
+            continue
         value = None if value is None else substitute(value, variables)
         if launch.launcher != "command" and owned_flag(launch.launcher, name):
             _owned(launch, name, value, out, resources, header, imported)
@@ -110,6 +124,21 @@ def map_launch(
         header.gpus_per_node = header.tasks_per_node
     if launch.launcher in ("mpirun",) and launch.srun:
         imported.unmapped.append(Unmapped(launch.line, "srun mpirun", "mpirun starts its own daemons", "launcher"))
+
+
+def _profile_container(
+    imported: Imported, runtime: str, flag: str, value: str | None, out: dict[str, Any], line: int
+) -> bool:
+    """A container option the cluster profile's ``container:`` (of this runtime) writes: its image,
+    where another, becomes ``container_image``; False where the profile has no such container."""
+    box = imported.profile.container if imported.profile is not None else None
+    if box is None or box.runtime != runtime:
+        return False
+    if flag == "container-image" and value and value != box.image:
+        out["container_image"] = value
+    elif flag != "container-image" and not imported.generated:
+        imported.unmapped.append(Unmapped(line, f"--{flag}={value}", "the profile's container settings", "container:"))
+    return True
 
 
 def _owned(
