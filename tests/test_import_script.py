@@ -282,3 +282,27 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
         "C": None, "OMP_NUM_THREADS": None,
     }  # fmt: skip
     assert recipe["setup"] == ["export D=$HOME/x"]
+
+
+@pytest.mark.parametrize(
+    "cluster, launch, image, listed",
+    [
+        ("pyxis-h100", "srun --container-image=/img/mine.sqsh --container-mounts=/d:/d python a.py", "/img/mine.sqsh",
+         "the profile's container settings"),
+        ("apptainer-a100", "srun apptainer exec --nv -B /d:/d /img/mine.sif python a.py", "/img/mine.sif", None),
+        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None, "a container"),
+    ],
+    ids=["pyxis", "apptainer", "no-container-profile"],
+)  # fmt: skip
+def test_a_container_maps_to_the_profiles_container(
+    cluster: str, launch: str, image: str | None, listed: str | None
+) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    profile = load_profile(cluster, REPO)[0]
+    imported = import_script(parse_script(f"#SBATCH -N 1\n{launch}\n", "job.sh"), profile)
+    assert imported.recipe.get("container_image") == image
+    assert imported.recipe["task"] == {"script": "a.py"}
+    assert [item.why for item in imported.unmapped if item.why == listed] == ([listed] if listed else [])
+    checked(recipe_yaml(imported, "job.sh", cluster), None)  # validates
