@@ -268,6 +268,7 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
     recipe = _recipe(
         "#SBATCH -N 4 -t 2-00:00:00 -p big -A proj --qos=high --array=0-9%2 --signal=B:USR2@300 --no-requeue\n"
         "#SBATCH --gres=gpu:a100:8 --mem=0 --constraint=ib --exclusive --mail-user=me@x.org --comment=hi\n"
+        "  #SBATCH --nodes=9\n"  # indented: a comment to sbatch
         "export A=1 B='two words'\nexport PATH=/opt/bin:$PATH\nexport LD_LIBRARY_PATH=${LD_LIBRARY_PATH}:/opt/lib\n"
         "unset C\nexport D=$HOME/x\nsrun torchrun --nproc-per-node=8 t.py\n"
     )

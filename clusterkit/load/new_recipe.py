@@ -50,6 +50,7 @@ def new_recipe(script: str | None, trainer: str | None, nodes: int, gpus: int | 
             "task:",
             "  trainer:                        # the built-in HF Trainer runner",
             f"    model: {{config: {{model_type: {json.dumps(model)}}}}}   # or pretrained: <hub id>",
+            "    # model_type alone is the library's default size; add its dimensions (n_layer, hidden_size...)",
             "    dataset: {type: synthetic, seq_len: 128, num_samples: 1024}",
             "    args: {num_train_epochs: 1, learning_rate: 0.0003}",
         ]

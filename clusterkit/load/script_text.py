@@ -116,7 +116,7 @@ def _read_lines(script: ScriptText, lines: list[str]) -> None:
         if len(text) > LINE_LIMIT:
             script.unmapped.append(Unmapped(number, text[:80] + "...", f"a line longer than {LINE_LIMIT} characters"))
             continue
-        if stripped.startswith("#SBATCH"):
+        if text.startswith("#SBATCH"):  # sbatch reads a directive only at the start of a line
             if not in_header:
                 script.unmapped.append(
                     Unmapped(number, stripped, "after the first command: sbatch ignores it", "resources:")
