@@ -307,3 +307,18 @@ def test_a_container_maps_to_the_profiles_container(
     assert imported.recipe["task"] == {"script": "a.py"}
     assert [item.why for item in imported.unmapped if item.why == listed] == ([listed] if listed else [])
     checked(recipe_yaml(imported, "job.sh", cluster), None)  # validates
+
+
+def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> None:
+    from clusterkit.load.script_text import parse_script
+
+    text = "#SBATCH -N 2\nFOO=1 srun bash -c 'cd /work; RANK=$SLURM_PROCID BAR=$(date) python a.py' > out.log 2>&1\n"
+    imported = import_script(parse_script(text, "job.sh"))
+    assert imported.recipe["env"]["FOO"] == "1" and "RANK" not in imported.recipe["env"]
+    assert sorted(item.why for item in imported.unmapped) == [
+        "a redirection of the launch", "a redirection of the launch", "a run-time value on the launch line",
+        "beside the launch in its bash -c",
+    ]  # fmt: skip
+    assert imported.recipe["task"] == {"script": "a.py"} and imported.recipe["launcher"] == "python"
+    again = import_script(parse_script("#SBATCH -N 1\nsrun python a.py --x 1 2>&1 --y 3 >log\n", "job.sh"))
+    assert again.recipe["task"] == {"script": "a.py", "args": ["--x", "1", "--y", "3"]}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
-from clusterkit.load.script_options import map_launch, substitute
+from clusterkit.load.script_options import map_launch, owner_of, substitute
 from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
@@ -237,6 +237,7 @@ def _build(
         out["task"] = {"script": "true"}
     else:
         map_launch(launch, out, resources, header, variables, imported, profile_python)
+        recipe["env"].update(out.pop("env", {}))  # VAR=value words before the launch command
     if header.gpus_per_node is not None:
         resources["gpus_per_node"] = header.gpus_per_node
     out["resources"] = resources
@@ -254,14 +255,6 @@ def _build(
     if hooks:
         out["hooks"] = hooks
     imported.recipe = out
-
-
-def owner_of(name: str) -> str | None:
-    """Who sets an environment variable a recipe may not (job_checks' names), or None."""
-    from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
-
-    owner = OWNED_ENV.get(name) or SHELL_ENV.get(name)
-    return owner or next((who for prefix, who in OWNED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 def _owned_env(env: dict[str, Any], out: dict[str, Any], imported: Imported) -> None:

@@ -55,11 +55,6 @@ class Launch:
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
 
-    def argv(self) -> list[str]:
-        """The launch as one list of words, for comparing two launches."""
-        options = [flag if value is None else f"{flag}={value}" for _, flag, value in self.options]
-        return [*self.python, self.launcher, *options, *(["-m"] if self.module else []), self.program, *self.args]
-
 
 def normalise(flag: str) -> str:
     """``--nproc_per_node`` -> ``nproc-per-node`` (launchers take both spellings)."""
@@ -258,7 +253,12 @@ def _env_prefix(words: list[str]) -> tuple[dict[str, str], list[str]]:
 def _without_redirections(words: list[str]) -> tuple[list[str], list[str]]:
     kept, redirections, at = [], [], 0
     while at < len(words):
-        if is_redirection(words[at]):
+        # 2>&1, 2>err: shlex keeps no spacing, so a number before >& (or 2 before >) is taken as the fd
+        fd = at + 1 < len(words) and (words[at + 1] == ">&" or words[at] == "2" and words[at + 1] in (">", ">>"))
+        if words[at].isdigit() and fd:
+            redirections.append(" ".join(words[at : at + 3]))
+            at += 3
+        elif is_redirection(words[at]):
             redirections.append(" ".join(words[at : at + 2]))
             at += 2
         else:

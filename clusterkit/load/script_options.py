@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
+from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
@@ -100,6 +102,7 @@ def map_launch(
         imported.unmapped.append(
             Unmapped(launch.line, f"apptainer exec ... {launch.container}", "a container", "a profile's container:")
         )
+    _around(launch, out, variables, imported)
     args: list[str] = []
     defaults = set(LAUNCHERS[launch.launcher].defaults) if imported.generated else set()
     for name, flag, value in launch.options:
@@ -124,6 +127,26 @@ def map_launch(
         header.gpus_per_node = header.tasks_per_node
     if launch.launcher in ("mpirun",) and launch.srun:
         imported.unmapped.append(Unmapped(launch.line, "srun mpirun", "mpirun starts its own daemons", "launcher"))
+
+
+def _around(launch: Launch, out: dict[str, Any], variables: dict[str, str], imported: Imported) -> None:
+    """What the launch line holds beside the launch: ``VAR=value`` before the command (the names
+    clusterkit sets per rank are its own; a literal other goes to env), redirections, and the other
+    commands of its ``bash -c`` string, listed."""
+    for name, value in launch.prefix_env.items():
+        literal = substitute(value, variables)
+        if owner_of(name) is None and "$" not in literal and not has_computed([literal]):
+            out.setdefault("env", {})[name] = literal
+        elif owner_of(name) is None:
+            imported.unmapped.append(
+                Unmapped(launch.line, f"{name}={value}", "a run-time value on the launch line", "env")
+            )
+    for redirection in launch.redirections:
+        imported.unmapped.append(Unmapped(launch.line, redirection, "a redirection of the launch", LOGS))
+    for command in launch.beside:
+        imported.unmapped.append(
+            Unmapped(launch.line, command, "beside the launch in its bash -c", "hooks.pre_launch or setup")
+        )
 
 
 def _profile_container(
@@ -202,3 +225,9 @@ def literal_args(words: list[str], variables: dict[str, str], line: int, importe
 
 def owned_flag(launcher: str, name: str) -> bool:
     return normalise(name) in {normalise(flag) for flag in LAUNCHERS[launcher].owned}
+
+
+def owner_of(name: str) -> str | None:
+    """Who sets an environment variable a recipe may not (job_checks' names), or None."""
+    owner = OWNED_ENV.get(name) or SHELL_ENV.get(name)
+    return owner or next((who for prefix, who in OWNED_ENV_PREFIXES.items() if name.startswith(prefix)), None)
