@@ -24,7 +24,7 @@ PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 # dev cluster, no SSH server, no job that trains, no pip. bin/test runs them all, and everything else.
 FAST_MODULES = {
     "test_completion", "test_containers", "test_doctor", "test_dry_run_display", "test_errors",
-    "test_format_hints", "test_gpu_defaults", "test_gpus", "test_help_examples", "test_layers", "test_layout_and_profile_options",
+    "test_format_hints", "test_gpu_defaults", "test_gpus", "test_help_examples", "test_import_script", "test_layers", "test_layout_and_profile_options",
     "test_into_job", "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_profile_checks", "test_profile_init", "test_ported_script_checks", "test_python_argv",
     "test_collective_forensics", "test_recipe_input_holes", "test_render", "test_render_output", "test_resolved", "test_rich_text",
     "test_run_layout", "test_slurm_accounting", "test_runner_units", "test_schema", "test_service_role", "test_spares", "test_stacks", "test_startup_imports",

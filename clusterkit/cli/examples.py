@@ -23,6 +23,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit validate recipes/ recipes/ported/              # every recipe in the folders",
         "clusterkit validate -q recipes/tiny-gpt2-cpu.yaml --set resources.nodes=4",
     ),
+    "import": (
+        "clusterkit import job.sbatch > job.yaml                # the recipe; what was not mapped on stderr",
+        "clusterkit import tests/data/import/mle-torchrun.sbatch --cluster recipes/ported/clusters/xyz-cluster.yaml",
+        "clusterkit import job.sbatch --json                    # the not-mapped list and the differences",
+    ),
+    "new": (
+        "clusterkit new --script train.py --nodes 2 --gpus 8 --cluster infiniband-h100 > train.yaml",
+        "clusterkit new --trainer gpt2                          # the built-in Trainer, on stdout",
+        "clusterkit new --trainer llama --zero3 --nodes 4 > llama.yaml",
+    ),
     "render": (
         "clusterkit render recipes/tiny-gpt2-cpu.yaml -o tiny-job   # then read tiny-job/job.sbatch",
         "clusterkit render recipes/llama-7b-zero3-ib.yaml --set resources.nodes=4 --set resources.time=120",

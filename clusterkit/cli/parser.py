@@ -25,6 +25,7 @@ from clusterkit.cli import (
     profiles,
     recipes,
     runs,
+    scaffold,
     stacks,
     top,
     tracking,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 COMMAND_GROUPS = (
     recipes,
+    scaffold,
     hub,
     jobs,
     gpus,

@@ -1,0 +1,272 @@
+"""``clusterkit import``: a hand-written batch script as a recipe (a dict, written as YAML by the
+command), with what could not be mapped listed by line. The script is read as words
+(:mod:`clusterkit.load.script_text`), never run; the header goes through
+:mod:`clusterkit.load.script_header`, the launch through :mod:`clusterkit.load.script_launch`.
+
+A script clusterkit rendered itself ``exec``s its supervisor on ``plan.json``: its launch is that
+file's (read as JSON beside the script), and its own preamble is recognised as clusterkit's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.load.script_header import Header, read_header
+from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
+from clusterkit.load.script_options import map_launch, owner_of, substitute
+from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
+from clusterkit.spec.recipe import NAME_PATTERN
+
+if TYPE_CHECKING:
+    from clusterkit.spec.profile import ClusterProfile
+
+SETUP_COMMANDS = frozenset({"module", "ml", "source", ".", "cd", "conda", "ulimit", "umask", "mamba", "spack"})
+# Lines of clusterkit's own rendered preamble (rendered again from the recipe, so not imported).
+GENERATED_OWN = re.compile(
+    r"^(set [-+]e?u|mkdir -p -- |RUN_DIR=|CLUSTERKIT_JOB_ID=|export RUN_DIR |secrets_file=|unset secret|trap |exec )"
+)
+
+
+@dataclass
+class Imported:
+    recipe: dict[str, Any]
+    header: Header
+    launch: Launch | None
+    env: dict[str, str | None] = field(default_factory=dict)  # the script's exports, as written
+    unmapped: list[Unmapped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    mapped: list[int] = field(default_factory=list)  # line numbers mapped to a field
+    kept: list[int] = field(default_factory=list)  # line numbers kept as setup/hook lines
+    generated: bool = False  # a rendered script: its setup lines stay as written
+    env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
+    profile: ClusterProfile | None = None
+
+
+def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
+    """``script`` as a recipe; ``profile``: the cluster profile it is for (its python, and its own
+    modules and setup lines, which the recipe need not repeat)."""
+    profile_python = (
+        None if profile is None else ([profile.python] if isinstance(profile.python, str) else list(profile.python))
+    )
+    own = set() if profile is None else {*profile.setup, *(f"module load {m}" for m in profile.modules)}
+    header = read_header(script.directives)
+    imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
+    imported.generated, imported.profile = script.generated, profile
+    imported.mapped += [directive.line for directive in script.directives]
+    variables: dict[str, str] = {}
+    recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
+    commands = [
+        c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own
+    ]
+    launch_at = _launch_index(commands, script)
+    for index, command in enumerate(commands):
+        if index == launch_at:
+            if not script.generated:
+                imported.launch = parse_launch(command.line, _launch_words(command, imported))
+            imported.mapped.append(command.line)
+            continue
+        _command(command, recipe, variables, imported, after=launch_at is not None and index > launch_at)
+    if script.generated:
+        imported.launch = _plan_launch(script, recipe, imported)
+    _build(imported, recipe, variables, profile_python, script)
+    return imported
+
+
+def _launch_index(commands: list[Command], script: ScriptText) -> int | None:
+    """The launch: the last command that starts a known launcher, else the last srun."""
+    if script.generated:
+        return None
+    found = [i for i, c in enumerate(commands) if _launches(c.words)]
+    srun = [i for i, c in enumerate(commands) if any(p[:1] == ["srun"] for p in split_commands(c.words))]
+    return found[-1] if found else (srun[-1] if srun else None)
+
+
+def _launches(words: list[str]) -> bool:
+    for part in split_commands(words):
+        launch = parse_launch(0, part)
+        if launch is not None and launch.launcher != "command":
+            return True
+    return False
+
+
+def _launch_words(command: Command, imported: Imported) -> list[str]:
+    parts = split_commands(command.words)
+    chosen = next((p for p in reversed(parts) if launcher_of(p) or p[:1] == ["srun"]), parts[-1])
+    for part in parts:
+        if part is not chosen:
+            imported.unmapped.append(
+                Unmapped(command.line, " ".join(part), "on the launch line beside the launch", "hooks.pre_launch")
+            )
+    return chosen
+
+
+def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
+    words, line = command.words, command.line
+    parts = split_commands(words)
+    if not command.text.isprintable():  # a quoted line break or a control character: no line field holds it
+        imported.unmapped.append(
+            Unmapped(line, command.text, "a command over several lines or with control characters")
+        )
+        return
+    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
+    if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
+        recipe["setup"].append(command.text)
+        imported.kept.append(line)
+        return
+    if command.computed and assignment:
+        imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
+        return
+    if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
+            return
+    first = words[0]
+    if first == "set" and all(w.startswith(("-", "+")) or w == "pipefail" for w in words[1:]):
+        if "x" in "".join(w for w in words[1:] if w.startswith("-")):
+            recipe["setup"].append(command.text)
+            imported.kept.append(line)
+        else:
+            imported.mapped.append(line)  # clusterkit's batch shell runs under set -euo pipefail
+        return
+    if after and first in ("wait", "exit"):
+        imported.mapped.append(line)
+        return
+    if first in SETUP_COMMANDS and not after:
+        recipe["setup"].append(command.text)
+    else:
+        recipe["hooks"]["post_run" if after else "pre_launch"].append(command.text)
+    imported.kept.append(line)
+
+
+def _environment(words: list[str], command: Command, recipe: dict, variables: dict, imported: Imported) -> bool:
+    """``export A=B``, ``A=B``, ``unset A``: env and the shell variables later lines use."""
+    exported = words[0] == "export"
+    if words[0] == "unset":
+        for name in words[1:]:
+            if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                recipe["env"][name] = None
+                imported.env[name] = None
+        imported.mapped.append(command.line)
+        return True
+    as_setup = False
+    for word in words[1:] if words[0] in ("export",) else words:
+        name, equals, value = word.partition("=")
+        if word.startswith("-") or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            return False
+        if not equals:
+            if name in variables:
+                recipe["env"][name] = variables[name]
+                imported.env[name] = variables[name]
+            continue
+        if exported:
+            imported.env[name] = value
+        literal = substitute(value, variables, keep_self=name)
+        edit = None if imported.generated else _path_edit(name, literal)
+        imported.env_lines[name] = command.line
+        if exported and edit is None and "$" in literal and owner_of(name):
+            imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
+        elif edit is not None and exported:
+            recipe["env"][name] = edit
+        elif "$" in literal:
+            as_setup = True
+        elif exported:
+            recipe["env"][name] = literal
+        variables[name] = literal
+    if as_setup and exported:
+        recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
+        imported.kept.append(command.line)
+    else:
+        imported.mapped.append(command.line)
+    return True
+
+
+def _path_edit(name: str, value: str) -> dict[str, str] | None:
+    """``/x:$NAME`` -> {prepend: /x}; ``$NAME:/x`` -> {append: /x}."""
+    for own in (f"${name}", f"${{{name}}}"):
+        if value.endswith(":" + own) and "$" not in value[: -len(own) - 1]:
+            return {"prepend": value[: -len(own) - 1]}
+        if value.startswith(own + ":") and "$" not in value[len(own) + 1 :]:
+            return {"append": value[len(own) + 1 :]}
+    return None
+
+
+def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch | None:
+    """A rendered script's launch, from the plan.json beside it (read as data)."""
+    try:
+        plan = json.loads(read_bounded(Path(script.path).parent / "plan.json", CONFIG_LIMIT, "a launch plan"))
+        launch = plan_launch(plan)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        launch = None
+    if launch is None:
+        imported.unmapped.append(Unmapped(0, "exec ... plan.json", "its launch plan is not beside it", "task:"))
+        return None
+    recipe["hooks"] = {"pre_launch": list(plan.get("pre_launch") or []), "post_run": list(plan.get("post_run") or [])}
+    return launch
+
+
+def plan_launch(plan: dict[str, Any]) -> Launch | None:
+    """The launch step of a launch plan (plan.json) as a parsed launch line."""
+    step = plan["launch"]
+    argv = [str(word) for word in step["argv"]]
+    for at in range(len(argv) - 1):  # the node agent's wrapper around each rank (batch launchers)
+        if argv[at].endswith("supervisor/__main__.py") and argv[at + 1] == "rank":
+            del argv[at : at + 2]
+            break
+    launch = parse_launch(0, ["srun", *map(str, step["srun"]), *argv], literal=True)
+    if launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
+        wrapped_python(launch, argv)
+    return launch
+
+
+def _build(
+    imported: Imported, recipe: dict, variables: dict, profile_python: list[str] | None, script: ScriptText
+) -> None:
+    header, launch = imported.header, imported.launch
+    name = header.name or Path(script.path).stem
+    if not re.match(NAME_PATTERN, name):
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-._")[:64] or "imported"
+    out: dict[str, Any] = {"name": name}
+    resources = dict(header.resources)
+    if launch is None:
+        imported.unmapped.append(Unmapped(0, "", "no launch line found", "task.script (and launcher)"))
+        out["launcher"] = "command"
+        out["task"] = {"script": "true"}
+    else:
+        map_launch(launch, out, resources, header, variables, imported, profile_python)
+        recipe["env"].update(out.pop("env", {}))  # VAR=value words before the launch command
+    if header.gpus_per_node is not None:
+        resources["gpus_per_node"] = header.gpus_per_node
+    out["resources"] = resources
+    if header.preemption:
+        out["preemption"] = header.preemption
+    out["network"] = {"profile": "none"}  # the environment is exactly the script's
+    env = recipe["env"]
+    _owned_env(env, out, imported)
+    if not script.generated and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = None  # clusterkit's default, not the script's
+    for key in ("env", "setup"):
+        if recipe[key]:
+            out[key] = recipe[key]
+    hooks = {k: v for k, v in recipe["hooks"].items() if v}
+    if hooks:
+        out["hooks"] = hooks
+    imported.recipe = out
+
+
+def _owned_env(env: dict[str, Any], out: dict[str, Any], imported: Imported) -> None:
+    """Names the job sets itself (MASTER_PORT, RANK, SLURM_*...) out of env: a literal
+    MASTER_PORT becomes master_port, the others are listed."""
+    for name in list(env):
+        owner = owner_of(name)
+        if owner is None or (name == "PATH" and isinstance(env[name], dict)):
+            continue
+        value = env.pop(name)
+        if name == "MASTER_PORT" and isinstance(value, str) and value.isdigit() and 1024 <= int(value) <= 65535:
+            out.setdefault("master_port", int(value))
+        else:
+            line = imported.env_lines.get(name, 0)
+            imported.unmapped.append(Unmapped(line, f"export {name}", f"set by {owner}", "remove it"))

@@ -1,0 +1,324 @@
+"""clusterkit import (a batch script read as words, never run) and clusterkit new: round trips of
+rendered jobs, hostile scripts, ported excerpts, and new recipes that validate and render clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterkit import api
+from clusterkit.cli.main import main
+from clusterkit.cli.scaffold import checked
+from clusterkit.load.import_script import import_script
+from clusterkit.load.import_yaml import recipe_yaml
+from clusterkit.load.script_compare import differences, rendered_parts
+from clusterkit.load.script_text import read_script
+from conftest import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "import"
+# Every shipped recipe: its rendered job imports back to a recipe that renders the same job.
+ROUND_TRIP = sorted(
+    str(p.relative_to(REPO)) for p in [*REPO.glob("recipes/*.yaml"), *REPO.glob("recipes/ported/*.yaml")]
+)
+
+
+def _render(recipe: str | Path, folder: Path) -> Path:
+    loaded = api.load_recipe(recipe)
+    folder.mkdir(parents=True)
+    for name, text in api.render_job(loaded).files.items():
+        if "/" not in name:
+            (folder / name).write_text(text)
+    return folder / "job.sbatch"
+
+
+@pytest.mark.parametrize("recipe", ROUND_TRIP)
+def test_the_import_of_a_rendered_job_renders_the_same_job(recipe: str, tmp_path: Path) -> None:
+    loaded = api.load_recipe(REPO / recipe)
+    job = _render(REPO / recipe, tmp_path / "first")
+    imported = import_script(read_script(job), loaded.profile)
+    recipe_text = recipe_yaml(imported, str(job), str(loaded.profile_path.resolve()))
+    home = (REPO / recipe).parent
+    for own_file in home.glob("*.json"):  # the recipe's relative files, beside the import too
+        shutil.copy(own_file, tmp_path)
+    files, _ = checked(recipe_text, None, folder=tmp_path)
+    plan = json.loads(files["plan.json"].replace(str(tmp_path), str(home.resolve())))
+    before = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
+    assert differences(before, rendered_parts(files["job.sbatch"], plan)) == []
+    first, second = json.loads((job.parent / "plan.json").read_text())["launch"], plan["launch"]
+    assert (second["argv"], second["srun"]) == (first["argv"], first["srun"])
+
+
+def _import(tmp_path: Path, text: str | bytes, *extra: str) -> tuple[int, str, str]:
+    script = tmp_path / "job.sh"
+    script.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = subprocess.run(
+        [shutil.which("python") or "python", "-m", "clusterkit.cli.main", "import", str(script), *extra],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_nothing_in_a_script_is_ever_run(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    lines = [
+        "#!/bin/bash", "#SBATCH --nodes=1", f"touch {canary}1", f"X=$(touch {canary}2)", f"Y=`touch {canary}3`",
+        f"export Z=$(touch {canary}4)", f"if true; then touch {canary}5; fi", f"cat <<EOF\n$(touch {canary}6)\nEOF",
+        f"f() {{ touch {canary}7; }}", f"srun bash -c 'touch {canary}8; python train.py --out $(touch {canary}9)'",
+        f"source {canary}10", f"echo done > {canary}11",
+    ]  # fmt: skip
+    code, out, err = _import(tmp_path, "\n".join(lines) + "\n")
+    assert code == 0, err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("canary")] == []
+    assert "not mapped" in err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (b"#!/bin/bash\nsrun python a.py\x00\n", "job.sh:2: a NUL byte"),
+        (b"#!/bin/bash\nsrun python \xff.py\n", "job.sh:2: not UTF-8"),
+    ],
+)
+def test_a_file_that_is_no_text_script_is_one_line_exit_2(tmp_path: Path, text: bytes, expected: str) -> None:
+    code, _, err = _import(tmp_path, text)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fifo_or_a_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    for name in ("fifo", "folder"):
+        assert main(["import", str(tmp_path / name)]) == 2
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("#SBATCH -N 1\nsrun python 'a.py\n", "unbalanced"),
+        ("#SBATCH -N 1\ncat <<'X'\nsrun python evil.py\nX\nsrun python a.py\n", "here-document"),
+        ("#SBATCH -N 1\nfor i in 1 2; do\n  srun python b.py\ndone\nsrun python a.py\n", "loop"),
+        ("#SBATCH -N 1\nexport A=`hostname`\nsrun python a.py\n", "computed"),
+        ("#SBATCH -N 1\nexport A=" + "x" * 1_000_000 + "\nsrun python a.py\n", "longer than"),
+        ("#SBATCH -N 1\necho 'open\n" + "x\n" * 500_000, "unbalanced"),
+        ("#SBATCH -N 1\n" + "echo $(\n" * 200_000, "unbalanced"),
+        ("#SBATCH -N 1\n" + "abc\\\n" * 800_000 + "\nsrun python a.py\n", "longer than"),
+    ],
+    ids=[
+        "quote",
+        "heredoc",
+        "loop",
+        "backticks",
+        "1MB-line",
+        "quote-then-500k-lines",
+        "200k-open-subshells",
+        "800k-continued-lines",
+    ],  # fmt: skip
+)
+def test_hostile_lines_are_listed_inert_in_bounded_time(tmp_path: Path, text: str, why: str) -> None:
+    started = time.monotonic()
+    code, out, err = _import(tmp_path, text, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert any(why in item["why"] for item in report["not_mapped"]), report["not_mapped"]
+    assert time.monotonic() - started < 30
+
+
+def test_the_json_report_is_shaped_as_documented(tmp_path: Path) -> None:
+    from test_json_shapes import as_documented
+
+    (tmp_path / "job.sbatch").write_text("#SBATCH --nodes=2\nX=$(hostname)\nsrun python a.py\n")
+    done = run_cli("import", "--json", str(tmp_path / "job.sbatch"), "-o", str(tmp_path / "job.yaml"), cwd=tmp_path)
+    assert as_documented(done, "clusterkit import --json SCRIPT")["not_mapped"][0]["line"] == 2
+
+
+def test_crlf_line_ends_read_as_lines(tmp_path: Path) -> None:
+    code, out, err = _import(
+        tmp_path, "#!/bin/bash\r\n#SBATCH --nodes=2\r\nexport A=1\r\nsrun python a.py --x 1\r\n", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["not_mapped"] == []
+
+
+def test_an_existing_output_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "out.yaml").write_text("mine")
+    code, _, err = _import(tmp_path, "#SBATCH -N 1\nsrun python a.py\n", "-o", str(tmp_path / "out.yaml"))
+    assert code == 2 and "exists already" in err and (tmp_path / "out.yaml").read_text() == "mine"
+
+
+@pytest.mark.parametrize("port", sorted(DATA.glob("*.sbatch")), ids=lambda p: p.stem)
+def test_ported_excerpts_import_close_to_the_hand_port(port: Path, tmp_path: Path) -> None:
+    hand = REPO / "recipes" / "ported" / f"{port.stem}.yaml"
+    loaded = api.load_recipe(hand)
+    job = _render(hand, tmp_path / "hand")
+    imported = import_script(read_script(port), loaded.profile)
+    for own_file in hand.parent.glob("*.json"):  # the hand port's relative files, beside the import too
+        shutil.copy(own_file, tmp_path)
+    files, _ = checked(recipe_yaml(imported, str(port), str(loaded.profile_path.resolve())), None, folder=tmp_path)
+    plan = files["plan.json"].replace(str(tmp_path), str(hand.parent.resolve()))  # its copies of the port's files
+    ours = rendered_parts(files["job.sbatch"], json.loads(plan))
+    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
+    assert differences(theirs, ours) == port.with_suffix(".differences").read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    "start", [["--script", "train.py"], ["--trainer", "gpt2"], ["--trainer", "llama", "--zero3", "--nodes", "2"]]
+)
+def test_new_recipes_validate_and_render_clean(start: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "new.yaml"
+    assert main(["new", *start, "-o", str(out)]) == 0
+    assert main(["new", *start, "-o", str(out)]) == 2  # never overwritten
+    job = _render(out, tmp_path / "render")
+    subprocess.run(["bash", "-n", str(job)], check=True)
+    subprocess.run(["shellcheck", "-S", "error", str(job)], check=True)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('#SBATCH -N 1\necho "two\nlines"\nsrun python a.py\n', "several lines"),
+        ("#SBATCH -N 1\n#SBATCH --Weird=1\n#SBATCH -Z\nsrun python a.py\n", "no sbatch option name"),
+        ("#SBATCH -N 1\nsrun --container-image=$IMG python a.py\n", "a run-time value"),
+        ("#SBATCH -N 1\nsrun python $SCRIPT --x 1\n", "a run-time value"),
+        ("#SBATCH -N 1\nsrun --gpu-bind=closest --nodelist=n1 --open-mode=append python a.py\n", "step sets it"),
+    ],
+    ids=["multi-line-command", "odd-flags", "srun-variable", "program-variable", "step-owned-srun-options"],
+)
+def test_what_a_field_cannot_hold_is_listed_and_the_rest_validates(tmp_path: Path, text: str, why: str) -> None:
+    code, out, err = _import(tmp_path, text, "--json")
+    assert code == 0, err
+    assert any(why in item["why"] for item in json.loads(out)["not_mapped"]), out
+
+
+def test_control_characters_reach_no_terminal(tmp_path: Path) -> None:
+    code, out, err = _import(tmp_path, "#SBATCH -N 1\nX=$(printf '\x1b]0;owned\x07')\nsrun python a.py\n")
+    assert code == 0, err
+    assert "\x1b" not in out + err and "\x07" not in out + err
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["new", "--script=-rf.py"], "reads as an option"),
+        (["new", "--script", "a\nb.py"], "a path on one line"),
+        (["new", "--gpus", "0"], "--gpus 1 to 64"),
+        (["import", "job.sh", "-o", "missing/x.yaml"], "no such folder"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path: Path, arguments: list[str], message: str) -> None:
+    (tmp_path / "job.sh").write_text("#SBATCH -N 1\nsrun python a.py\n")
+    done = run_cli(*arguments, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
+
+
+def _recipe(text: str) -> dict:
+    from clusterkit.load.script_text import parse_script
+
+    return import_script(parse_script(text, "job.sh")).recipe
+
+
+HEADER = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=4\n"
+
+
+@pytest.mark.parametrize(
+    "launch, expected",
+    [
+        (
+            "srun deepspeed --num_gpus 4 --num_nodes 2 --include node1:0,1 --master_port 29600 train.py --ds c.json",
+            {"launcher": "deepspeed", "master_port": 29600, "deepspeed": {"include": "node1:0,1"},
+             "task": {"script": "train.py", "args": ["--ds", "c.json"]}},
+        ),
+        (
+            "srun accelerate launch --config_file acc.yaml --mixed_precision bf16 --num_processes 8 -m pkg.train --lr 1",
+            {"launcher": "accelerate", "accelerate": {"config": "acc.yaml"}, "precision": "bf16",
+             "task": {"script": "pkg.train", "module": True, "args": ["--lr", "1"]}},
+        ),
+        (
+            "mpirun -np 8 --bind-to core -x NCCL_DEBUG python3 -u hvd.py",
+            {"launcher": "mpirun", "launcher_args": ["--bind-to", "core", "-x", "NCCL_DEBUG"],
+             "python": "python3", "task": {"script": "hvd.py"}},  # -u: clusterkit's mpirun line writes it
+        ),
+        (
+            "srun --ntasks-per-node=4 --mpi=pmix --label python -u train.py",
+            {"launcher": "python", "srun": {"kill_on_bad_exit": False, "mpi": "pmix", "label": True},
+             "python": ["python", "-u"], "task": {"script": "train.py"}},
+        ),
+        (
+            "srun --container-image=nvcr.io/x:1 ./run.sh --epochs 3",
+            {"launcher": "command", "srun": {"kill_on_bad_exit": False, "extra": {"container-image": "nvcr.io/x:1"}},
+             "task": {"script": "./run.sh", "args": ["--epochs", "3"]}},
+        ),
+    ],
+    ids=["deepspeed", "accelerate", "mpirun", "python-per-task", "command"],
+)  # fmt: skip
+def test_each_launcher_maps_to_its_fields(launch: str, expected: dict) -> None:
+    recipe = _recipe(HEADER + launch + "\n")
+    assert {key: recipe.get(key) for key in expected} == expected
+    assert recipe["resources"]["nodes"] == 2 and recipe["resources"]["gpus_per_node"] == 4
+
+
+def test_header_and_environment_forms_map_to_their_fields() -> None:
+    recipe = _recipe(
+        "#SBATCH -N 4 -t 2-00:00:00 -p big -A proj --qos=high --array=0-9%2 --signal=B:USR2@300 --no-requeue\n"
+        "#SBATCH --gres=gpu:a100:8 --mem=0 --constraint=ib --exclusive --mail-user=me@x.org --comment=hi\n"
+        "  #SBATCH --nodes=9\n"  # indented: a comment to sbatch
+        "export A=1 B='two words'\nexport PATH=/opt/bin:$PATH\nexport LD_LIBRARY_PATH=${LD_LIBRARY_PATH}:/opt/lib\n"
+        "unset C\nexport D=$HOME/x\nsrun torchrun --nproc-per-node=8 t.py\n"
+    )
+    assert recipe["resources"] == {
+        "nodes": 4, "time": "2-00:00:00", "partition": "big", "account": "proj", "qos": "high", "array": "0-9%2",
+        "mem": "0", "constraint": "ib", "exclusive": True, "gpus_per_node": 8,
+        "extra_sbatch": {"mail-user": "me@x.org", "comment": "hi"},
+    }  # fmt: skip
+    assert recipe["preemption"] == {"signal": "USR2", "grace_s": 300, "requeue": False, "max_requeues": 0}
+    assert recipe["env"] == {
+        "A": "1", "B": "two words", "PATH": {"prepend": "/opt/bin"}, "LD_LIBRARY_PATH": {"append": "/opt/lib"},
+        "C": None, "OMP_NUM_THREADS": None,
+    }  # fmt: skip
+    assert recipe["setup"] == ["export D=$HOME/x"]
+
+
+@pytest.mark.parametrize(
+    "cluster, launch, image, listed",
+    [
+        ("pyxis-h100", "srun --container-image=/img/mine.sqsh --container-mounts=/d:/d python a.py", "/img/mine.sqsh",
+         "the profile's container settings"),
+        ("apptainer-a100", "srun apptainer exec --nv -B /d:/d /img/mine.sif python a.py", "/img/mine.sif", None),
+        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None, "a container"),
+    ],
+    ids=["pyxis", "apptainer", "no-container-profile"],
+)  # fmt: skip
+def test_a_container_maps_to_the_profiles_container(
+    cluster: str, launch: str, image: str | None, listed: str | None
+) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    profile = load_profile(cluster, REPO)[0]
+    imported = import_script(parse_script(f"#SBATCH -N 1\n{launch}\n", "job.sh"), profile)
+    assert imported.recipe.get("container_image") == image
+    assert imported.recipe["task"] == {"script": "a.py"}
+    assert [item.why for item in imported.unmapped if item.why == listed] == ([listed] if listed else [])
+    checked(recipe_yaml(imported, "job.sh", cluster), None)  # validates
+
+
+def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> None:
+    from clusterkit.load.script_text import parse_script
+
+    text = "#SBATCH -N 2\nFOO=1 srun bash -c 'cd /work; RANK=$SLURM_PROCID BAR=$(date) python a.py' > out.log 2>&1\n"
+    imported = import_script(parse_script(text, "job.sh"))
+    assert imported.recipe["env"]["FOO"] == "1" and "RANK" not in imported.recipe["env"]
+    assert sorted(item.why for item in imported.unmapped) == [
+        "a redirection of the launch", "a redirection of the launch", "a run-time value on the launch line",
+        "beside the launch in its bash -c",
+    ]  # fmt: skip
+    assert imported.recipe["task"] == {"script": "a.py"} and imported.recipe["launcher"] == "python"
+    again = import_script(parse_script("#SBATCH -N 1\nsrun python a.py --x 1 2>&1 --y 3 >log\n", "job.sh"))
+    assert again.recipe["task"] == {"script": "a.py", "args": ["--x", "1", "--y", "3"]}
