@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterkit.load.job_checks import DERIVED_SBATCH
+from clusterkit.load.sbatch_checks import DERIVED_SBATCH
 from clusterkit.load.script_text import COMPUTED, Command, Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS
 from clusterkit.spec.recipe import ARRAY_PATTERN, SBATCH_FLAG_PATTERN, SLURM_TIME_PATTERN
