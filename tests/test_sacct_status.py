@@ -1,6 +1,6 @@
-"""``clusterkit status`` reads SLURM's accounting (sacct) for jobs that have ended: their times, and
-for a job the controller has forgotten (MinJobAge) its final state and exit code; pending and
-running jobs never ask it; a cluster without accounting (or a sacct that fails or hangs) keeps the
+"""``clusterkit status`` reads SLURM's accounting (sacct) for jobs that have ended: their times (once
+every job asked has ended), and for a job the controller has forgotten (MinJobAge) its final state
+and exit code; pending and running jobs never ask it; a cluster without accounting (or a sacct that fails or hangs) keeps the
 run directory's answer and says why in one line. squeue and sacct answer through a fake Host, with
 output captured on the dev cluster; on the dev cluster itself, a real job's sacct row and status
 agree, also once squeue is made to forget it."""
@@ -141,6 +141,14 @@ def test_pending_and_running_jobs_never_ask_sacct(tmp_path: Path) -> None:
     pending, running = _status(host, _record(tmp_path, "4"), _record(tmp_path, "6"))
     assert (pending.state, pending.reason, pending.started) == ("PENDING", "Resources", None)
     assert running.state == "RUNNING" and host.asked("sacct") == []
+
+
+def test_while_a_job_runs_only_the_forgotten_ones_ask_sacct(tmp_path: Path) -> None:
+    host = Slurm(squeue=SQUEUE.replace("4|4|N/A|PENDING", "4|4|N/A|RUNNING"), sacct=Completed(0, DEV_CLUSTER, ""))
+    ended, running, forgotten = _status(host, _record(tmp_path, "3"), _record(tmp_path, "4"), _record(tmp_path, "1"))
+    assert (ended.state, ended.exit_code, ended.started) == ("FAILED", 3, None)  # no times while 4 runs
+    assert running.state == "RUNNING" and (forgotten.state, forgotten.exit_code) == ("FAILED", 3)
+    assert [call[-2] for call in host.asked("sacct")] == ["--jobs=1"]
 
 
 def test_forgotten_array_tasks_are_one_sacct_of_the_array_and_the_newest_instance_counts() -> None:

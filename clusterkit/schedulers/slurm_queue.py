@@ -107,7 +107,7 @@ def ask_slurm(host: Host, exit_codes: Mapping[str, int | None]) -> dict[str, dic
     if done.returncode == 0:
         said = read_squeue(done.stdout)
     elif all(exit_code is not None for exit_code in exit_codes.values()):
-        said = {}
+        return {}  # the controller does not answer and the run directories tell: nothing more to ask
     else:  # e.g. a lone job id SLURM has forgotten: "Invalid job id specified"
         listing = host.run(["scontrol", "--all", "--oneliner", "show", "job"])
         said = read_scontrol(listing.stdout) if listing.returncode == 0 else {}
@@ -115,27 +115,24 @@ def ask_slurm(host: Host, exit_codes: Mapping[str, int | None]) -> dict[str, dic
 
 
 def with_accounting(host: Host, said: Mapping[str, Fields], job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
-    """The controller's answer completed from the accounting database, in one ``sacct`` call, for
-    the jobs that have ended or that it no longer holds (never for a pending or running job: the
-    controller is the one that knows those). A job both know keeps the controller's state and exit
-    code, the database's only for a job the controller has forgotten; the newest instance of a
-    requeued job is the one that counts. Without accounting, each forgotten job's answer is the
-    one line saying so (``Accounting``)."""
+    """The controller's answer completed from the accounting database, in one ``sacct`` call: for
+    the jobs it no longer holds, how they ended, and once every job asked has ended (a look at
+    finished work, not a poll of running work: a follow asks no sacct until its last look), when
+    each was submitted, started and ended. A job both know keeps the controller's state and exit
+    code; the newest instance of a requeued job is the one that counts. Without accounting, each
+    forgotten job's answer is the one line saying so (``Accounting``)."""
     answers = {job_id: dict(fields) for job_id, fields in said.items()}
-    ended = [
-        job_id
-        for job_id in job_ids
-        if job_id not in said or normalize_slurm_state(said[job_id].get("JobState", "")) in TERMINAL
-    ]
-    if not ended:
+    going = any(normalize_slurm_state(fields.get("JobState", "")) not in TERMINAL for fields in said.values())
+    asking = [job_id for job_id in job_ids if job_id not in said or not going]
+    if not asking:
         return answers
     # An array task is found under its array's id (sacct lists every task of it).
-    found = job_accounting(host, sorted({job_id.partition("_")[0] for job_id in ended}))
+    found = job_accounting(host, sorted({job_id.partition("_")[0] for job_id in asking}))
     if isinstance(found, NoAccounting):
-        answers.update({job_id: {"Accounting": found.line} for job_id in ended if job_id not in said})
+        answers.update({job_id: {"Accounting": found.line} for job_id in asking if job_id not in said})
         return answers
     newest = {row.job_id: row for row in found}  # oldest first: the last instance of each job stays
-    for job_id in ended:
+    for job_id in asking:
         if job_id in newest:
             answers[job_id] = {**(said.get(job_id) or _final(newest[job_id])), **_times(newest[job_id])}
     return answers
