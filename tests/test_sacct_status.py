@@ -24,6 +24,7 @@ from clusterkit.schedulers.host import Completed, LocalHost
 from clusterkit.schedulers.slurm import SlurmScheduler
 from clusterkit.schedulers.slurm_queue import with_accounting
 from clusterkit.spec.layout import EXIT_CODE
+from conftest import run_cli
 from slurm_jobs import TINY
 from test_slurm_accounting import DEV_CLUSTER
 
@@ -226,22 +227,27 @@ def test_json_carries_the_times_and_a_login_node_answer_reads_back(
 
 
 @pytest.mark.slurm
-def test_a_finished_job_in_sacct_and_status_agree_also_once_forgotten(dev_cluster: str, tmp_path: Path) -> None:
-    from slurm_jobs import submit
+def test_a_finished_job_in_sacct_and_status_agree_also_once_forgotten(
+    dev_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_jobs import submit, wait
 
     returncode, run_dir, said = submit(tmp_path, TINY)
     assert returncode == 0, said
     job_id = run_dir.name
-    rows = subprocess.run(
-        ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}", "--format=State,ExitCode"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert rows == ["COMPLETED|0:0"], rows
+    sacct = ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}", "--format=State,ExitCode"]
+    rows: list[str] = []
+
+    def recorded() -> bool:  # slurmctld tells slurmdbd a job's end a moment after it ends
+        rows[:] = subprocess.run(sacct, capture_output=True, text=True, check=True).stdout.split()
+        return rows == ["COMPLETED|0:0"]
+
+    wait(recorded, 30, f"sacct to record job {job_id} COMPLETED (it says {rows})")
     record = read_record(run_dir)
     (remembered,) = SlurmScheduler().statuses([record])
     assert (remembered.state, remembered.exit_code) == ("COMPLETED", 0) and remembered.started and remembered.ended
+    shown = run_cli("status", "--runs-dir", str(tmp_path / "runs"), job_id)
+    assert f"{job_id}  tiny-gpt2  COMPLETED  exit 0" in shown.stdout and "  times:   submitted " in shown.stdout, shown
 
     class Forgetting(LocalHost):  # as after MinJobAge (10 minutes on the dev cluster): squeue no longer lists it
         def run(self, argv, timeout: float = 30.0) -> Completed:
@@ -255,3 +261,12 @@ def test_a_finished_job_in_sacct_and_status_agree_also_once_forgotten(dev_cluste
         remembered.ended,
         remembered.elapsed_s,
     )
+
+    # The same cluster's clients told there is no accounting: the run directory alone, and one line why.
+    (run_dir / EXIT_CODE).write_text("0\n")
+    without = tmp_path / "slurm.conf"
+    without.write_text(Path(dev_cluster).read_text().replace("accounting_storage/slurmdbd", "accounting_storage/none"))
+    monkeypatch.setenv("SLURM_CONF", str(without))
+    (degraded,) = SlurmScheduler(Forgetting()).statuses([record])
+    assert (degraded.state, degraded.exit_code, degraded.started) == ("COMPLETED", 0, None)
+    assert "accounting storage is disabled" in degraded.accounting
