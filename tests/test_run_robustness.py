@@ -489,12 +489,18 @@ def _checkout(root: Path, running: bool | None) -> Path:
     return root / "slurm.conf"
 
 
-def _dev_cluster(function: str, checkout: Path, etc: Path) -> None:
+def _sourced(function: str, checkout: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """One of bin/dev-cluster's functions, run for the cluster directory ``checkout``."""
     script = REPO / "bin" / "dev-cluster"
-    env = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), CLUSTERKIT_SLURM_ETC=str(etc))
-    subprocess.run(
-        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=env, check=True, capture_output=True
+    given = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), **env)
+    return subprocess.run(
+        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=given, capture_output=True, text=True
     )
+
+
+def _dev_cluster(function: str, checkout: Path, etc: Path) -> None:
+    done = _sourced(function, checkout, CLUSTERKIT_SLURM_ETC=str(etc))
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -553,14 +559,6 @@ def test_down_removes_the_default_conf_link_only_when_it_is_its_own(tmp_path: Pa
 
 
 # --- 9. the dev cluster's accounting ------------------------------------------------------------------
-
-
-def _sourced(function: str, checkout: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    script = REPO / "bin" / "dev-cluster"
-    given = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), **env)
-    return subprocess.run(
-        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=given, capture_output=True, text=True
-    )
 
 
 @pytest.mark.parametrize("accounting", ["1", "0"])
