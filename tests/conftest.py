@@ -4,6 +4,7 @@ once per session; the training tests run real torchrun / DeepSpeed processes on 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,8 +24,8 @@ PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 # dev cluster, no SSH server, no job that trains, no pip. bin/test runs them all, and everything else.
 FAST_MODULES = {
     "test_completion", "test_containers", "test_doctor", "test_dry_run_display", "test_errors",
-    "test_format_hints", "test_gpu_defaults", "test_help_examples", "test_layers", "test_layout_and_profile_options",
-    "test_into_job", "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_profile_checks", "test_python_argv",
+    "test_format_hints", "test_gpu_defaults", "test_gpus", "test_help_examples", "test_layers", "test_layout_and_profile_options",
+    "test_into_job", "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_profile_checks", "test_profile_init", "test_python_argv",
     "test_collective_forensics", "test_recipe_input_holes", "test_render", "test_render_output", "test_resolved", "test_rich_text",
     "test_run_layout", "test_sacct_status", "test_slurm_accounting", "test_runner_units", "test_schema", "test_service_role", "test_spares", "test_stacks", "test_startup_imports",
     "test_stragglers", "test_style", "test_supervisor", "test_template_cache", "test_template_errors", "test_top", "test_user_cache",
@@ -36,6 +37,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.module.__name__ in FAST_MODULES and not {"slurm", "train"} & {m.name for m in item.iter_markers()}:
             item.add_marker(pytest.mark.fast)
+
+
+def interruptible() -> None:
+    """A child's preexec_fn for tests that Ctrl-C it: SIGINT back to its default. A shell without job
+    control starts background commands (``bin/test &``, nohup in a script) with SIGINT ignored, the
+    children inherit that, and Python then installs no KeyboardInterrupt: the test's Ctrl-C would be
+    lost and the test hang, for a reason that is the runner's, not clusterkit's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(

@@ -614,7 +614,7 @@ def test_a_task_per_gpu_job_may_bind_one_gpu_per_task(tmp_path: Path) -> None:
                 tmp_path, launcher="python", resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 2}}
             )
         )
-    with pytest.raises(RecipeError, match="--gpus-per-task conflicts with one launcher task per node"):
+    with pytest.raises(RecipeError, match="one launcher task per node .* gpus-per-task must be 2, or leave it out"):
         load_recipe(_recipe(tmp_path, resources={"nodes": 2, "time": "5", "extra_sbatch": {"gpus-per-task": 1}}))
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from clusterkit import load_recipe
-from clusterkit.estimate.memory import Layout, model_state_bytes
+from clusterkit.estimate.memory import Layout, activation_bytes, model_state_bytes
 from clusterkit.estimate.modelsize import model_shape
 from clusterkit.plan.planner import plan
 from conftest import RECIPES, run_cli
@@ -111,7 +111,29 @@ def test_zero2_model_states_agree_with_deepspeed(gpus: int, nodes: int, offload_
     layout = Layout(dp=gpus * nodes, zero_stage=2, offload_optimizer="cpu" if offload_optimizer else "none")
     ours = sum(model_state_bytes(shape, layout, mixed_precision=True)[:3])
     _, theirs = estimate_zero2_model_states_mem_needs(shape.params, gpus, nodes, cpu_offload=offload_optimizer)
+    if offload_optimizer:
+        # DeepSpeed's estimator counts only the 16-bit weights on the GPU; on an H100 the run also held
+        # this rank's 16-bit gradients (docs/gpu/2026-11-27-h100.md), which the planner adds.
+        theirs += 2 * shape.params / layout.dp
     assert abs(ours - theirs) / theirs < 0.05
+
+
+def test_offloading_the_optimizer_keeps_the_16bit_gradients_on_the_gpu() -> None:
+    shape = model_shape(LLAMA2_7B)
+    for stage, partition in ((1, 1), (2, 4)):
+        layout = Layout(dp=4, zero_stage=stage, offload_optimizer="cpu")
+        weights, grads, opt, host = model_state_bytes(shape, layout, mixed_precision=True)
+        assert (weights, opt) == (2 * shape.params, 0) and host > 0
+        assert grads == int(2 * shape.params / partition)
+
+
+def test_eager_attention_counts_the_score_matrices() -> None:
+    shape = model_shape(LLAMA2_7B, seq_len=2048)
+    layout = Layout(dp=1)
+    for mixed, score_bytes in ((True, 5), (False, 4)):
+        fused = activation_bytes(shape, layout, mixed)
+        eager = activation_bytes(shape, layout, mixed, fused_attention=False)
+        assert eager - fused == pytest.approx(shape.layers * score_bytes * shape.heads * 2048**2, rel=1e-9)
 
 
 @pytest.mark.parametrize("offload_optimizer,offload_params", [(False, False), (True, False), (True, True)])
@@ -136,8 +158,6 @@ def test_zero3_model_states_agree_with_deepspeed(offload_optimizer: bool, offloa
 def test_context_parallel_splits_activations_and_widens_zero_sharding() -> None:
     """cp ranks each hold 1/cp of a sequence; ZeRO shards over the dp*cp ranks, the weights (stage 0-2)
     stay whole on each."""
-    from clusterkit.estimate.memory import activation_bytes
-
     shape = model_shape(LLAMA2_7B)
     plain, split = Layout(dp=4, zero_stage=3, micro_batch_size=2), Layout(dp=4, zero_stage=3, micro_batch_size=2, cp=4)
     assert activation_bytes(shape, split, True) == pytest.approx(activation_bytes(shape, plain, True) / 4, rel=1e-6)
@@ -159,6 +179,17 @@ def _recipe(tmp_path: Path, cluster: str, nodes: int, gpus: int, config: dict, *
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def test_a_recipe_with_eager_attention_is_planned_with_its_score_matrices(tmp_path: Path) -> None:
+    fused = plan(load_recipe(_recipe(tmp_path, "infiniband-h100", 1, 8, GPT2_124M)))
+    recipe = yaml.safe_load(_recipe(tmp_path, "infiniband-h100", 1, 8, GPT2_124M).read_text())
+    recipe["task"]["trainer"]["model"]["attention"] = "eager"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(recipe))
+    eager = plan(load_recipe(tmp_path / "p.yaml"))
+    gained = eager.current_memory.activations - fused.current_memory.activations
+    shape = fused.shape  # GPT-2's defaults: 12 layers, 12 heads
+    assert gained == pytest.approx(shape.layers * 5 * shape.heads * 2048**2 * 8, rel=1e-6)
 
 
 def test_rule_small_model_fits_one_gpu_and_ranks_ddp_first(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import test_ssh_transports
-from conftest import REPO
+from conftest import REPO, interruptible
 
 CHECK_SECRET = REPO / "tests" / "scripts" / "check_secret.py"
 # Hostile bytes: a line break, quotes, command substitutions, a NUL-free non-UTF-8 byte, a trailing backslash.
@@ -414,6 +414,7 @@ def test_kill_9_between_the_secrets_file_and_sbatch_leaves_it_0600(tmp_path: Pat
         env=full,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:
@@ -441,6 +442,7 @@ def test_ctrl_c_while_sbatch_runs_removes_the_secrets(tmp_path: Path) -> None:
         env=full,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:

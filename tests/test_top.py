@@ -37,7 +37,7 @@ from clusterkit.runs.top import (
 from clusterkit.schedulers.host import Completed
 from clusterkit.schedulers.slurm import SlurmScheduler
 from clusterkit.spec.layout import EXIT_CODE, HANG_RECORD, HEARTBEAT, METRICS
-from conftest import REPO
+from conftest import REPO, interruptible
 from test_json_shapes import DOCS, differences
 
 ESC = "\x1b]0;owned\x07\x1b[2J"  # a window title and a screen clear, as a hostile name would carry
@@ -438,6 +438,7 @@ def _own_terminal() -> None:
 
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    interruptible()
 
 
 def _on_a_terminal(tmp_path: Path, keys: list[bytes]) -> tuple[int, bytes, list]:
@@ -486,8 +487,13 @@ def _on_a_terminal(tmp_path: Path, keys: list[bytes]) -> tuple[int, bytes, list]
     for key in keys:
         os.write(primary, key)
         read(time.monotonic() + 0.5)
+    # Read on while it ends: a terminal whose buffer fills blocks the writer (the last redraws, the
+    # screen's restore), so a test that stopped reading would hang the view it is waiting for.
+    deadline = time.monotonic() + 30
     try:
-        code = process.wait(timeout=30)
+        while process.poll() is None and time.monotonic() < deadline:
+            read(time.monotonic() + 0.2)
+        code = process.wait(timeout=1)
     finally:
         process.kill()  # one that did not end is no test's leftover
     read(time.monotonic() + 0.5)

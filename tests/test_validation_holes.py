@@ -259,7 +259,6 @@ def test_dataset_path_from_set_is_relative_to_the_cwd(tmp_path: Path) -> None:
         ("LOCAL_WORLD_SIZE", "the launcher"),
         ("NODE_RANK", "the launcher"),
         ("SLURM_NTASKS", "SLURM"),
-        ("CUDA_VISIBLE_DEVICES", "SLURM"),
     ],
 )
 @pytest.mark.parametrize(
@@ -464,8 +463,6 @@ def test_a_complete_recipe_that_is_also_extended_is_validated(tmp_path: Path) ->
         ("exclusive", "true", "resources.exclusive"),
         ("export", "NONE", "set env (every node gets"),
         ("cpus-per-gpu", "4", "conflicts with the --cpus-per-task"),
-        ("mem-per-cpu", "1G", "conflicts with the --mem"),
-        ("mem-per-gpu", "1G", "conflicts with the --mem"),
         ("array", "0-3", "set resources.array"),
         ("out", "x.log", "abbreviates --output"),
         ("ntasks-per-n", "2", "abbreviates --ntasks-per-node"),

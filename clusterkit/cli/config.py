@@ -87,6 +87,8 @@ def settings(args: argparse.Namespace) -> list[Setting]:
             origin = ("env", CLUSTERS_ENV)
         elif directory == BUILTIN_CLUSTERS_DIR:
             origin = ("default", "shipped with clusterkit")
+        elif index == len(user_dirs) + env_dirs:  # the last of the user's: their own (clusterkit profile init's)
+            origin = ("default", "clusters/ beside the user config (clusterkit profile init writes here)")
         elif index == env_dirs:
             origin = ("recipe", "clusters/ beside it") if args.recipe else ("default", "clusters/ here")
         else:

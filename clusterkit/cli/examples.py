@@ -44,7 +44,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "submit": (
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",
         "clusterkit submit recipes/llama-7b-zero3-ib.yaml --dry-run",
-        "clusterkit submit recipes/llama-1b-efa.yaml --executor ssh --chain 3",
+        "clusterkit submit recipes/tiny-gpt2-cpu.yaml --test-only   # when would it start? queues nothing",
         "clusterkit submit --resume runs/llama-7b-zero3/4242 --set resources.time=2-00:00:00",
     ),
     "sweep": (
@@ -58,6 +58,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench": (
         "clusterkit bench recipes/tiny-gpt2-cpu.yaml --nodes 1,2 --executor local",
         "clusterkit bench recipes/llama-1b-efa.yaml --nodes 1,2,4 --steps 50 -o bench-1b",
+    ),
+    "gpus": (
+        "clusterkit gpus                                   # every partition: GPUs free and in all",
+        "clusterkit gpus recipes/tiny-gpt2-cpu.yaml        # where its job could start now, where never",
+        "clusterkit gpus --cluster dev --json",
     ),
     "status": (
         "clusterkit status                    # the recent runs",
@@ -114,6 +119,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "sync": (
         "clusterkit sync runs/tiny-gpt2/4242              # wandb sync of its offline runs",
         "clusterkit sync 4242 --dry-run                   # what wandb would upload",
+    ),
+    "profile": (
+        "clusterkit profile init my-site                     # on the login node: ~/.config/clusterkit/clusters/my-site.yaml",
+        "clusterkit profile init my-site-a100 --partition a100 --json",
+        "clusterkit profile init site-b --login login.site-b.org --json   # asked there over SSH",
     ),
     "config": (
         "clusterkit config                     # every setting, its value and where it came from",

@@ -105,7 +105,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from clusterkit.load.loader import Override
     from clusterkit.schedulers.api import open_scheduler
 
-    request = _prepare(args, [Override(("snapshot",), False)] if args.no_snapshot else []).request
+    prepared = _prepare(args, [Override(("snapshot",), False)] if args.no_snapshot else [])
+    request = prepared.request
+    if getattr(args, "test_only", False):  # submit's; sweep shares this command
+        from clusterkit.cli.gpus import test_only
+
+        return test_only(prepared, args)
     if args.dry_run:
         if args.json:
             print_json(request_json(request))
@@ -285,6 +290,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --resume: run it again from step 0 (without it, a run with no complete checkpoint is refused)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the exact batch script that would be submitted")
+    p.add_argument(
+        "--test-only",
+        action="store_true",
+        help="ask SLURM (sbatch --test-only) when and where the job would start; queues nothing. "
+        "Exit 2: SLURM would never run it as it is (the line says what to change)",
+    )
     p.add_argument("--follow", action="store_true", help="stream progress until the job ends; exit 1 if it failed")
     with_json(p)
     p.add_argument(

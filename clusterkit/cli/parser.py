@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 from clusterkit.cli import (
     completion,
     config,
+    gpus,
     hub,
     into_job,
     jobs,
     node,
     plot,
+    profiles,
     recipes,
     runs,
     stacks,
@@ -34,7 +36,23 @@ from clusterkit.cli.examples import add_examples
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, top, watch, stacks, into_job, tracking, plot, node, config, completion)
+COMMAND_GROUPS = (
+    recipes,
+    hub,
+    jobs,
+    gpus,
+    runs,
+    top,
+    watch,
+    stacks,
+    into_job,
+    tracking,
+    plot,
+    node,
+    profiles,
+    config,
+    completion,
+)
 
 
 class Parser(argparse.ArgumentParser):

@@ -118,6 +118,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if status.reason:
             line += f"  ({status.reason})"
         print(line)
+        _print_waiting(status)
         if args.job:
             print(f"  run dir: {_where(record)}")
             print(
@@ -153,6 +154,12 @@ def time_words(status) -> str:
     return ", ".join(words)
 
 
+def _print_waiting(status) -> None:
+    """A pending job's (or task's) SLURM reason in words and what to do; flagged if it can never run."""
+    if status.explanation:
+        print(f"  {'NEVER RUNS' if status.never else 'waiting'}: {status.explanation}")
+
+
 def _array_status(record, args: argparse.Namespace) -> int:
     """A job array: its state over all tasks, then the results table (or the table alone as CSV, or
     the state with a ``tasks`` list as JSON)."""
@@ -167,6 +174,7 @@ def _array_status(record, args: argparse.Namespace) -> int:
         print(json.dumps({**status_json(status), "tasks": results_json(rows)}))
         return 0
     print(f"{record.job_id}  {record.name}  {status.state}  ({status.reason})")
+    _print_waiting(status)
     print(f"  run dir: {_where(record)}")
     print(
         f"  array:   {len(record.tasks)} tasks of {record.nodes} nodes x {record.ranks_per_node} ranks, "

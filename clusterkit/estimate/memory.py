@@ -150,7 +150,10 @@ def model_state_bytes(
     else:
         weights = work * n + master_gpu
         grads_work = work * n if stage == 1 else work * n / dp
-        grads = (0 if offload_opt else grads_work) + grad32_gpu
+        # With the optimizer offloaded the 16-bit gradients are still produced on the GPU, whole
+        # (stage 1) or as this rank's partition (stage 2), before they are copied to the host:
+        # measured on an H100 (ZeRO-2, world 1), leaving them out planned 0.69x of the peak.
+        grads = grads_work + grad32_gpu
     return int(weights), int(grads), int(opt_gpu), int(host)
 
 
@@ -158,13 +161,18 @@ def model_state_bytes(
 # Models" (arXiv:2205.05198), eq. 1-2: per layer s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes with 16-bit
 # activations and tensor parallelism t; with full recomputation only each layer's input (2·s·b·h)
 # is kept. Fused attention (SDPA / FlashAttention, transformers' default) does not store the a·s²·b
-# score matrices, so the 5·a·s/(h·t) term is dropped unless attention is "eager".
+# score matrices; eager attention does: 5 bytes an element under mixed precision (the paper's 5·a·s/h)
+# and 4 in fp32 (the fp32 softmax output alone), as measured on an H100 with a 1.1B Llama
+# (docs/gpu/2026-11-27-h100.md: without the term, `plan` was 0.61x and 0.72x of the peak).
+EAGER_SCORE_BYTES = {True: 5, False: 4}  # by mixed precision
+
+
 def activation_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, fused_attention: bool = True) -> int:
     s, b, h, a, t = shape.seq_len / layout.cp, layout.micro_batch_size, shape.hidden, shape.heads, layout.tp
     scale = 1 if mixed_precision else 2  # fp32 activations take twice the bytes
     layers_here = shape.layers / layout.pp
-    scores = 0 if fused_attention else 5 * a * s / (h * t)
-    per_layer_full = s * b * h * (10 + 24 / t + scores) * scale
+    scores = 0 if fused_attention else EAGER_SCORE_BYTES[mixed_precision] * a * s / (h * t)
+    per_layer_full = s * b * h * ((10 + 24 / t) * scale + scores)
     if layout.gradient_checkpointing:
         per_stage = 2 * s * b * h * scale * layers_here + per_layer_full  # inputs + one layer recomputed
     else:
@@ -174,11 +182,23 @@ def activation_bytes(shape: ModelShape, layout: Layout, mixed_precision: bool, f
     return int(per_stage * in_flight + logits)
 
 
+def fused_attention(recipe: ResolvedRecipe) -> bool:
+    """Whether the recipe's model runs a fused attention kernel (only ``attention: eager`` does not)."""
+    trainer = recipe.task.trainer
+    return not (trainer is not None and trainer.model.attention == "eager")
+
+
 def estimate(
-    shape: ModelShape, layout: Layout, mixed_precision: bool, optimizer: str, accelerator: str, gpus_per_node: int
+    shape: ModelShape,
+    layout: Layout,
+    mixed_precision: bool,
+    optimizer: str,
+    accelerator: str,
+    gpus_per_node: int,
+    fused_attention: bool = True,
 ) -> MemoryEstimate:
     weights, grads, opt, host_per_gpu = model_state_bytes(shape, layout, mixed_precision, optimizer)
-    activations = activation_bytes(shape, layout, mixed_precision)
+    activations = activation_bytes(shape, layout, mixed_precision, fused_attention)
     overhead = int(FRAGMENTATION * (weights + grads + opt + activations))
     if accelerator == "gpu":
         world = layout.dp * layout.tp * layout.pp * layout.cp

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks
+from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks, sbatch_checks
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -110,11 +110,11 @@ def resolve_and_check(
         if resolved is not None:
             resolved = _fit_memory(resolved, profile, model_config, found)
     _check_env(recipe, found)
-    job_checks.check_env_names(recipe, profile, found.error, found.profile_error)
+    job_checks.check_env_names(recipe, profile, found.error, found.warn, found.profile_error)
     job_checks.check_secrets(recipe, found.error, found.warn)
     job_checks.check_notify(recipe, found.error, found.warn)
     job_checks.check_runs_dirs(recipe, profile, found.error, found.profile_error)
-    job_checks.check_extra_sbatch(recipe, found.error, found.warn)
+    sbatch_checks.check_extra_sbatch(recipe, resources, found.error, found.warn)
     job_checks.check_drops(recipe, profile, found.error)
     job_checks.check_array(recipe, found.error)
     job_checks.check_lifecycle(recipe, profile, found.error, found.warn)
@@ -288,7 +288,13 @@ def _check_deepspeed(recipe: ResolvedRecipe, profile: ClusterProfile, found: _Fi
     if settings.config is None:
         return
     if not recipe.uses_deepspeed:
-        found.error(("deepspeed", "config"), "a DeepSpeed config needs launcher: deepspeed or zero_stage >= 1")
+        found.error(
+            ("deepspeed", "config"),
+            "deepspeed.enabled is false, so this config is never read; remove one of them"
+            if settings.enabled is False
+            else "a DeepSpeed config needs DeepSpeed in the job: set deepspeed.enabled: true (a script driving "
+            "DeepSpeed at ZeRO-0), zero_stage >= 1 or launcher: deepspeed",
+        )
         return
     merged = deepspeed_config(recipe, profile)
     ours = base_config(recipe, profile)
@@ -316,7 +322,7 @@ def _fit_memory(
     families only: the meta-device fallback would import torch on the validate path). Where
     gradient checkpointing makes a trainer task fit and the recipe leaves it unset, it is turned
     on (a GPU default), said in a warning; ``gradient_checkpointing: false`` keeps it off."""
-    from clusterkit.estimate.memory import GIB, Layout, estimate, optimizer_kind
+    from clusterkit.estimate.memory import GIB, Layout, estimate, fused_attention, optimizer_kind
     from clusterkit.estimate.modelsize import CLOSED_FORM_FAMILIES, model_shape
 
     if profile.gpu is None or config.get("model_type") not in CLOSED_FORM_FAMILIES:
@@ -333,6 +339,7 @@ def _fit_memory(
             optimizer_kind(args.get("optim")),
             profile.accelerator,
             recipe.resources.gpus_per_node,
+            fused_attention(recipe),
         ).total
 
     layout, available = Layout.of_recipe(recipe), profile.gpu.memory_gb * GIB

@@ -1,19 +1,18 @@
 """What the job script owns: environment names clusterkit or the launchers set, the runs directory
-as SLURM and the shell will read it, and the #SBATCH options clusterkit derives from the recipe."""
+as SLURM and the shell will read it, notifications, arrays, lifecycle and spares (the #SBATCH
+options of extra_sbatch are load.sbatch_checks')."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.load.yaml_source import KeyPath
 from clusterkit.spec.arrays import array_indices
-from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import BATCH_LAUNCHER
 from clusterkit.spec.notify import NOTIFY_EVENTS, mail_type
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
-from clusterkit.spec.sbatch_header import MAIL_OPTIONS, WRITTEN
+from clusterkit.spec.sbatch_header import MAIL_OPTIONS
 from clusterkit.spec.secrets import looks_secret
 from clusterkit.spec.timefmt import slurm_time_minutes
 from clusterkit.spec.tracking import as_tracking
@@ -36,6 +35,10 @@ OWNED_ENV = {
     "GROUP_RANK": _LAUNCHER,
     "CUDA_VISIBLE_DEVICES": "SLURM (the GPUs it allocated to the job)",
 }
+# The one owned name a recipe's env may still set, where SLURM leaves it alone: a script that orders
+# the GPUs itself (gpu_request: none). Where SLURM hands out the GPUs, its gres/gpu plugin overwrites
+# this name as each step starts (step_set_env), so a value of the recipe's would never reach the ranks.
+GPU_LIST_ENV = "CUDA_VISIBLE_DEVICES"
 OWNED_ENV_PREFIXES = {
     "SLURM_": "SLURM (describes the allocation; sbatch options go in resources.extra_sbatch)",
     "CLUSTERKIT_": "clusterkit (its own namespace)",
@@ -51,24 +54,6 @@ SHELL_ENV = {
     "PROMPT_COMMAND": "is run by bash before each prompt",
 }
 _SHELL_HINT = "write such shell in setup:, where it runs once, as written, in the job script"
-
-# #SBATCH options extra_sbatch may not set -> the recipe field that sets each: those clusterkit writes
-# (spec.sbatch_header's table), and those that would undo the layout it writes.
-DERIVED_SBATCH = {
-    **WRITTEN,
-    "ntasks": "resources.nodes and process_model (a launcher task per node, or a task per rank)",
-    "gpus": "resources.gpus_per_node (the profile's gpu_request says how GPUs are asked for)",
-    "chdir": "runs_dir (the job runs where it is submitted from)",
-    "export": "env (every node gets the job's environment)",
-}
-# Options sbatch refuses beside the ones clusterkit writes, or that clusterkit cannot run yet.
-CONFLICTING_SBATCH = {
-    "cpus-per-gpu": "conflicts with the --cpus-per-task clusterkit writes; set resources.cpus_per_task",
-    "mem-per-cpu": "conflicts with the --mem clusterkit writes; set resources.mem",
-    "mem-per-gpu": "conflicts with the --mem clusterkit writes; set resources.mem",
-    "gpus-per-task": "conflicts with one launcher task per node; set resources.gpus_per_node",
-    "ntasks-per-gpu": "conflicts with one launcher task per node; set resources.gpus_per_node",
-}
 
 
 def env_owner(name: str) -> str | None:
@@ -93,7 +78,9 @@ def read_by_programs(name: str) -> str | None:
     return None
 
 
-def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+def check_env_names(
+    recipe: Recipe, profile: ClusterProfile, error: Report, warn: Report, profile_error: Report
+) -> None:
     for report, base, env in (
         (error, ("env",), recipe.env),
         (error, ("network", "env"), recipe.network.env),
@@ -103,6 +90,20 @@ def check_env_names(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         for name in sorted(env):
             if name == "PATH" and isinstance(env[name], EnvEdit):
                 continue  # a prepend or append extends the node's PATH: srun and python stay found
+            if name == GPU_LIST_ENV and report is error:
+                if profile.gpu_request == "none":
+                    warn(
+                        base + (name,),
+                        f"{name} replaces the GPU list SLURM binds to each task: every rank of a node sees this "
+                        "same list, in this order",
+                    )
+                else:
+                    error(
+                        base + (name,),
+                        f"SLURM sets {name} in every step of a cluster whose GPUs it hands out (gpu_request: "
+                        f"{profile.gpu_request}), so this value would never reach the ranks; order the GPUs in the script",
+                    )
+                continue
             owner = env_owner(name)
             if owner is not None:
                 report(base + (name,), f"{name} is set by {owner}; remove it here")
@@ -188,33 +189,6 @@ def check_runs_dirs(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         profile_error(("runs_dir",), problem)
     if recipe.runs_dir and recipe.runs_dir != profile.runs_dir and (problem := runs_dir_problem(recipe.runs_dir)):
         error(("runs_dir",), problem)
-
-
-def check_extra_sbatch(recipe: Recipe, error: Report, warn: Report) -> None:
-    for flag in sorted(recipe.resources.extra_sbatch):
-        key = ("resources", "extra_sbatch", flag)
-        if flag in SRUN_ONLY_OPTIONS or flag in STEP_OWNED and flag not in SBATCH_OPTIONS:
-            error(
-                key,
-                f"--{flag} is an srun option, not an sbatch one; set it for the launch step under "
-                f"{STEP_OWNED.get(flag, 'srun.extra').split(' ')[0]}",
-            )
-        elif flag in DERIVED_SBATCH:
-            error(key, f"--{flag} is written by clusterkit; set {DERIVED_SBATCH[flag]} instead")
-        elif flag == "gpus-per-task" and process_model_of(recipe) == "task_per_gpu":
-            if recipe.resources.extra_sbatch[flag] != 1:
-                error(key, "a task per GPU (launcher: python) binds one GPU to each task: gpus-per-task must be 1")
-        elif flag in CONFLICTING_SBATCH:
-            error(key, f"--{flag} {CONFLICTING_SBATCH[flag]}")
-        elif owned := [name for name in (*DERIVED_SBATCH, *CONFLICTING_SBATCH) if name.startswith(flag)]:
-            # sbatch takes any unambiguous prefix of a long option: --out is --output.
-            error(key, f"--{flag} abbreviates --{owned[0]} (sbatch accepts prefixes); write the full option name")
-        elif flag not in SBATCH_OPTIONS:
-            warn(
-                key,
-                f"--{flag} is not an sbatch option SLURM documents; sbatch will refuse the job unless a "
-                "site plugin adds it",
-            )
 
 
 def check_drops(recipe: Recipe, profile: ClusterProfile, error: Report) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
-from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
+from clusterkit.load.slurm_options import SRUN_OPTIONS
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -216,7 +216,7 @@ def check_srun(recipe: Recipe, error: Report, warn: Report) -> None:
         owned = STEP_OWNED.get(flag) or next((STEP_OWNED[name] for name in STEP_OWNED if name.startswith(flag)), None)
         if owned:
             error(key, f"--{flag} is given to the launch step by clusterkit; set {owned} instead")
-        elif flag not in SBATCH_OPTIONS and flag not in SRUN_ONLY_OPTIONS:
+        elif flag not in SRUN_OPTIONS:
             warn(key, f"--{flag} is not an srun option SLURM documents; srun will fail unless a site plugin adds it")
 
 

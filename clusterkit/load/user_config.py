@@ -27,6 +27,7 @@ from clusterkit.spec.recipe import NonEmptyLine, _Struct
 
 CONFIG_ENV = "CLUSTERKIT_CONFIG"
 CONFIG_NAME = Path("clusterkit") / "config.yaml"
+OWN_PROFILES = "clusters"
 
 
 class SSHOptions(_Struct):
@@ -81,7 +82,14 @@ class LoadedConfig:
         }
 
     def profile_directories(self) -> list[Path]:
-        return [self.path.parent / Path(text).expanduser() for text in self.config.profile_dirs]
+        """The profile_dirs, then :meth:`own_profiles` (searched whether or not the file exists)."""
+        return [*(self.path.parent / Path(text).expanduser() for text in self.config.profile_dirs), self.own_profiles]
+
+    @property
+    def own_profiles(self) -> Path:
+        """``clusters/`` beside this file: where ``clusterkit profile init`` writes a profile, so that
+        ``cluster: NAME`` finds it with no setting."""
+        return self.path.parent / OWN_PROFILES
 
     def secrets_path(self) -> Path | None:
         """The secrets_file (relative to this file), or None."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.errors import UserError
-from clusterkit.estimate.memory import GIB, Layout, MemoryEstimate, estimate, optimizer_kind
+from clusterkit.estimate.memory import GIB, Layout, MemoryEstimate, estimate, fused_attention, optimizer_kind
 from clusterkit.estimate.modelsize import ModelShape, UnknownArchitecture, model_shape
 from clusterkit.load.loader import LoadedRecipe
 from clusterkit.load.parallel_checks import AUTOTP_UNSUPPORTED
@@ -275,9 +275,10 @@ def plan(loaded: LoadedRecipe, top: int = 5, global_batch: int | None = None) ->
     mixed = recipe.precision != "fp32"
     optimizer = optimizer_kind(recipe.task.trainer.args.get("optim") if recipe.task.trainer else None)
     gpus_per_node = recipe.resources.gpus_per_node
+    fused = fused_attention(recipe)
 
     def estimate_for(layout: Layout) -> MemoryEstimate:
-        return estimate(shape, layout, mixed, optimizer, profile.accelerator, gpus_per_node)
+        return estimate(shape, layout, mixed, optimizer, profile.accelerator, gpus_per_node, fused)
 
     current = Layout.of_recipe(recipe)
     result = Plan(shape, gpu_memory, current, estimate_for(current))

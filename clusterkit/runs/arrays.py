@@ -32,7 +32,14 @@ def array_status(tasks: list[JobStatus]) -> JobStatus:
     states = [task.state for task in tasks]
     counts = ", ".join(f"{states.count(state)} {state}" for state in sorted(set(states)))
     if not all(state in TERMINAL for state in states):
-        return JobStatus(RUNNING if any(state != PENDING for state in states) else PENDING, reason=counts)
+        # The first waiting task's reason in words (its siblings wait for the same, or for a throttle).
+        why = next((task for task in tasks if task.explanation), None)
+        return JobStatus(
+            RUNNING if any(state != PENDING for state in states) else PENDING,
+            reason=counts,
+            explanation=why and why.explanation,
+            never=bool(why and why.never),
+        )
     return JobStatus(COMPLETED if all(state == COMPLETED for state in states) else FAILED, reason=counts)
 
 
@@ -42,7 +49,13 @@ def chain_status(links: list[JobStatus], run: JobStatus) -> JobStatus:
     waiting = [number for number, link in enumerate(links, 1) if link.state in (PENDING, RUNNING)]
     running = [number for number, link in enumerate(links, 1) if link.state == RUNNING]
     if waiting:
-        return JobStatus(RUNNING if running else PENDING, reason=f"link {(running or waiting)[0]} of {len(links)}")
+        link = links[(running or waiting)[0] - 1]
+        return JobStatus(
+            RUNNING if running else PENDING,
+            reason=f"link {(running or waiting)[0]} of {len(links)}",
+            explanation=link.explanation,
+            never=link.never,
+        )
     return run
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit.runs.pending_reasons import pending_reason
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.layout import (
@@ -83,6 +84,9 @@ class JobStatus:
     straggler: dict | None = None
     # The launch's restarts on spare nodes in this job (restarts.jsonl): which nodes, when, why.
     restarts: list | None = None
+    # A pending job's reason for a person (runs.pending_reasons): what it means and what to do.
+    explanation: str | None = None
+    never: bool = False  # pending for a reason that cannot pass: as submitted, it will never start
     # An ended SLURM job's times, as SLURM's accounting has them (ISO, the cluster's local time).
     submitted: str | None = None
     started: str | None = None
@@ -113,6 +117,9 @@ def slurm_status(fields: Mapping[str, str] | None, exit_code: int | None) -> Job
         reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
         if exit_code is None and fields.get("ExitCode", "").split(":")[0].isdigit():
             exit_code = int(fields["ExitCode"].split(":")[0]) if state in TERMINAL else None
+        why = pending_reason(reason) if state == PENDING else None
+        if why is not None:
+            return JobStatus(state, exit_code, reason, explanation=why.line(), never=why.never)
         if state not in TERMINAL:  # scontrol's EndTime of a running job is its time limit, not an end
             return JobStatus(state, exit_code, reason)
         return JobStatus(state, exit_code, reason, **_times(fields))

@@ -82,14 +82,21 @@ def read_squeue(output: str) -> dict[str, dict[str, str]]:
     return jobs
 
 
+def oneliner_fields(line: str) -> dict[str, str]:
+    """One line of ``scontrol --oneliner show job|node|partition``: its Key=value fields, which
+    SLURM separates with spaces (a value may hold any other character)."""
+    fields: dict[str, str] = {}
+    for key, value in re.findall(r"(\w+)=([^ \t\n]*)", line):
+        fields.setdefault(key, value)  # SLURM's own field comes first; a "Key=" inside a path later
+    return fields
+
+
 def read_scontrol(output: str) -> dict[str, dict[str, str]]:
     """``scontrol --oneliner show job``: a line per job (an array's pending tasks may share one,
     ``ArrayTaskId=4-9``: squeue lists those)."""
     jobs = {}
     for line in output.splitlines():
-        fields: dict[str, str] = {}
-        for key, value in re.findall(r"(\w+)=(\S*)", line):
-            fields.setdefault(key, value)  # SLURM's own field comes first; a "Key=" inside a path later
+        fields = oneliner_fields(line)
         if "JobId" in fields:
             jobs[_squeue_name(fields["JobId"], fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", ""))] = fields
     return jobs
