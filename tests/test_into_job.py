@@ -35,7 +35,7 @@ HOLD = str(REPO / "tests" / "scripts" / "hold_node.py")
 
 
 class FakeSlurm(LocalHost):
-    """SLURM as the adapter sees it through its Host: squeue and scontrol answer as told, and what
+    """SLURM as the adapter sees it through its Host: squeue, sacct and scontrol answer as told, and what
     would run with the terminal (srun) is recorded, not run."""
 
     def __init__(self, state: str = "RUNNING", hosts: Sequence[str] = ("node1", "node2"), code: int = 0):
@@ -49,6 +49,8 @@ class FakeSlurm(LocalHost):
         if "squeue" in argv:
             job = argv[-2].removeprefix("--jobs=")
             return Completed(0, f"{job}|{job}|N/A|{self.state}|None|0|\n", "")
+        if "sacct" in argv:  # an ended job's times: the accounting database has nothing more here
+            return Completed(0, "", "")
         if argv[:3] == ["scontrol", "--oneliner", "show"]:
             nodelist = f"node[1-{len(self.hosts)}]"
             return Completed(0, f"JobId={argv[-1]} JobName=t JobState={self.state} NodeList={nodelist}\n", "")

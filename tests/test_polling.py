@@ -72,10 +72,15 @@ def _stand_ins(
     squeue_rc: int = 0,
     scontrol_out: str = "",
 ) -> None:
-    """squeue and scontrol first on PATH that log their argv (one line per call) and print what a
-    cluster would."""
+    """squeue, scontrol and sacct first on PATH that log their argv (one line per call) and print what a
+    cluster would (one without accounting: never the real sacct of a dev cluster that may be up)."""
     bin_dir.mkdir()
-    for name, out, rc in (("squeue", squeue_out, squeue_rc), ("scontrol", scontrol_out, 0)):
+    no_accounting = "Slurm accounting storage is disabled\n"
+    for name, out, rc in (
+        ("squeue", squeue_out, squeue_rc),
+        ("scontrol", scontrol_out, 0),
+        ("sacct", no_accounting, 1),
+    ):
         (bin_dir / f"{name}.out").write_text(out)
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\ncat "{bin_dir}/{name}.out"\nexit {rc}\n')
@@ -139,9 +144,12 @@ def test_many_runs_of_every_kind_are_one_squeue_call(tmp_path: Path, monkeypatch
     ]
     assert found[1].reason == "1 COMPLETED, 1 FAILED" and found[3].reason == "link 2 of 2"
     assert found[2].reason == "retry 1 as job 105; BeginTime"
+    assert found[4].accounting == found[5].accounting and "accounting storage is disabled" in found[5].accounting
     calls = log.read_text().splitlines()
-    assert len(calls) == 1 and calls[0].startswith("squeue ")  # the forgotten jobs: squeue answered, no scontrol
+    assert len(calls) == 2 and calls[0].startswith("squeue ")  # the forgotten jobs: squeue answered, no scontrol
     assert "--jobs=100,101,103,104,105,106 " in calls[0] and "--array --states=all" in calls[0]
+    # One sacct for the jobs squeue no longer lists; while others run, none for the ended ones' times.
+    assert calls[1].startswith("sacct ") and "--jobs=104,106 " in calls[1]
 
 
 def test_an_array_task_gets_its_exit_code_from_squeue_when_its_run_dir_has_none(
@@ -270,9 +278,13 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
     assert "UNKNOWN" not in done.stdout, done.stdout
 
     calls = status_calls(log)
-    assert calls and all(argv.startswith("squeue ") and f"--jobs={array_id} " in argv for _, argv in calls), calls
-    # One squeue a poll, polls at least FIRST_S apart; then one more for the results table.
-    polls = [when for when, _ in calls[:-1]]
+    assert calls and all(f"--jobs={array_id} " in argv for _, argv in calls), calls
+    # One squeue a poll, polls at least FIRST_S apart; then one more for the results table. sacct only
+    # once every task has ended (for their times): after the last poll's squeue and the table's.
+    squeues = [when for when, argv in calls if argv.startswith("squeue ")]
+    assert [argv.split()[0] for _, argv in calls][-4:] == ["squeue", "sacct", "squeue", "sacct"], calls
+    assert len(squeues) == len(calls) - 2, calls
+    polls = squeues[:-1]
     assert all(later - earlier >= FIRST_S * 0.9 for earlier, later in zip(polls, polls[1:])), polls
     assert len(polls) <= (ended - started) / FIRST_S + 1  # the results table's call is not a poll
 
@@ -284,7 +296,7 @@ def test_following_an_array_asks_squeue_once_per_poll_and_ls_once(dev_cluster: s
     )
     assert [t["state"] for t in shown["tasks"]] == ["COMPLETED"] * 4 + ["FAILED", "COMPLETED"]
     assert shown["tasks"][4]["exit_code"] == 3
-    assert [argv.split()[0] for _, argv in status_calls(log)] == ["squeue", "squeue"]
+    assert [argv.split()[0] for _, argv in status_calls(log)] == ["squeue", "sacct", "squeue", "sacct"]
 
 
 @pytest.mark.slurm
@@ -301,4 +313,6 @@ def test_the_benchmark_counts_real_calls(dev_cluster: str, tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["states"] == {"COMPLETED": 4} and result["jobs"] == 4
-    assert 0 < result["by_command"]["squeue"] == result["calls"] <= result["follow_s"] / FIRST_S + 1
+    squeues, saccts = result["by_command"]["squeue"], result["by_command"].get("sacct", 0)
+    # No scontrol; sacct only once every task has ended (the last look of the follow, the results table).
+    assert 0 < squeues <= result["follow_s"] / FIRST_S + 1 and saccts <= 2 and result["calls"] == squeues + saccts

@@ -489,12 +489,18 @@ def _checkout(root: Path, running: bool | None) -> Path:
     return root / "slurm.conf"
 
 
-def _dev_cluster(function: str, checkout: Path, etc: Path) -> None:
+def _sourced(function: str, checkout: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """One of bin/dev-cluster's functions, run for the cluster directory ``checkout``."""
     script = REPO / "bin" / "dev-cluster"
-    env = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), CLUSTERKIT_SLURM_ETC=str(etc))
-    subprocess.run(
-        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=env, check=True, capture_output=True
+    given = dict(os.environ, CLUSTERKIT_DEV_CLUSTER_DIR=str(checkout), **env)
+    return subprocess.run(
+        ["bash", "-c", f'source "$1"; {function}', "bash", str(script)], env=given, capture_output=True, text=True
     )
+
+
+def _dev_cluster(function: str, checkout: Path, etc: Path) -> None:
+    done = _sourced(function, checkout, CLUSTERKIT_SLURM_ETC=str(etc))
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -550,3 +556,53 @@ def test_down_removes_the_default_conf_link_only_when_it_is_its_own(tmp_path: Pa
     (etc / "slurm.conf").symlink_to(own_conf if points_at_mine else other_conf)
     _dev_cluster("unlink_default_conf", tmp_path / "mine", etc)
     assert (etc / "slurm.conf").is_symlink() != points_at_mine
+
+
+# --- 9. the dev cluster's accounting ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accounting", ["1", "0"])
+def test_dev_cluster_accounting_lines_and_a_private_slurmdbd_conf(tmp_path: Path, accounting: str) -> None:
+    checkout = tmp_path / "dev cluster ~%-"
+    checkout.mkdir()
+    done = _sourced(
+        "gres=' Gres=gpu:2'; accounting_config; write_dbd_config",
+        checkout,
+        CLUSTERKIT_DEV_CLUSTER_ACCOUNTING=accounting,
+    )
+    assert done.returncode == 0, done.stderr
+    if accounting == "0":
+        assert done.stdout.split() == [
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+        ]
+        assert not (checkout / "slurmdbd.conf").exists()
+        return
+    lines = done.stdout.split("\n")
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in lines and "AccountingStorageTRES=gres/gpu" in lines
+    assert f"AccountingStoragePass={checkout}/munge.sock" in lines  # the dev cluster's munge, not the system's
+    dbd = checkout / "slurmdbd.conf"
+    password = (checkout / "mysql" / "slurm.pass").read_text()
+    assert dbd.stat().st_mode & 0o777 == 0o600 and (checkout / "mysql").stat().st_mode & 0o777 == 0o700
+    assert f"StoragePass={password}\n" in dbd.read_text() and len(password) >= 16
+    assert password not in done.stdout  # slurm.conf, readable by every client, never holds it
+    again = _sourced("write_dbd_config", checkout)  # the next `up` keeps the database's password
+    assert again.returncode == 0 and (checkout / "mysql" / "slurm.pass").read_text() == password
+
+
+def test_a_killed_daemon_not_yet_reaped_counts_as_stopped(tmp_path: Path) -> None:
+    # A killed mariadbd stays a zombie until PID 1 reaps it; `up` must start a new one, not wait on it.
+    zombie = subprocess.Popen(["true"])
+    deadline = time.time() + 10
+    while not Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1].startswith("Z"):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    (tmp_path / "mariadbd.pid").write_text(f"{zombie.pid}\n")
+    (tmp_path / "live.pid").write_text(f"{os.getpid()}\n")
+    (tmp_path / "stale.pid").write_text("2147483646\n")
+    said = [
+        _sourced(f'alive "$CLUSTERKIT_DEV_CLUSTER_DIR/{name}"', tmp_path).returncode
+        for name in ("mariadbd.pid", "live.pid", "stale.pid", "none.pid")
+    ]
+    zombie.wait()
+    assert said == [1, 0, 1, 1]

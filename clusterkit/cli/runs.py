@@ -126,13 +126,32 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
             if record.code_from:
                 print(f"  code:    {code_words(record)}")
+            if status.started or status.submitted:
+                print(f"  times:   {time_words(status)}")
         if status.failure:
             print(f"  first failure: {status.failure}")
         if status.straggler:
             print(f"  straggler: {status.straggler['summary']}")
         for line in restart_lines(status.restarts or []):
             print(f"  {line}")
+    # Said once, however many runs it applies to: their states came from their run directories.
+    for note in dict.fromkeys(status.accounting for status in found if status.accounting):
+        print(note, file=sys.stderr)
     return 0
+
+
+def time_words(status) -> str:
+    """An ended SLURM job's times, as its accounting has them (the cluster's local time)."""
+    import datetime as dt
+
+    words = [
+        f"{name} {when.replace('T', ' ')}"
+        for name, when in (("submitted", status.submitted), ("started", status.started), ("ended", status.ended))
+        if when
+    ]
+    if status.elapsed_s is not None:
+        words.append(f"ran {dt.timedelta(seconds=status.elapsed_s)}")
+    return ", ".join(words)
 
 
 def _print_waiting(status) -> None:

@@ -1,9 +1,11 @@
-"""The state of a run, from the scheduler when it still knows the job and from the run directory
-when it does not (no ``sacct`` needed), plus the first failing rank's error."""
+"""The state of a run, from the scheduler when it still knows the job (the controller, or for an
+ended job SLURM's accounting database: ``sacct``) and from the run directory when it does not (a
+cluster without accounting), plus the first failing rank's error."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import re
 import time
@@ -85,6 +87,13 @@ class JobStatus:
     # A pending job's reason for a person (runs.pending_reasons): what it means and what to do.
     explanation: str | None = None
     never: bool = False  # pending for a reason that cannot pass: as submitted, it will never start
+    # An ended SLURM job's times, as SLURM's accounting has them (ISO, the cluster's local time).
+    submitted: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    elapsed_s: int | None = None
+    # Why a job SLURM has forgotten is told by its run directory: the cluster has no accounting.
+    accounting: str | None = None
 
     @property
     def done(self) -> bool:
@@ -101,20 +110,36 @@ def exit_code_from_run_dir(run_dir: Path) -> int | None:
 
 def slurm_status(fields: Mapping[str, str] | None, exit_code: int | None) -> JobStatus:
     """The state from what SLURM says of the job (scontrol's field names: JobState, Reason,
-    ExitCode; none once it has forgotten the job) and the run directory's exit code."""
+    ExitCode, and for an ended job its times; none once it has forgotten the job and there is no
+    accounting) and the run directory's exit code (the supervisor's, when it wrote one)."""
     if fields and "JobState" in fields:
         state = normalize_slurm_state(fields["JobState"])
         reason = fields.get("Reason") if fields.get("Reason") not in (None, "None", "(null)") else None
         if exit_code is None and fields.get("ExitCode", "").split(":")[0].isdigit():
             exit_code = int(fields["ExitCode"].split(":")[0]) if state in TERMINAL else None
         why = pending_reason(reason) if state == PENDING else None
-        if why is None:
+        if why is not None:
+            return JobStatus(state, exit_code, reason, explanation=why.line(), never=why.never)
+        if state not in TERMINAL:  # scontrol's EndTime of a running job is its time limit, not an end
             return JobStatus(state, exit_code, reason)
-        return JobStatus(state, exit_code, reason, explanation=why.line(), never=why.never)
+        return JobStatus(state, exit_code, reason, **_times(fields))
     # SLURM has forgotten the job (MinJobAge passed) and there is no accounting: the run dir tells.
+    note = fields.get("Accounting") if fields else None
     if exit_code is not None:
-        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
-    return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code")
+        return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code, accounting=note)
+    return JobStatus(UNKNOWN, reason="the scheduler no longer knows this job and it left no exit code", accounting=note)
+
+
+def _times(fields: Mapping[str, str]) -> dict:
+    """An ended job's times from SLURM's fields; "Unknown", "None" and anything else not a time are left out."""
+    times = {}
+    for name, field in (("submitted", "SubmitTime"), ("started", "StartTime"), ("ended", "EndTime")):
+        try:
+            times[name] = dt.datetime.fromisoformat(fields.get(field, "")).isoformat()
+        except ValueError:
+            continue
+    elapsed = fields.get("ElapsedRaw", "")
+    return {**times, "elapsed_s": int(elapsed)} if elapsed.isdigit() else times
 
 
 def explained(record: RunRecord, status: JobStatus) -> JobStatus:
@@ -167,19 +192,19 @@ def restart_lines(restarts: list[dict]) -> list[str]:
 def _explained(record: RunRecord, status: JobStatus) -> JobStatus:
     stopped = _preempted_record(record.path)
     if stopped and status.state in (FAILED, COMPLETED):
-        return JobStatus(
-            PREEMPTED,
-            status.exit_code,
-            f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
+        return dataclasses.replace(
+            status,
+            state=PREEMPTED,
+            reason=f"stopped at step {stopped.get('step')}: {stopped.get('reason')}; "
             f"continue with: clusterkit submit --resume {record.run_dir}",
         )
     hang = _hang_record(record.path)
     if hang and status.state in (RUNNING, FAILED, TIMEOUT, CANCELLED, UNKNOWN):
         # The watchdog's verdict: which ranks were where (the failure is the hang, not a rank's error).
         reason = f"HUNG: {hang}" + (f"; {status.reason}" if status.reason else "")
-        return JobStatus(status.state, status.exit_code, reason)
+        return dataclasses.replace(status, reason=reason)
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
-        return JobStatus(status.state, status.exit_code, status.reason, first_failure(record))
+        return dataclasses.replace(status, failure=first_failure(record))
     return status
 
 

@@ -147,7 +147,8 @@ class SlurmScheduler:
 
     def statuses(self, records: list[RunRecord]) -> list[JobStatus]:
         """Each run's state from one squeue call for all of them, every array task, chain link and
-        retry included (:func:`~clusterkit.schedulers.slurm_queue.ask_slurm`)."""
+        retry included, and one sacct call for those that have ended
+        (:func:`~clusterkit.schedulers.slurm_queue.ask_slurm`)."""
         asking = [self._asking(record) for record in records]
         said = ask_slurm(self.host, {job_id: code for ask in asking for job_id, code in ask.exit_codes.items()})
         return [ask.status(said) for ask in asking]

@@ -15,10 +15,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from clusterkit.errors import SchedulerError
 from clusterkit.schedulers.host import Host
 
-# In this order on every line of ``sacct --parsable2`` (values end with "|"; none of these fields can
-# hold a "|": states, ids, times, node lists and TRES lists are single words).
+# In this order on every line of ``sacct --parsable2`` (values between "|", none after the last; none
+# of these fields can hold a "|": states, ids, times, node lists and TRES lists are single words).
 FIELDS = (
     "JobIDRaw",
     "JobID",
@@ -97,10 +98,14 @@ def sacct_argv(job_ids: Sequence[str]) -> list[str]:
 
 
 def job_accounting(host: Host, job_ids: Sequence[str], timeout: float = 30.0) -> list[JobAccounting] | NoAccounting:
-    """Every instance of these jobs the database holds, oldest first (an array's tasks: each a row)."""
+    """Every instance of these jobs the database holds, oldest first (an array's tasks: each a row).
+    No sacct on the host, or no answer in time, is no accounting too: callers only add what it says."""
     if not job_ids:
         return []
-    done = host.run(sacct_argv(sorted(set(job_ids))), timeout=timeout)
+    try:
+        done = host.run(sacct_argv(sorted(set(job_ids))), timeout=timeout)
+    except SchedulerError as exc:
+        return NoAccounting(str(exc))
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         return NoAccounting(said[-1].strip() if said else f"sacct exited {done.returncode}")
@@ -112,7 +117,7 @@ def read_sacct(output: str) -> list[JobAccounting]:
     rows = []
     for line in output.splitlines():
         values = line.split("|")
-        if len(values) != len(FIELDS) + 1 or values[-1] != "" or not values[0].isdigit():
+        if len(values) != len(FIELDS) or not values[0].isdigit():
             continue
         field = dict(zip(FIELDS, values))
         exit_code, _, signal = field["ExitCode"].partition(":")
