@@ -67,14 +67,14 @@ class CheckpointPublisher(TrainerCallback):
         self.consolidate: Callable[[Path], None] | None = None
         self._save_began: float | None = None
 
-    # The Trainer decides to save in on_step_end (DefaultFlowCallback, before this one), then logs,
-    # then saves and calls on_save: the save is what lies between the last of these and on_save.
+    # A save follows its step's end and log line (whichever callback asked for it: the Trainer's
+    # save_steps, or the preemption handler after this one): it is what lies between the last of
+    # these and on_save.
     def on_step_end(self, args, state, control, **kwargs):
-        self._save_began = time.time() if control.should_save else None
+        self._save_began = time.time()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self._save_began is not None:
-            self._save_began = time.time()
+        self._save_began = time.time()
 
     def on_save(self, args, state, control, **kwargs):
         _barrier()
@@ -94,5 +94,6 @@ class CheckpointPublisher(TrainerCallback):
         _barrier()
         if state.is_world_process_zero and self.record is not None and self._save_began is not None:
             now = time.time()
-            self.record({"event": "checkpoint", "time": now, "step": state.global_step, "save_s": now - self._save_began})
-        self._save_began = None
+            self.record(
+                {"event": "checkpoint", "time": now, "step": state.global_step, "save_s": now - self._save_began}
+            )
