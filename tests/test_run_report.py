@@ -351,3 +351,23 @@ def test_sacct_rows_outside_the_run_and_garbage_are_harmless(tmp_path: Path) -> 
     report = run_report(facts)
     assert report.gpu_hours.value == pytest.approx(2 * 4 * 60 / 3600)
     assert run_report(RunFacts(record=facts.record, accounting=[])).gpu_hours.value is None
+
+
+def test_scaling_efficiency_from_the_bench_table_beside_the_run(tmp_path: Path) -> None:
+    record = make_run(tmp_path, "41", metrics=PREEMPTED_METRICS)
+    older, newer = record.path.parent / "bench-20261101-000000", record.path.parent / "bench-20261126-000000"
+    for folder, efficiency in ((older, 50.0), (newer, 90.0)):
+        folder.mkdir()
+        scales = [{"gpus": 2, "samples_per_s": 5.0}, {"gpus": 4, "samples_per_s": 10.0, "efficiency_pct": efficiency}]
+        (folder / "bench.json").write_text(json.dumps({"name": "tiny-gpt2", "scales": scales}))
+    (record.path.parent / "bench-20261127-000000").mkdir()  # a bench that wrote nothing
+    (record.path.parent / "bench-20261127-000000" / "bench.json").write_text("{cut")
+    report = run_report(gather(record, run_file, Sacct(PREEMPTED_ONCE)))
+    assert report.scaling_efficiency.value == 90.0 and report.scaling_efficiency.source.startswith(str(newer))
+    assert report.vs_bench.value == pytest.approx(80.0), "8 samples/s where the bench measured 10"
+    lone = make_run(tmp_path / "other", "42", metrics=PREEMPTED_METRICS)
+    report = run_report(gather(lone, run_file, Sacct(PREEMPTED_ONCE)))
+    assert (
+        report.scaling_efficiency.value is None
+        and "no clusterkit bench table with 4 GPUs" in report.scaling_efficiency.why
+    )

@@ -298,7 +298,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _shown(value: Any) -> str:
     """One line: a value's text with its line breaks and control characters escaped."""
-    text = str(value)
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
     return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
 
 

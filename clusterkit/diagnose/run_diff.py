@@ -60,7 +60,10 @@ def _compare(
 ) -> list[Difference]:
     differences = []
     for key in sorted(set(a) | set(b)):
-        if key.startswith(skip):
+        if key.startswith(skip) or f"{key}." in skip:
+            continue
+        parent = f"{key}."  # an empty or unset table on one side: its keys on the other say it
+        if a.get(key, b.get(key)) in (None, {}) and any(k.startswith(parent) for k in (*a, *b)):
             continue
         left, right = a.get(key, ABSENT), b.get(key, ABSENT)
         if left == right:
