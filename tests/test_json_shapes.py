@@ -20,8 +20,9 @@ from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
-# Keys whose values are free-form mappings (labels, file names, a sweep point's keys, a result file, SSH settings).
-FREE_FORM = {"summary", "files", "point", "result", "login"}
+# Keys whose values are free-form mappings (labels, file names, a sweep point's keys, a result file, SSH
+# settings, a report's problems by file name, a diff's groups that have differences).
+FREE_FORM = {"summary", "files", "point", "result", "login", "problems", "groups"}
 
 
 def documented() -> dict[str, list[Any]]:

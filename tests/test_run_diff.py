@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from test_json_shapes import DOCS, differences
 from test_run_report import PREEMPTED_METRICS, cli, make_run
 
 SECRET_A, SECRET_B = "hf_secretvalueAAAA", "hf_secretvalueBBBB"
@@ -57,6 +58,7 @@ def test_only_the_differences_grouped_and_secrets_hidden(tmp_path: Path, capsys)
     code, out, err = cli(capsys, "diff", "41", "42", "--runs-dir", str(runs), "--json")
     assert code == 0, err
     assert SECRET_A not in out and SECRET_B not in out
+    assert differences(json.loads(out), DOCS["clusterkit diff --json RUN_A RUN_B"][0]) == []
     groups = {name: {d["key"]: (d["a"], d["b"]) for d in rows} for name, rows in json.loads(out)["groups"].items()}
     assert groups["recipe"] == {"task.trainer.args.learning_rate": (0.001, 0.01)}
     assert groups["environment"] == {"env.HF_TOKEN": ("(hidden)", "(hidden)"), "env.PLAIN": ("one", "two")}

@@ -24,6 +24,7 @@ from clusterkit.runs.record import RunRecord
 from clusterkit.schedulers.slurm_accounting import NoAccounting, read_sacct
 from clusterkit.spec.resolved import JobFile
 from conftest import RECIPES
+from test_json_shapes import DOCS, differences
 
 TINY = RECIPES / "tiny-gpt2-cpu.yaml"
 DAY = dt.datetime(2026, 11, 27)
@@ -296,6 +297,7 @@ def test_the_cli_report_text_json_and_csv(tmp_path: Path, capsys, fake_sacct: Pa
     assert "lost to requeues" in out and "0.20 GPU-h" in out and "[sacct]" in out
     code, out, _ = cli(capsys, "report", str(runs / "tiny-gpt2" / "41"), "--json")
     shape = json.loads(out)
+    assert differences(shape, DOCS["clusterkit report --json RUN"][0]) == []
     assert shape["figures"]["gpu_hours"] == {
         "value": pytest.approx(0.2),
         "unit": "GPU-h",
@@ -336,6 +338,7 @@ def test_a_sweep_has_a_row_per_point_and_totals(tmp_path: Path, capsys, fake_sac
     code, out, err = cli(capsys, "report", "60", "--runs-dir", str(runs), "--json")
     assert code == 0, err
     shape = json.loads(out)
+    assert differences(shape, DOCS["clusterkit report --json SWEEP"][0]) == []
     assert [p["point"] for p in shape["points"]] == [{"lr": 0.1}, {"lr": 0.2}]
     assert [p["job_id"] for p in shape["points"]] == ["60_0", "60_1"]
     assert shape["totals"]["gpu_hours"]["value"] == pytest.approx(4 * (60 + 120) / 3600)

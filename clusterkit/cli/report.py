@@ -64,7 +64,7 @@ def report_json(report) -> dict[str, Any]:
         "note": report.note,
         "figures": {name: dataclasses.asdict(getattr(report, name)) for name, _ in FIGURES},
         "shares": [{**dataclasses.asdict(share), "source": report.shares_source} for share in report.shares],
-        "jobs": [dataclasses.asdict(job) for job in report.jobs],
+        "jobs": [{**dataclasses.asdict(job), "elapsed_s": job.elapsed_s} for job in report.jobs],
         "problems": report.problems,
     }
 
