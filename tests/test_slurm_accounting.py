@@ -10,13 +10,13 @@ from clusterkit.schedulers.slurm_accounting import NoAccounting, job_accounting,
 
 LINES = "\n".join(
     (
-        "41|41|PREEMPTED|0:15|2026-11-27T04:00:00|2026-11-27T04:00:05|2026-11-27T04:01:05|60|node[1-2]|billing=4,cpu=4,gres/gpu=4,mem=2G,node=2|debug|",
-        "41|41|COMPLETED|0:0|2026-11-27T04:01:06|2026-11-27T04:01:36|2026-11-27T04:03:36|120|node[1-2]|billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,node=2|debug|",
-        "43|42_1|FAILED|3:0|2026-11-27T04:00:00|Unknown|Unknown|0|None assigned||debug|",
-        "44|44|CANCELLED by 0|0:0|2026-11-27T04:00:00|None|None|0|None assigned|cpu=2|debug|",
-        "45|45|RUNNING|0:0|2026-11-27T04:00:00|2026-11-27T04:00:01|Unknown|7|node3|cpu=1|debug|",
+        "41|41|PREEMPTED|0:15|2026-11-27T04:00:00|2026-11-27T04:00:05|2026-11-27T04:01:05|60|node[1-2]|billing=4,cpu=4,gres/gpu=4,mem=2G,node=2|debug",
+        "41|41|COMPLETED|0:0|2026-11-27T04:01:06|2026-11-27T04:01:36|2026-11-27T04:03:36|120|node[1-2]|billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,node=2|debug",
+        "43|42_1|FAILED|3:0|2026-11-27T04:00:00|Unknown|Unknown|0|None assigned||debug",
+        "44|44|CANCELLED by 0|0:0|2026-11-27T04:00:00|None|None|0|None assigned|cpu=2|debug",
+        "45|45|RUNNING|0:0|2026-11-27T04:00:00|2026-11-27T04:00:01|Unknown|7|node3|cpu=1|debug",
         "a line|that is|not a job",
-        "46|46|COMPLETED|0:0|x|y|z|1|n|cpu=1|debug|extra|",
+        "46|46|COMPLETED|0:0|x|y|z|1|n|cpu=1|debug|extra",
     )
 )
 
@@ -64,3 +64,24 @@ def test_the_users_sacct_settings_do_not_apply_and_ids_are_one_argument():
     assert host.argv == sacct_argv(["41", "45"])
     assert ["-u", "SACCT_FORMAT"] == host.argv[1:3] and "--duplicates" in host.argv and "--jobs=41,45" in host.argv
     assert job_accounting(host, []) == []
+
+
+# Captured from the dev cluster (bin/dev-cluster, slurmdbd 22.05 over MariaDB): `exit 3`; two nodes with
+# a GPU each; a two-task array exiting with its index; a batch shell that killed itself (signal 9).
+# sacct --parsable2 puts no "|" after the last value.
+DEV_CLUSTER = """\
+1|1|FAILED|3:0|2026-11-27T04:14:27|2026-11-27T04:14:29|2026-11-27T04:14:29|0|node1|billing=1,cpu=1,node=1|debug
+2|2|COMPLETED|0:0|2026-11-27T04:14:27|2026-11-27T04:14:29|2026-11-27T04:14:30|1|node[1-2]|billing=2,cpu=2,gres/gpu=2,node=2|debug
+4|4|FAILED|0:9|2026-11-27T04:14:27|2026-11-27T04:14:29|2026-11-27T04:14:29|0|node3|billing=1,cpu=1,node=1|debug
+5|3_0|COMPLETED|0:0|2026-11-27T04:14:27|2026-11-27T04:14:29|2026-11-27T04:14:29|0|node2|billing=1,cpu=1,node=1|debug
+3|3_1|FAILED|1:0|2026-11-27T04:14:27|2026-11-27T04:14:29|2026-11-27T04:14:29|0|node3|billing=1,cpu=1,node=1|debug
+"""
+
+
+def test_real_sacct_lines_from_the_dev_cluster_are_read():
+    rows = {row.job_id: row for row in read_sacct(DEV_CLUSTER)}
+    assert list(rows) == ["1", "2", "4", "3_0", "3_1"]
+    assert (rows["1"].state, rows["1"].exit_code, rows["1"].nodes) == ("FAILED", 3, "node1")
+    assert (rows["2"].gpus, rows["2"].cpus, rows["2"].elapsed_s, rows["2"].nodes) == (2, 2, 1, "node[1-2]")
+    assert (rows["4"].exit_code, rows["4"].signal) == (None, 9)
+    assert (rows["3_1"].raw_id, rows["3_1"].exit_code) == ("3", 1)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from clusterkit.schedulers.host import Host
 
-# In this order on every line of ``sacct --parsable2`` (values end with "|"; none of these fields can
-# hold a "|": states, ids, times, node lists and TRES lists are single words).
+# In this order on every line of ``sacct --parsable2`` (values between "|", none after the last; none
+# of these fields can hold a "|": states, ids, times, node lists and TRES lists are single words).
 FIELDS = (
     "JobIDRaw",
     "JobID",
@@ -112,7 +112,7 @@ def read_sacct(output: str) -> list[JobAccounting]:
     rows = []
     for line in output.splitlines():
         values = line.split("|")
-        if len(values) != len(FIELDS) + 1 or values[-1] != "" or not values[0].isdigit():
+        if len(values) != len(FIELDS) or not values[0].isdigit():
             continue
         field = dict(zip(FIELDS, values))
         exit_code, _, signal = field["ExitCode"].partition(":")
