@@ -41,7 +41,7 @@ def sacct_line(job_id: str, state: str, submit: str, start: str, end: str, gpus:
     elapsed = int(at(end) - at(start))
     day = DAY.date().isoformat()
     tres = f"billing={cpus},cpu={cpus},gres/gpu={gpus},mem=4G,node=2"
-    return f"{raw}|{job_id}|{state}|0:0|{day}T{submit}|{day}T{start}|{day}T{end}|{elapsed}|node[1-2]|{tres}|debug|"
+    return f"{raw}|{job_id}|{state}|0:0|{day}T{submit}|{day}T{start}|{day}T{end}|{elapsed}|node[1-2]|{tres}|debug"
 
 
 # Job 41 preempted at 00:01:05 and requeued by the supervisor; its second instance completed.
@@ -374,3 +374,24 @@ def test_scaling_efficiency_from_the_bench_table_beside_the_run(tmp_path: Path) 
         report.scaling_efficiency.value is None
         and "no clusterkit bench table with 4 GPUs" in report.scaling_efficiency.why
     )
+
+
+# Real lines of the dev cluster's sacct (slurmdbd), as `sacct --parsable2 --allocations --duplicates`
+# printed them: a job with stand-in GPUs (gres/gpu=2) and a job array's task.
+REAL_SACCT = [
+    "4|4|COMPLETED|0:0|2026-11-27T04:17:47|2026-11-27T04:18:37|2026-11-27T04:18:38|1|node[1-2]|billing=2,cpu=2,gres/gpu=2,node=2|debug",
+    "8|8|COMPLETED|0:0|2026-11-27T04:18:38|2026-11-27T04:18:40|2026-11-27T04:19:13|33|node[1-2]|billing=4,cpu=4,node=2|debug",
+    "7|5_0|COMPLETED|0:0|2026-11-27T04:17:47|2026-11-27T04:18:14|2026-11-27T04:18:14|0|node3|billing=1,cpu=1,node=1|debug",
+]
+
+
+@pytest.mark.parametrize(
+    ("job_id", "gpu_hours", "cpu_hours", "queue_wait"),
+    [("4", 2 / 3600, 2 / 3600, 50), ("8", 0, 4 * 33 / 3600, 2), ("5_0", 0, 0, 27)],
+)
+def test_real_sacct_lines(tmp_path: Path, job_id: str, gpu_hours: float, cpu_hours: float, queue_wait: float) -> None:
+    record = make_run(tmp_path, job_id, overrides=())
+    report = run_report(gather(record, run_file, Sacct(REAL_SACCT)))
+    assert report.source == "sacct" and [job.job_id for job in report.jobs] == [job_id]
+    assert report.gpu_hours.value == pytest.approx(gpu_hours) and report.cpu_hours.value == pytest.approx(cpu_hours)
+    assert report.queue_wait.value == queue_wait
