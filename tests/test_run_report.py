@@ -214,7 +214,7 @@ def test_no_accounting_is_said_in_one_line_and_figures_are_estimates(tmp_path: P
 
 @pytest.mark.parametrize(
     "damage",
-    ["cut", "garbage", "fifo", "huge", "missing", "directory", "no-job-json", "bad-job-json", "nul"],
+    ["cut", "garbage", "fifo", "huge", "missing", "directory", "no-job-json", "bad-job-json", "nul", "not-finite"],
 )
 def test_damaged_or_missing_files_give_n_a_with_the_reason(tmp_path: Path, damage: str) -> None:
     record = make_run(tmp_path, "41", metrics=PREEMPTED_METRICS)
@@ -238,12 +238,17 @@ def test_damaged_or_missing_files_give_n_a_with_the_reason(tmp_path: Path, damag
         (record.path / "job.json").unlink()
     elif damage == "bad-job-json":
         (record.path / "job.json").write_text('{"recipe": 1}')
+    elif damage == "not-finite":  # Python's json reads these; no time or rate is one
+        with metrics.open("a") as out:
+            out.write('{"event": "log", "time": Infinity, "step": 61, "samples_per_s": NaN, "tokens_per_s": NaN}\n')
+            out.write('{"event": "checkpoint", "time": NaN, "step": 61, "save_s": Infinity}\n')
     elif damage == "nul":
         metrics.write_bytes(b"\0" * 100 + b"\n\xff\xfe\n")
     report = run_report(gather(record, run_file, Sacct(PREEMPTED_ONCE)))
     assert report.gpu_hours.value == pytest.approx(0.2), "sacct's figures do not need the run's files"
-    if damage == "cut":
-        assert share(report, "training") > 0
+    if damage in ("cut", "not-finite"):
+        assert share(report, "training") > 0 and sum(s.seconds for s in report.shares) == 180
+        assert report.samples_per_s.value == 8.0
         return
     if damage in ("no-job-json", "bad-job-json"):
         assert report.mfu.value is None and "job.json" in report.mfu.why

@@ -5,6 +5,7 @@ and uses it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,8 @@ class Attempt:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A JSON number that is one: Python's json reads NaN and Infinity too, which no time or rate is."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def attempts_in(metrics: list[dict[str, Any]]) -> list[Attempt]:
