@@ -13,21 +13,13 @@ import pytest
 from clusterkit.schedulers.host import LocalHost
 from clusterkit.schedulers.slurm_accounting import NoAccounting, job_accounting
 from conftest import REPO, run_cli
-from slurm_jobs import events, preempt_once, release, start, wait_done
+from slurm_jobs import SHORT, events, preempt_once, release, start, wait_done
 
 pytestmark = pytest.mark.slurm
 
 
 def test_report_of_a_run_preempted_once_and_resumed(dev_cluster: str, tmp_path: Path) -> None:
-    steps = (
-        "--set",
-        "task.trainer.args.max_steps=120",
-        "--set",
-        "task.trainer.args.save_steps=40",
-        "--set",
-        "task.trainer.args.logging_steps=10",
-    )
-    job_id, run_dir = start(tmp_path, *steps)
+    job_id, run_dir = start(tmp_path, *SHORT)
     preempt_once(job_id, run_dir, starts=1)
     release(job_id)
     assert "COMPLETED" in wait_done(job_id, run_dir)
