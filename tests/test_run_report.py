@@ -400,3 +400,20 @@ def test_real_sacct_lines(tmp_path: Path, job_id: str, gpu_hours: float, cpu_hou
     assert report.source == "sacct" and [job.job_id for job in report.jobs] == [job_id]
     assert report.gpu_hours.value == pytest.approx(gpu_hours) and report.cpu_hours.value == pytest.approx(cpu_hours)
     assert report.queue_wait.value == queue_wait
+
+
+def test_a_chains_links_are_start_ups_not_losses(tmp_path: Path) -> None:
+    """A chain (submit --chain 2): one run directory, its links tasks of one array run one after
+    another; sacct, asked for the array, answers with each link."""
+    record = make_run(tmp_path, "70", metrics=PREEMPTED_METRICS, links=2)
+    host = Sacct(
+        [
+            sacct_line("70_0", "COMPLETED", "00:00:00", "00:00:05", "00:01:05"),
+            sacct_line("70_1", "COMPLETED", "00:00:00", "00:01:36", "00:03:36"),
+            sacct_line("71", "COMPLETED", "00:00:00", "00:00:05", "00:01:05"),  # another job: not this run's
+        ]
+    )
+    report = run_report(gather(record, run_file, host))
+    assert [job.job_id for job in report.jobs] == ["70_0", "70_1"]
+    assert share(report, "requeues") == share(report, "retries") == 0
+    assert share(report, "startup") == 10 + 10 and share(report, "other") == 7 + 24

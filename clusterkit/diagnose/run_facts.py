@@ -82,7 +82,8 @@ def gather(record: RunRecord, run_file: RunFile, host: Host | None, now: float |
         job_ids = [record.job_id, *(str(r["job_id"]) for r in retries if _JOB_ID.match(str(r.get("job_id", ""))))]
         accounting = job_accounting(host, job_ids)
         if isinstance(accounting, list):  # only this run's jobs, whatever sacct added
-            accounting = [row for row in accounting if row.job_id in job_ids]
+            # (a chain's record names its array: sacct answers with every link, <array id>_<index>)
+            accounting = [row for row in accounting if row.job_id in job_ids or row.job_id.split("_")[0] in job_ids]
     params = model_params(job, problems)
     return RunFacts(
         record=record,

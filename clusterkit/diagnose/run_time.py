@@ -109,12 +109,12 @@ def split_allocations(
     hang_at = hang.get("time") if hang and is_number(hang.get("time")) else None
     for index, allocation in enumerate(allocations):
         mine = [attempt for attempt, at in placed if at == index]
-        ending = "other" if index == len(allocations) - 1 else _cause(allocation, allocations[index + 1])
+        ending = "other" if index == len(allocations) - 1 else _cause(allocation, allocations[index + 1], "other")
         if not mine:  # no first step here: lost to what ended it (the last: not split)
             add(ending, index, allocation.elapsed_s)
             continue
         add(
-            "startup" if index == 0 else _cause(allocations[index - 1], allocation),
+            "startup" if index == 0 else _cause(allocations[index - 1], allocation, "startup"),
             index,
             mine[0].started - allocation.started,
         )
@@ -156,9 +156,14 @@ def split_allocations(
     return shares
 
 
-def _cause(ended: Allocation, next_one: Allocation) -> str:
-    """Why the run went on in another allocation: the same job requeued, or a retry (a new job)."""
-    return "requeues" if ended.job_id == next_one.job_id else "retries"
+def _cause(ended: Allocation, next_one: Allocation, planned: str) -> str:
+    """Why the run went on in another allocation: the same job requeued, a retry (a new job), or the
+    next link of a chain (tasks of one array, one after another), which was planned: ``planned``."""
+    if ended.job_id == next_one.job_id:
+        return "requeues"
+    ended_array, _, ended_task = ended.job_id.partition("_")
+    next_array, _, next_task = next_one.job_id.partition("_")
+    return planned if ended_task and next_task and ended_array == next_array else "retries"
 
 
 def _kept_until(attempt: Attempt, resumed_at_step: int | None) -> float:
