@@ -261,7 +261,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from clusterkit.diagnose.run_report import run_report
     from clusterkit.errors import UsageError
 
-    records = [api.find_run(job, args.runs_dir, args.accept_new_host_key).record for job in (args.job, args.other)]
+    records = [api.find_run(job, args.runs_dir, args.accept_new_host_key).record for job in (args.job, args.job_b)]
     for record in records:
         if record.tasks:
             raise UsageError(f"job {record.job_id} is a sweep: give two of its points, e.g. {record.job_id}_0")
@@ -315,6 +315,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("diff", help="what differs between two runs: recipe, profile, env, code, nodes, outcome")
     with_job(p)
-    p.add_argument("other", metavar="JOB_B", help="the other run: job id or run directory")
+    p.add_argument("job_b", metavar="JOB_B", help="the other run: job id or run directory")
     with_json(p)
     p.set_defaults(func=cmd_diff)
