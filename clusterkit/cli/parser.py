@@ -35,7 +35,22 @@ from clusterkit.cli.examples import add_examples
 if TYPE_CHECKING:
     from clusterkit.errors import ClusterkitError
 
-COMMAND_GROUPS = (recipes, hub, jobs, runs, report, top, watch, stacks, into_job, tracking, plot, node, config, completion)
+COMMAND_GROUPS = (
+    recipes,
+    hub,
+    jobs,
+    runs,
+    report,
+    top,
+    watch,
+    stacks,
+    into_job,
+    tracking,
+    plot,
+    node,
+    config,
+    completion,
+)
 
 
 class Parser(argparse.ArgumentParser):
