@@ -27,7 +27,7 @@ FAST_MODULES = {
     "test_format_hints", "test_gpu_defaults", "test_gpus", "test_help_examples", "test_import_script", "test_layers", "test_layout_and_profile_options",
     "test_into_job", "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_profile_checks", "test_profile_init", "test_ported_script_checks", "test_python_argv",
     "test_collective_forensics", "test_recipe_input_holes", "test_render", "test_render_output", "test_resolved", "test_rich_text",
-    "test_run_layout", "test_sacct_status", "test_slurm_accounting", "test_runner_units", "test_schema", "test_service_role", "test_spares", "test_stacks", "test_startup_imports",
+    "test_run_diff", "test_run_layout", "test_run_report", "test_sacct_status", "test_slurm_accounting", "test_runner_units", "test_schema", "test_service_role", "test_spares", "test_stacks", "test_startup_imports",
     "test_stragglers", "test_style", "test_supervisor", "test_template_cache", "test_template_errors", "test_top", "test_user_cache",
     "test_validation",
 }  # fmt: skip

@@ -52,6 +52,15 @@ LONG = (
     "--set",
     "task.trainer.args.logging_steps=10",
 )
+# A run short enough to preempt once and finish: a checkpoint every 40 of its 120 steps.
+SHORT = (
+    "--set",
+    "task.trainer.args.max_steps=120",
+    "--set",
+    "task.trainer.args.save_steps=40",
+    "--set",
+    "task.trainer.args.logging_steps=10",
+)
 
 
 def start(tmp_path: Path, *extra: str) -> tuple[str, Path]:

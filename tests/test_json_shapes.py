@@ -20,8 +20,9 @@ from conftest import REPO, run_cli
 
 TINY = REPO / "recipes" / "tiny-gpt2-cpu.yaml"
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
-# Keys whose values are free-form mappings (labels, file names, a sweep point's keys, a result file, SSH settings).
-FREE_FORM = {"summary", "files", "point", "result", "login"}
+# Keys whose values are free-form mappings (labels, file names, a sweep point's keys, a result file, SSH
+# settings, a report's problems by file name, a diff's groups that have differences).
+FREE_FORM = {"summary", "files", "point", "result", "login", "problems", "groups"}
 
 
 def documented() -> dict[str, list[Any]]:
@@ -138,6 +139,15 @@ def test_a_run_from_submit_to_export(tmp_path: Path) -> None:
         "clusterkit plot --json RUN...",
     )
     assert plotted["outputs"] == [str(tmp_path / "c.png")] and plotted["runs"][0]["series"]["loss"]["steps"][-1] == 30
+    reported = as_documented(run_cli("report", "--json", job, "--runs-dir", str(runs)), "clusterkit report --json RUN")
+    assert reported["source"] == "run files" and reported["figures"]["mfu"]["why"] == "a CPU run: no GPU peak"
+    shares = {share["bucket"]: share["seconds"] for share in reported["shares"]}
+    assert shares["training"] > 0 and shares["checkpointing"] > 0, "the runner timed its saves (every 15 of 30 steps)"
+    diffed = as_documented(
+        run_cli("diff", "--json", job, submitted["run"]["run_dir"], "--runs-dir", str(runs)),
+        "clusterkit diff --json RUN_A RUN_B",
+    )
+    assert diffed["groups"] == {}
     cancelled = as_documented(run_cli("cancel", "--json", job, "--runs-dir", str(runs)), "clusterkit cancel --json JOB")
     assert cancelled == {"job_id": job, "cancelled": False, "status": submitted["status"]}
     exported = run_cli("export", "--json", submitted["run"]["run_dir"], "-o", str(tmp_path / "model"))

@@ -141,3 +141,48 @@ def test_final_model_gathered_where_ranks_hold_shards(rank_zero: bool) -> None:
     plain = _Recorder()
     save_model(plain, Path("out"), rank_zero)
     assert plain.calls == [("trainer.save_model", "out")]
+
+
+def test_each_checkpoint_save_is_timed_in_the_metrics(tmp_path: Path) -> None:
+    """`clusterkit report` counts checkpointing time from the runner's ``checkpoint`` lines: one per
+    save, after that step's log line, with the seconds the save took."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+
+    from clusterkit.runtime.checkpoints import CheckpointPublisher
+    from clusterkit.runtime.train import MetricsWriter
+    from clusterkit.supervisor.run_files import json_objects
+
+    config = {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 300}
+    data = build_dataset(DatasetSpec(type="synthetic", seq_len=16, num_samples=32), None, 300, seed=1, base_dir=Path())
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "checkpoints"),
+        max_steps=4,
+        logging_steps=1,
+        save_steps=2,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to=[],
+        disable_tqdm=True,
+    )
+    metrics = MetricsWriter(tmp_path / "metrics.jsonl", global_batch=2, seq_len=16, world_size=1)
+    publisher = CheckpointPublisher(None, record=metrics.record)
+
+    class AsksAfterThePublisher(TrainerCallback):  # as the preemption handler does, at step 3
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_save = control.should_save or state.global_step == 3
+
+    trainer = Trainer(
+        model=build_model(ModelSpec(config=config), tmp_path),
+        args=args,
+        train_dataset=data,
+        data_collator=default_data_collator,
+        callbacks=[metrics, publisher, AsksAfterThePublisher()],
+    )
+    trainer.train()
+    lines = json_objects((tmp_path / "metrics.jsonl").read_text())
+    saves = [line for line in lines if line["event"] == "checkpoint"]
+    assert [save["step"] for save in saves] == [2, 3, 4]
+    assert all(0 < save["save_s"] < 60 for save in saves)
+    for save in saves:
+        logged = next(line for line in lines if line["event"] == "log" and line["step"] == save["step"])
+        assert logged["time"] <= save["time"] - save["save_s"] + 1e-3, "the save is timed after the step's log"

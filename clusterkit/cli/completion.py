@@ -92,6 +92,7 @@ COMPLETERS: dict[str, Callable[..., Iterable[str]]] = {
     "recipes": _recipe_files,
     "cluster": _profiles,
     "job": _job_ids,
+    "job_b": _job_ids,  # diff's second run
     "after": _job_ids,
     "set": _key_paths,
     "grid": _key_paths,

@@ -92,6 +92,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "clusterkit cancel 4242",
         "clusterkit cancel runs/llama-7b-zero3/4242",
     ),
+    "report": (
+        "clusterkit report 4242               # queue, start-up, training, checkpoints, time lost; MFU",
+        "clusterkit report runs/tiny-gpt2/4242 --json",
+        "clusterkit report 4300 --csv         # a sweep: one row per point",
+    ),
+    "diff": (
+        "clusterkit diff 4242 4250            # recipe, profile, env, code, nodes, loss at equal steps",
+        "clusterkit diff runs/tiny-gpt2/4242 runs/tiny-gpt2/4250 --json",
+    ),
     "stacks": (
         "clusterkit stacks 4242               # every rank, grouped: who waits where, the odd ones named",
         "clusterkit stacks 4242 --rank 3      # rank 3's threads (and its data-loader workers)",

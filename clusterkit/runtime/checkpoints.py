@@ -8,8 +8,10 @@ intact, and removes incomplete ones, so a half-written checkpoint is never used.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 from transformers import TrainerCallback
@@ -54,13 +56,25 @@ def resume_point(own_dir: Path, resume_from: str | None, report: bool) -> Path |
 class CheckpointPublisher(TrainerCallback):
     """After every save: wait for all ranks, then rank 0 marks the checkpoint complete, points
     ``latest`` at it and removes complete checkpoints beyond the newest ``keep`` (the recipe's
-    save_total_limit; None keeps all)."""
+    save_total_limit; None keeps all), and hands ``record`` how long the save took (the metrics'
+    ``checkpoint`` line, which `clusterkit report` counts as checkpointing time)."""
 
-    def __init__(self, keep: int | None):
+    def __init__(self, keep: int | None, record: Callable[[dict[str, Any]], None] | None = None):
         self.keep = keep
+        self.record = record
         # Writes the full model into a checkpoint, where the framework's own save holds shards that
         # export cannot join (AutoTP); called on every rank (it gathers), before the checkpoint is complete.
         self.consolidate: Callable[[Path], None] | None = None
+        self._save_began: float | None = None
+
+    # A save follows its step's end and log line (whichever callback asked for it: the Trainer's
+    # save_steps, or the preemption handler after this one): it is what lies between the last of
+    # these and on_save.
+    def on_step_end(self, args, state, control, **kwargs):
+        self._save_began = time.time()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self._save_began = time.time()
 
     def on_save(self, args, state, control, **kwargs):
         _barrier()
@@ -78,3 +92,8 @@ class CheckpointPublisher(TrainerCallback):
                 best = state.best_model_checkpoint
                 rotate(output_dir, self.keep, Path(best) if best else None)
         _barrier()
+        if state.is_world_process_zero and self.record is not None and self._save_began is not None:
+            now = time.time()
+            self.record(
+                {"event": "checkpoint", "time": now, "step": state.global_step, "save_s": now - self._save_began}
+            )

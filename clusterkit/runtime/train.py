@@ -307,7 +307,7 @@ def _train(job_file: Path) -> int:
     metrics = MetricsWriter(run_dir / run_layout.METRICS, global_batch, trainer_spec.dataset.seq_len, args.world_size)
     preempt = PreemptionHandler(run_dir, recipe.preemption.handled_signal)
     layout = AppliedLayout(recipe, args.world_size)
-    publisher = CheckpointPublisher(keep_checkpoints)
+    publisher = CheckpointPublisher(keep_checkpoints, record=metrics.record)
     gpu = GpuSampler.open(torch.cuda.current_device()) if on_gpu else None
     step_times = StepTimes(run_dir / run_layout.step_times(args.process_index), gpu)
     callbacks = [layout, metrics, publisher, preempt, step_times]
