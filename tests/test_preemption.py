@@ -15,20 +15,26 @@ import pytest
 
 from clusterkit.spec.layout import CHECKPOINTS_DIR, COMPLETE, checkpoint_name
 from conftest import REPO, run_cli
-from slurm_jobs import LONG, TINY, events, preempt_once, rank_records, release, scontrol, start, submit, wait, wait_done
+from slurm_jobs import (
+    LONG,
+    SHORT,
+    TINY,
+    events,
+    preempt_once,
+    rank_records,
+    release,
+    scontrol,
+    start,
+    submit,
+    wait,
+    wait_done,
+)
 
 pytestmark = pytest.mark.slurm
 
 
 def test_requeued_run_resumes_and_matches_an_uninterrupted_one(dev_cluster: str, tmp_path: Path) -> None:
-    steps = (
-        "--set",
-        "task.trainer.args.max_steps=120",
-        "--set",
-        "task.trainer.args.save_steps=40",
-        "--set",
-        "task.trainer.args.logging_steps=10",
-    )
+    steps = SHORT
     job_id, run_dir = start(tmp_path, *steps)
     preempt_once(job_id, run_dir, starts=1)
     release(job_id)
@@ -67,14 +73,7 @@ def test_three_requeues_then_max_requeues_stops_cleanly(dev_cluster: str, tmp_pa
 def test_the_secrets_file_stays_for_the_requeue_and_goes_with_the_run(dev_cluster: str, tmp_path: Path) -> None:
     """max_requeues > 0: the requeued start reads the secrets again (the run completes), and once the run
     ended for good the file is gone from its run directory."""
-    steps = (
-        "--set",
-        "task.trainer.args.max_steps=120",
-        "--set",
-        "task.trainer.args.save_steps=40",
-        "--set",
-        "task.trainer.args.logging_steps=10",
-    )
+    steps = SHORT
     done = run_cli(
         "submit",
         TINY,
