@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from clusterkit.cli.common import print_columns, print_json, with_host_keys, with_json, with_overrides
 
@@ -79,6 +78,8 @@ def partition_rows(found) -> list[tuple[str, ...]]:
 
 def _loaded(args: argparse.Namespace):
     """The recipe with its overrides and --cluster, or None; and the profile asked."""
+    from pathlib import Path
+
     from clusterkit.load.loader import cluster_override, load_profile, load_recipe
     from clusterkit.load.user_config import load_user_config
 

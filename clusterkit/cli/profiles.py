@@ -17,12 +17,13 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.cli.common import EXIT_FAILURE, print_json, with_host_keys, with_json
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from clusterkit.schedulers.host import Host
     from clusterkit.spec.profile import Login
 
@@ -45,6 +46,8 @@ def profile_file_name(name: str) -> str:
 
 
 def output_path(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
     from clusterkit.errors import PathError
     from clusterkit.load.user_config import load_user_config
 
@@ -62,6 +65,8 @@ def output_path(args: argparse.Namespace) -> Path:
 @contextlib.contextmanager
 def cluster_host(args: argparse.Namespace) -> Iterator[tuple[Host, Login | None]]:
     """Where SLURM is asked, and the login node the new profile names (None: this machine)."""
+    from pathlib import Path
+
     from clusterkit.errors import UsageError
     from clusterkit.schedulers.api import is_this_host, open_scheduler
     from clusterkit.schedulers.host import LocalHost
@@ -135,6 +140,8 @@ def tiny_recipe_check(target: Path, gpus_per_node: int) -> tuple[list[str], list
 
 
 def cmd_profile_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from clusterkit.diagnose.site_profile import draft_profile, one_line, profile_yaml
     from clusterkit.load.user_config import load_user_config
     from clusterkit.schedulers.slurm_site import read_site

@@ -8,10 +8,12 @@ import argparse
 import os
 import sys
 import tempfile
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.cli.common import print_json, with_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def write_new(path: str, text: str) -> None:
@@ -33,6 +35,8 @@ def checked(
     hidden file in ``folder`` (where the recipe goes: its relative paths name files there), removed
     after. ``profile_text``: the derived profile the recipe names as ``cluster: cluster.yaml``. A
     recipe that does not validate is one UsageError line per finding."""
+    from pathlib import Path
+
     from clusterkit import api
     from clusterkit.errors import RecipeError, UsageError
 
@@ -64,6 +68,7 @@ def _hidden(folder: str | Path, text: str) -> str:
 
 def cmd_import(args: argparse.Namespace) -> int:
     import json
+    from pathlib import Path
 
     from clusterkit.errors import UsageError
     from clusterkit.load.import_yaml import derived_profile, printable, recipe_yaml
@@ -127,6 +132,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from clusterkit.load.new_recipe import new_recipe
 
     text = new_recipe(args.script, args.trainer, args.nodes, args.gpus, args.cluster or "dev", args.zero3)
