@@ -15,6 +15,7 @@ import pytest
 from clusterkit import api
 from clusterkit.cli.main import main
 from clusterkit.cli.scaffold import checked
+from clusterkit.errors import UsageError
 from clusterkit.load.import_script import import_script
 from clusterkit.load.import_yaml import recipe_yaml
 from clusterkit.load.script_compare import differences, rendered_parts
@@ -23,6 +24,7 @@ from conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "import"
+ORIGINALS = DATA / "originals"
 # Every shipped recipe: its rendered job imports back to a recipe that renders the same job.
 ROUND_TRIP = sorted(
     str(p.relative_to(REPO)) for p in [*REPO.glob("recipes/*.yaml"), *REPO.glob("recipes/ported/*.yaml")]
@@ -152,19 +154,53 @@ def test_an_existing_output_is_never_overwritten(tmp_path: Path) -> None:
     assert code == 2 and "exists already" in err and (tmp_path / "out.yaml").read_text() == "mine"
 
 
+def _against_hand_port(script: Path, hand: Path, folder: Path) -> list[str]:
+    """The differences between the render of ``script``'s import (against the hand port's cluster
+    profile) and the hand port's render; a UsageError where the import does not validate."""
+    loaded = api.load_recipe(hand)
+    job = _render(hand, folder / "hand")
+    imported = import_script(read_script(script), loaded.profile)
+    for own_file in hand.parent.glob("*.json"):  # the hand port's relative files, beside the import too
+        shutil.copy(own_file, folder)
+    files, _ = checked(recipe_yaml(imported, str(script), str(loaded.profile_path.resolve())), None, folder=folder)
+    plan = files["plan.json"].replace(str(folder), str(hand.parent.resolve()))  # its copies of the port's files
+    ours = rendered_parts(files["job.sbatch"], json.loads(plan))
+    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
+    return differences(theirs, ours)
+
+
 @pytest.mark.parametrize("port", sorted(DATA.glob("*.sbatch")), ids=lambda p: p.stem)
 def test_ported_excerpts_import_close_to_the_hand_port(port: Path, tmp_path: Path) -> None:
     hand = REPO / "recipes" / "ported" / f"{port.stem}.yaml"
-    loaded = api.load_recipe(hand)
-    job = _render(hand, tmp_path / "hand")
-    imported = import_script(read_script(port), loaded.profile)
-    for own_file in hand.parent.glob("*.json"):  # the hand port's relative files, beside the import too
-        shutil.copy(own_file, tmp_path)
-    files, _ = checked(recipe_yaml(imported, str(port), str(loaded.profile_path.resolve())), None, folder=tmp_path)
-    plan = files["plan.json"].replace(str(tmp_path), str(hand.parent.resolve()))  # its copies of the port's files
-    ours = rendered_parts(files["job.sbatch"], json.loads(plan))
-    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
-    assert differences(theirs, ours) == port.with_suffix(".differences").read_text().splitlines()
+    assert _against_hand_port(port, hand, tmp_path) == port.with_suffix(".differences").read_text().splitlines()
+
+
+def _import_report(script: Path, hand: Path, folder: Path) -> list[str]:
+    """What importing ``script`` gives, as the lines of its ``.expected`` file: the counts, whether
+    the recipe validates (or the one line why not), what is not mapped, and the differences
+    between its render and the hand port's."""
+    imported = import_script(read_script(script), api.load_recipe(hand).profile)
+    lines = [
+        f"lines mapped to fields: {len(set(imported.mapped))}",
+        f"lines kept as setup/hook lines: {len(set(imported.kept))}",
+        f"lines not mapped: {len(imported.unmapped)}",
+    ]
+    lines += [f"not mapped {u.line}: {u.text[:100]!a} ({u.why})" for u in imported.unmapped]
+    try:
+        found = _against_hand_port(script, hand, folder)
+    except UsageError as exc:
+        return [*lines, f"recipe: does not validate: {exc}"]
+    return [*lines, "recipe: validates", *(f"render vs the hand port: {line}" for line in found)]
+
+
+@pytest.mark.parametrize("original", sorted(ORIGINALS.glob("*.sbatch")), ids=lambda p: p.stem)
+def test_the_real_originals_import_as_recorded(original: Path, tmp_path: Path) -> None:
+    """Each public original behind recipes/ported/ (tests/data/import/originals/SOURCES.md), imported
+    against its hand port's cluster profile: nothing run, no traceback, and the recorded result."""
+    before = sorted(tmp_path.iterdir())
+    report = _import_report(original, REPO / "recipes" / "ported" / f"{original.stem}.yaml", tmp_path / "import")
+    assert report == original.with_suffix(".expected").read_text().splitlines()
+    assert sorted(tmp_path.iterdir()) == [*before, tmp_path / "import"]
 
 
 @pytest.mark.parametrize(
