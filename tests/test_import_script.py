@@ -358,3 +358,24 @@ def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> N
     assert imported.recipe["task"] == {"script": "a.py"} and imported.recipe["launcher"] == "python"
     again = import_script(parse_script("#SBATCH -N 1\nsrun python a.py --x 1 2>&1 --y 3 >log\n", "job.sh"))
     assert again.recipe["task"] == {"script": "a.py", "args": ["--x", "1", "--y", "3"]}
+
+
+def test_successive_path_edits_of_one_variable_all_stay() -> None:
+    """torchtitan's multinode_trainer.slurm prepends twice to LD_LIBRARY_PATH: both directories
+    reach the job, in the script's order (the last prepend first)."""
+    recipe = _recipe(
+        HEADER + "export LD_LIBRARY_PATH=/opt/efa/lib:$LD_LIBRARY_PATH\nexport LD_LIBRARY_PATH=/usr/local/lib/:"
+        "$LD_LIBRARY_PATH\nexport PATH=$PATH:/a\nexport PATH=$PATH:/b\nsrun python a.py\n"
+    )
+    assert recipe["env"]["LD_LIBRARY_PATH"] == {"prepend": "/usr/local/lib/:/opt/efa/lib"}
+    assert recipe["env"]["PATH"] == {"append": "/a:/b"}
+
+
+def test_a_python_command_in_the_batch_shell_before_the_srun_launch_is_not_the_launch() -> None:
+    """BLOOM's tr11-176B-ml.slurm runs two helper `python` commands in the batch shell, then its
+    launch under srun through shell variables: the helpers are hooks, not a python task per GPU."""
+    recipe = _recipe(
+        HEADER + "python prep.py --out data.txt\nCMD=train.py\nsrun $SRUN_ARGS bash -c \"$CMD\"\n"
+    )
+    assert recipe["hooks"]["pre_launch"] == ["python prep.py --out data.txt"]
+    assert recipe.get("launcher") != "python"

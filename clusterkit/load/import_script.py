@@ -81,8 +81,14 @@ def _launch_index(commands: list[Command], script: ScriptText) -> int | None:
     """The launch: the last command that starts a known launcher, else the last srun."""
     if script.generated:
         return None
-    found = [i for i, c in enumerate(commands) if _launches(c.words)]
     srun = [i for i, c in enumerate(commands) if any(p[:1] == ["srun"] for p in split_commands(c.words))]
+    # A python command in the batch shell with an srun line after it is a helper run once, not
+    # the launch (BLOOM's tr11-176B-ml.slurm: its srun launch reads the launcher from variables).
+    found = [
+        i
+        for i, c in enumerate(commands)
+        if _launches(c.words) and not (i not in srun and srun and srun[-1] > i and _batch_python(c.words))
+    ]
     return found[-1] if found else (srun[-1] if srun else None)
 
 
@@ -92,6 +98,11 @@ def _launches(words: list[str]) -> bool:
         if launch is not None and launch.launcher != "command":
             return True
     return False
+
+
+def _batch_python(words: list[str]) -> bool:
+    launch = parse_launch(0, split_commands(words)[-1])
+    return launch is not None and launch.launcher == "python"
 
 
 def _launch_words(command: Command, imported: Imported) -> list[str]:
@@ -170,7 +181,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if exported and edit is None and "$" in literal and owner_of(name):
             imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
         elif edit is not None and exported:
-            recipe["env"][name] = edit
+            recipe["env"][name] = _joined_edit(recipe["env"].get(name), edit)
         elif "$" in literal:
             as_setup = True
         elif exported:
@@ -192,6 +203,19 @@ def _path_edit(name: str, value: str) -> dict[str, str] | None:
         if value.startswith(own + ":") and "$" not in value[len(own) + 1 :]:
             return {"append": value[len(own) + 1 :]}
     return None
+
+
+def _joined_edit(before: Any, edit: dict[str, str]) -> dict[str, str]:
+    """A path edit after an earlier one of the same variable: both apply (a later prepend goes in
+    front of the earlier one, a later append after it)."""
+    if not isinstance(before, dict):
+        return edit
+    joined = dict(before)
+    if "prepend" in edit:
+        joined["prepend"] = ":".join(p for p in (edit["prepend"], before.get("prepend")) if p)
+    if "append" in edit:
+        joined["append"] = ":".join(p for p in (before.get("append"), edit["append"]) if p)
+    return joined
 
 
 def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch | None:
