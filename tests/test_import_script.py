@@ -374,8 +374,6 @@ def test_successive_path_edits_of_one_variable_all_stay() -> None:
 def test_a_python_command_in_the_batch_shell_before_the_srun_launch_is_not_the_launch() -> None:
     """BLOOM's tr11-176B-ml.slurm runs two helper `python` commands in the batch shell, then its
     launch under srun through shell variables: the helpers are hooks, not a python task per GPU."""
-    recipe = _recipe(
-        HEADER + "python prep.py --out data.txt\nCMD=train.py\nsrun $SRUN_ARGS bash -c \"$CMD\"\n"
-    )
+    recipe = _recipe(HEADER + 'python prep.py --out data.txt\nCMD=train.py\nsrun $SRUN_ARGS bash -c "$CMD"\n')
     assert recipe["hooks"]["pre_launch"] == ["python prep.py --out data.txt"]
     assert recipe.get("launcher") != "python"
