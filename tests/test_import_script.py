@@ -189,7 +189,7 @@ def _import_report(script: Path, hand: Path, folder: Path) -> list[str]:
     try:
         found = _against_hand_port(script, hand, folder)
     except UsageError as exc:
-        return [*lines, f"recipe: does not validate: {exc}"]
+        return [*lines, f"recipe: does not validate: {str(exc).replace(str(folder), '<beside the recipe>')}"]
     return [*lines, "recipe: validates", *(f"render vs the hand port: {line}" for line in found)]
 
 
@@ -377,3 +377,21 @@ def test_a_python_command_in_the_batch_shell_before_the_srun_launch_is_not_the_l
     recipe = _recipe(HEADER + 'python prep.py --out data.txt\nCMD=train.py\nsrun $SRUN_ARGS bash -c "$CMD"\n')
     assert recipe["hooks"]["pre_launch"] == ["python prep.py --out data.txt"]
     assert recipe.get("launcher") != "python"
+
+
+def test_a_launch_built_from_the_scripts_own_variables_is_read() -> None:
+    """ml-engineering's launchers (and BLOOM's) build the launch in variables: `srun $SRUN_ARGS
+    bash -c "$CMD"`, CMD="$LAUNCHER $PROGRAM". Their literal values are the launch line's words."""
+    recipe = _recipe(
+        HEADER + 'LAUNCHER="python -u -m torch.distributed.run \\\n  --nproc_per_node 4 --nnodes 2 \\\n'
+        '  --node_rank \\$SLURM_PROCID --max_restarts 0 --role \\$(hostname -s): \\\n  "\nPROGRAM="train.py --lr 1"\n'
+        'export CMD="$LAUNCHER $PROGRAM"\nSRUN_ARGS=" --wait=60 --kill-on-bad-exit=1 "\n'
+        'srun $SRUN_ARGS bash -c "$CMD"\n'
+    )
+    assert (recipe["launcher"], recipe["python"], recipe["task"]) == (
+        "torchrun",
+        ["python", "-u"],
+        {"script": "train.py", "args": ["--lr", "1"]},
+    )
+    assert recipe["launcher_args"] == ["--max_restarts=0"]  # --role $(...): a run-time value, listed
+    assert recipe["srun"]["wait"] == 60 and recipe["srun"]["kill_on_bad_exit"] is True

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
-from clusterkit.load.script_options import map_launch, owner_of, substitute
-from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
+from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
+from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands, words_of
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -67,7 +67,8 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     for index, command in enumerate(commands):
         if index == launch_at:
             if not script.generated:
-                imported.launch = parse_launch(command.line, _launch_words(command, imported))
+                words = _expanded(_launch_words(command, imported), variables)
+                imported.launch = parse_launch(command.line, words)
             imported.mapped.append(command.line)
             continue
         _command(command, recipe, variables, imported, after=launch_at is not None and index > launch_at)
@@ -114,6 +115,23 @@ def _launch_words(command: Command, imported: Imported) -> list[str]:
                 Unmapped(command.line, " ".join(part), "on the launch line beside the launch", "hooks.pre_launch")
             )
     return chosen
+
+
+def _expanded(words: list[str], variables: dict[str, str]) -> list[str]:
+    """The launch line's words with the script's own variables read in, as the batch shell would:
+    a ``$NAME`` word is split into the words of its value; in a shell's ``-c`` string the value is
+    put in place (the string is read as a line again). ``srun $SRUN_ARGS bash -c "$CMD"``."""
+    out: list[str] = []
+    for at, word in enumerate(words):
+        whole = VARIABLE.fullmatch(word)
+        name = whole and (whole.group(1) or whole.group(2))
+        if at and words[at - 1] == "-c":  # \$ in double quotes: a $ for the inner shell (shlex keeps the \)
+            out.append(re.sub(r"\\([$`])", r"\1", substitute(word, variables)))
+        elif name and name in variables and (split := words_of(variables[name])) is not None:
+            out += split
+        else:
+            out.append(word)
+    return out
 
 
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
