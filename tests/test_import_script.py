@@ -395,3 +395,31 @@ def test_a_launch_built_from_the_scripts_own_variables_is_read() -> None:
     )
     assert recipe["launcher_args"] == ["--max_restarts=0"]  # --role $(...): a run-time value, listed
     assert recipe["srun"]["wait"] == 60 and recipe["srun"]["kill_on_bad_exit"] is True
+
+
+def test_a_launch_built_from_variables_with_a_computed_part_is_read_and_the_part_listed() -> None:
+    """accelerate's examples/slurm/submit_multinode.sh: LAUNCHER holds `$((...))` and CMD is
+    "$LAUNCHER $SCRIPT", run as `srun $CMD`: the launch is accelerate's, the computed value listed."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(
+        parse_script(
+            HEADER + 'export LAUNCHER="accelerate launch --num_processes $((SLURM_NNODES * 4)) --num_machines 2"\n'
+            'export SCRIPT="/x/train.py"\nexport CMD="$LAUNCHER $SCRIPT --lr 1"\nT=$(date)\nexport T\nsrun $CMD\n',
+            "job.sh",
+        )
+    )
+    assert imported.launch is not None and imported.launch.launcher == "accelerate"
+    assert imported.recipe["task"] == {"script": "/x/train.py", "args": ["--lr", "1"]}
+    assert "\x00" not in json.dumps(imported.recipe)  # the computed value's marker reaches no field
+    assert [u.line for u in imported.unmapped if "computed" in u.why] == [4, 7]
+
+
+def test_accelerates_c10d_rendezvous_is_listed_not_mapped() -> None:
+    """`accelerate launch --rdzv_backend c10d` (accelerate's submit_multinode.sh): clusterkit's
+    rendezvous field is torchrun's and refuses accelerate; the option is listed, the recipe validates."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(parse_script(HEADER + "srun accelerate launch --rdzv_backend c10d a.py\n", "job.sh"))
+    assert "rendezvous" not in imported.recipe
+    assert any(u.text == "--rdzv-backend=c10d" for u in imported.unmapped)

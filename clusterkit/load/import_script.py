@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
-from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands, words_of
+from clusterkit.load.script_text import COMPUTED, Command, ScriptText, Unmapped, split_commands, words_of
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -149,6 +149,10 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
+        for word in words[1:] if words[0] == "export" else words:  # a launch built from it reads it, marked
+            name, equals, value = word.partition("=")
+            if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                variables[name] = substitute(value, variables)
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
@@ -187,7 +191,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if word.startswith("-") or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             return False
         if not equals:
-            if name in variables:
+            if name in variables and COMPUTED not in variables[name]:
                 recipe["env"][name] = variables[name]
                 imported.env[name] = variables[name]
             continue
@@ -200,7 +204,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
         elif edit is not None and exported:
             recipe["env"][name] = _joined_edit(recipe["env"].get(name), edit)
-        elif "$" in literal:
+        elif "$" in literal or COMPUTED in literal:  # a run-time value, or one read from a computed one
             as_setup = True
         elif exported:
             recipe["env"][name] = literal

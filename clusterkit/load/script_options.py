@@ -181,7 +181,7 @@ def _owned(
     elif name in ("nnodes", "num-nodes", "num-machines"):
         if digits:
             resources.setdefault("nodes", int(value))  # type: ignore[arg-type]
-    elif name == "rdzv-backend" and value == "c10d":
+    elif name == "rdzv-backend" and value == "c10d" and launch.launcher == "torchrun":  # accelerate's: static
         out["rendezvous"] = "c10d"
     elif name in ("master-port", "main-process-port") and digits:
         out["master_port"] = int(value)  # type: ignore[arg-type]
