@@ -190,7 +190,9 @@ def _import_report(script: Path, hand: Path, folder: Path) -> list[str]:
         found = _against_hand_port(script, hand, folder)
     except UsageError as exc:
         return [*lines, f"recipe: does not validate: {str(exc).replace(str(folder), '<beside the recipe>')}"]
-    return [*lines, "recipe: validates", *(f"render vs the hand port: {line}" for line in found)]
+    # differences() names its first side "the script": here that is the hand port's render
+    found = [line.replace("only in the script", "only in the hand port") for line in found]
+    return [*lines, "recipe: validates", *(f"hand port -> import: {line}" for line in found)]
 
 
 @pytest.mark.parametrize("original", sorted(ORIGINALS.glob("*.sbatch")), ids=lambda p: p.stem)
