@@ -425,3 +425,16 @@ def test_accelerates_c10d_rendezvous_is_listed_not_mapped() -> None:
     imported = import_script(parse_script(HEADER + "srun accelerate launch --rdzv_backend c10d a.py\n", "job.sh"))
     assert "rendezvous" not in imported.recipe
     assert any(u.text == "--rdzv-backend=c10d" for u in imported.unmapped)
+
+
+def test_a_comment_line_ending_in_a_backslash_continues_nothing() -> None:
+    """BLOOM's tr11-176B-ml.slurm comments out an option as `#    --universal-checkpoint \\` just
+    before `export CMD=...`: bash ends a comment at the line break, so the export is a command."""
+    recipe = _recipe(HEADER + "#    --universal-checkpoint \\\nexport FOO=1\nsrun python a.py\n")
+    assert recipe["env"]["FOO"] == "1"
+
+
+def test_a_tab_in_a_command_is_whitespace_not_a_control_character() -> None:
+    """Megatron-LM's pretrain_gpt3_175B.sh indents its `options="... \\` lines with tabs."""
+    recipe = _recipe(HEADER + 'options=" \\\n\t--num-layers 96 \\\n\t--lr 1"\nsrun python a.py ${options}\n')
+    assert recipe["task"]["args"] == ["--num-layers", "96", "--lr", "1"]

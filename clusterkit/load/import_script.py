@@ -137,7 +137,7 @@ def _expanded(words: list[str], variables: dict[str, str]) -> list[str]:
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
     words, line = command.words, command.line
     parts = split_commands(words)
-    if not command.text.isprintable():  # a quoted line break or a control character: no line field holds it
+    if not command.text.replace("\t", " ").isprintable():  # a quoted line break or a control character
         imported.unmapped.append(
             Unmapped(line, command.text, "a command over several lines or with control characters")
         )
