@@ -438,3 +438,19 @@ def test_a_tab_in_a_command_is_whitespace_not_a_control_character() -> None:
     """Megatron-LM's pretrain_gpt3_175B.sh indents its `options="... \\` lines with tabs."""
     recipe = _recipe(HEADER + 'options=" \\\n\t--num-layers 96 \\\n\t--lr 1"\nsrun python a.py ${options}\n')
     assert recipe["task"]["args"] == ["--num-layers", "96", "--lr", "1"]
+
+
+def test_a_quoted_value_over_several_lines_still_builds_the_launch() -> None:
+    """open-r1's slurm/train.slurm: `export CMD=" \\` then `src/open_r1/$TASK.py ...` and a line
+    break before the closing quote; `srun $SRUN_ARGS bash -c "$LAUNCHER $CMD"` reads it."""
+    recipe = _recipe(
+        HEADER + 'export CMD=" \\\n    train.py --config c.yaml\n    "\nexport LAUNCHER="accelerate launch \\\n'
+        '    --num_machines 2 \\\n    "\nSRUN_ARGS=" \\\n    --wait=60\n    "\nexport SRUN_ARGS\nexport B="$CMD"\n'
+        'srun $SRUN_ARGS bash -c "$LAUNCHER $CMD"\n'
+    )
+    assert "SRUN_ARGS" not in recipe["env"] and "B" not in recipe["env"]  # a line break reaches no field
+    assert (recipe["launcher"], recipe["task"]) == (
+        "accelerate",
+        {"script": "train.py", "args": ["--config", "c.yaml"]},
+    )
+    assert recipe["srun"]["wait"] == 60

@@ -137,22 +137,21 @@ def _expanded(words: list[str], variables: dict[str, str]) -> list[str]:
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
     words, line = command.words, command.line
     parts = split_commands(words)
+    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
     if not command.text.replace("\t", " ").isprintable():  # a quoted line break or a control character
         imported.unmapped.append(
             Unmapped(line, command.text, "a command over several lines or with control characters")
         )
+        if assignment and re.sub(r"[\t\n]", " ", command.text).isprintable():  # line breaks only
+            _remember(words, variables)
         return
-    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
     if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
         recipe["setup"].append(command.text)
         imported.kept.append(line)
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
-        for word in words[1:] if words[0] == "export" else words:  # a launch built from it reads it, marked
-            name, equals, value = word.partition("=")
-            if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                variables[name] = substitute(value, variables)
+        _remember(words, variables)  # its computed part marked
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
@@ -175,6 +174,19 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
     imported.kept.append(line)
 
 
+def _listed_value(value: str) -> bool:
+    """A value read from a listed assignment (computed, or over several lines): no field holds it."""
+    return COMPUTED in value or "\n" in value
+
+
+def _remember(words: list[str], variables: dict[str, str]) -> None:
+    """The values of an assignment that is listed, not mapped: a launch built from them reads them."""
+    for word in words[1:] if words[0] == "export" else words:
+        name, equals, value = word.partition("=")
+        if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            variables[name] = substitute(value, variables)
+
+
 def _environment(words: list[str], command: Command, recipe: dict, variables: dict, imported: Imported) -> bool:
     """``export A=B``, ``A=B``, ``unset A``: env and the shell variables later lines use."""
     exported = words[0] == "export"
@@ -191,7 +203,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if word.startswith("-") or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             return False
         if not equals:
-            if name in variables and COMPUTED not in variables[name]:
+            if name in variables and not _listed_value(variables[name]):
                 recipe["env"][name] = variables[name]
                 imported.env[name] = variables[name]
             continue
@@ -204,7 +216,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
         elif edit is not None and exported:
             recipe["env"][name] = _joined_edit(recipe["env"].get(name), edit)
-        elif "$" in literal or COMPUTED in literal:  # a run-time value, or one read from a computed one
+        elif "$" in literal or _listed_value(literal):  # a run-time value, or one read from a listed one
             as_setup = True
         elif exported:
             recipe["env"][name] = literal
