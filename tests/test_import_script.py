@@ -454,3 +454,31 @@ def test_a_quoted_value_over_several_lines_still_builds_the_launch() -> None:
         {"script": "train.py", "args": ["--config", "c.yaml"]},
     )
     assert recipe["srun"]["wait"] == 60
+
+
+def test_a_variable_set_again_in_a_conditional_or_loop_is_a_run_time_value() -> None:
+    """open-r1's slurm/train.slurm sets ACCELERATOR="" and then again in its option-parsing loop:
+    the launch's `--config_file configs/$ACCELERATOR.yaml` is then not `configs/.yaml`."""
+    recipe = _recipe(
+        HEADER + 'ACC=""\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --acc) ACC="$2"; shift 2 ;;\n  esac\ndone\n'
+        "srun python train.py --config configs/$ACC.yaml\n"
+    )
+    assert recipe["task"]["args"] == ["--config", "configs/$ACC.yaml"]
+
+
+def test_srun_with_no_options_before_its_command_is_the_launch() -> None:
+    """`srun ${AUTO_RESUME} -l ...` (awsome-distributed-training, AUTO_RESUME set in an `if`) and a
+    plain `srun ./run.sh`: srun with no option before the command still launches it."""
+    for line in ("srun ./run.sh --epochs 3", "srun ${AUTO_RESUME} -l torchrun --nnodes=2 train.py"):
+        recipe = _recipe(HEADER + line + "\n")
+        assert recipe["task"]["script"] != "true", line
+
+
+def test_an_accelerate_config_path_read_at_run_time_is_listed() -> None:
+    """open-r1: `--config_file recipes/accelerate_configs/$ACCELERATOR.yaml` (ACCELERATOR from the
+    script's options): no file to name in accelerate.config, so it is listed and the recipe validates."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(parse_script(HEADER + "srun accelerate launch --config_file c/$ACC.yaml a.py\n", "j.sh"))
+    assert "accelerate" not in imported.recipe
+    assert any(u.text == "--config-file=c/$ACC.yaml" and "run-time" in u.why for u in imported.unmapped)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 SETUP_COMMANDS = frozenset({"module", "ml", "source", ".", "cd", "conda", "ulimit", "umask", "mamba", "spack"})
 # Lines of clusterkit's own rendered preamble (rendered again from the recipe, so not imported).
+ASSIGNED = re.compile(r"(?:^|[\s;()])(?:export\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
 GENERATED_OWN = re.compile(
     r"^(set [-+]e?u|mkdir -p -- |RUN_DIR=|CLUSTERKIT_JOB_ID=|export RUN_DIR |secrets_file=|unset secret|trap |exec )"
 )
@@ -45,6 +46,7 @@ class Imported:
     generated: bool = False  # a rendered script: its setup lines stay as written
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     profile: ClusterProfile | None = None
+    uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -58,6 +60,9 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
     imported.generated, imported.profile = script.generated, profile
     imported.mapped += [directive.line for directive in script.directives]
+    imported.uncertain = {
+        name for u in script.unmapped if "only as the shell decides" in u.why for name in ASSIGNED.findall(u.text)
+    }
     variables: dict[str, str] = {}
     recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
     commands = [
@@ -143,7 +148,7 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
             Unmapped(line, command.text, "a command over several lines or with control characters")
         )
         if assignment and re.sub(r"[\t\n]", " ", command.text).isprintable():  # line breaks only
-            _remember(words, variables)
+            _remember(words, variables, imported.uncertain)
         return
     if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
         recipe["setup"].append(command.text)
@@ -151,7 +156,7 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
-        _remember(words, variables)  # its computed part marked
+        _remember(words, variables, imported.uncertain)  # its computed part marked
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
@@ -179,11 +184,11 @@ def _listed_value(value: str) -> bool:
     return COMPUTED in value or "\n" in value
 
 
-def _remember(words: list[str], variables: dict[str, str]) -> None:
+def _remember(words: list[str], variables: dict[str, str], uncertain: set[str]) -> None:
     """The values of an assignment that is listed, not mapped: a launch built from them reads them."""
     for word in words[1:] if words[0] == "export" else words:
         name, equals, value = word.partition("=")
-        if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) and name not in uncertain:
             variables[name] = substitute(value, variables)
 
 
@@ -220,7 +225,8 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             as_setup = True
         elif exported:
             recipe["env"][name] = literal
-        variables[name] = literal
+        if name not in imported.uncertain:  # else its value is the shell's to decide: a run-time value
+            variables[name] = literal
     if as_setup and exported:
         recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
         imported.kept.append(command.line)

@@ -192,7 +192,13 @@ def _owned(
     elif name == "launcher" and value == "slurm":
         out["process_model"] = "batch_launcher"
     elif name == "config-file" and value and launch.launcher == "accelerate" and "{" not in value:
-        out["accelerate"] = {"config": value}
+        if "$" in value or has_computed([value]):  # a file only the running shell can name
+            shown = value.replace("\x00", "$(...)")
+            imported.unmapped.append(
+                Unmapped(launch.line, f"--{name}={shown}", "a run-time value in a launcher option", "accelerate.config")
+            )
+        else:
+            out["accelerate"] = {"config": value}
     elif name == "mixed-precision" and value in PRECISIONS:
         out["precision"] = PRECISIONS[value]
     elif name not in ("node-rank", "machine-rank", "master-addr", "main-process-ip", "log-dir", "tee", "rdzv-id"):
