@@ -482,3 +482,21 @@ def test_an_accelerate_config_path_read_at_run_time_is_listed() -> None:
     imported = import_script(parse_script(HEADER + "srun accelerate launch --config_file c/$ACC.yaml a.py\n", "j.sh"))
     assert "accelerate" not in imported.recipe
     assert any(u.text == "--config-file=c/$ACC.yaml" and "run-time" in u.why for u in imported.unmapped)
+
+
+def test_variables_doubling_each_line_are_read_in_bounded_time_and_memory() -> None:
+    """V1="$V0 $V0", V2="$V1 $V1", ...: read literally, 25 lines are 2^25 copies. The values read
+    into one are at most a line's limit; past it a variable is a run-time value, listed."""
+    from clusterkit.load.script_text import parse_script
+
+    lines = ["V0=xxxxxxxxxxxxxxxx", *(f'V{i}="$V{i - 1} $V{i - 1}"' for i in range(1, 26))]
+    started = time.monotonic()
+    imported = import_script(parse_script(HEADER + "\n".join(lines) + "\nsrun python a.py $V25\n", "job.sh"))
+    assert time.monotonic() - started < 10
+    assert sum(map(len, imported.recipe["task"]["args"])) <= 4 * 65536
+    assert any("run-time value in an argument" in u.why for u in imported.unmapped)
+    started = time.monotonic()  # one line reading a large value many times
+    text = HEADER + f"V={'x' * 60000}\nsrun python a.py" + " $V" * 5000 + "\n"
+    imported = import_script(parse_script(text, "job.sh"))
+    assert time.monotonic() - started < 10
+    assert sum(map(len, imported.recipe["task"]["args"])) <= 4 * 65536

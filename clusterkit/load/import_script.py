@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
-from clusterkit.load.script_text import COMPUTED, Command, ScriptText, Unmapped, split_commands, words_of
+from clusterkit.load.script_text import COMPUTED, LINE_LIMIT, Command, ScriptText, Unmapped, split_commands, words_of
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -127,13 +127,16 @@ def _expanded(words: list[str], variables: dict[str, str]) -> list[str]:
     a ``$NAME`` word is split into the words of its value; in a shell's ``-c`` string the value is
     put in place (the string is read as a line again). ``srun $SRUN_ARGS bash -c "$CMD"``."""
     out: list[str] = []
+    budget = [LINE_LIMIT]  # for the whole line: `srun $V $V $V ...` stays bounded
     for at, word in enumerate(words):
         whole = VARIABLE.fullmatch(word)
         name = whole and (whole.group(1) or whole.group(2))
         if at and words[at - 1] == "-c":  # \$ in double quotes: a $ for the inner shell (shlex keeps the \)
-            out.append(re.sub(r"\\([$`])", r"\1", substitute(word, variables)))
-        elif name and name in variables and (split := words_of(variables[name])) is not None:
-            out += split
+            out.append(re.sub(r"\\([$`])", r"\1", substitute(word, variables, budget=budget)))
+        elif name and name in variables and len(variables[name]) <= budget[0]:
+            budget[0] -= len(variables[name])
+            split = words_of(variables[name])
+            out += [word] if split is None else split
         else:
             out.append(word)
     return out
