@@ -15,6 +15,7 @@ import pytest
 from clusterkit import api
 from clusterkit.cli.main import main
 from clusterkit.cli.scaffold import checked
+from clusterkit.errors import UsageError
 from clusterkit.load.import_script import import_script
 from clusterkit.load.import_yaml import recipe_yaml
 from clusterkit.load.script_compare import differences, rendered_parts
@@ -23,6 +24,7 @@ from conftest import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "import"
+ORIGINALS = DATA / "originals"
 # Every shipped recipe: its rendered job imports back to a recipe that renders the same job.
 ROUND_TRIP = sorted(
     str(p.relative_to(REPO)) for p in [*REPO.glob("recipes/*.yaml"), *REPO.glob("recipes/ported/*.yaml")]
@@ -152,19 +154,55 @@ def test_an_existing_output_is_never_overwritten(tmp_path: Path) -> None:
     assert code == 2 and "exists already" in err and (tmp_path / "out.yaml").read_text() == "mine"
 
 
+def _against_hand_port(script: Path, hand: Path, folder: Path) -> list[str]:
+    """The differences between the render of ``script``'s import (against the hand port's cluster
+    profile) and the hand port's render; a UsageError where the import does not validate."""
+    loaded = api.load_recipe(hand)
+    job = _render(hand, folder / "hand")
+    imported = import_script(read_script(script), loaded.profile)
+    for own_file in hand.parent.glob("*.json"):  # the hand port's relative files, beside the import too
+        shutil.copy(own_file, folder)
+    files, _ = checked(recipe_yaml(imported, str(script), str(loaded.profile_path.resolve())), None, folder=folder)
+    plan = files["plan.json"].replace(str(folder), str(hand.parent.resolve()))  # its copies of the port's files
+    ours = rendered_parts(files["job.sbatch"], json.loads(plan))
+    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
+    return differences(theirs, ours)
+
+
 @pytest.mark.parametrize("port", sorted(DATA.glob("*.sbatch")), ids=lambda p: p.stem)
 def test_ported_excerpts_import_close_to_the_hand_port(port: Path, tmp_path: Path) -> None:
     hand = REPO / "recipes" / "ported" / f"{port.stem}.yaml"
-    loaded = api.load_recipe(hand)
-    job = _render(hand, tmp_path / "hand")
-    imported = import_script(read_script(port), loaded.profile)
-    for own_file in hand.parent.glob("*.json"):  # the hand port's relative files, beside the import too
-        shutil.copy(own_file, tmp_path)
-    files, _ = checked(recipe_yaml(imported, str(port), str(loaded.profile_path.resolve())), None, folder=tmp_path)
-    plan = files["plan.json"].replace(str(tmp_path), str(hand.parent.resolve()))  # its copies of the port's files
-    ours = rendered_parts(files["job.sbatch"], json.loads(plan))
-    theirs = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
-    assert differences(theirs, ours) == port.with_suffix(".differences").read_text().splitlines()
+    assert _against_hand_port(port, hand, tmp_path) == port.with_suffix(".differences").read_text().splitlines()
+
+
+def _import_report(script: Path, hand: Path, folder: Path) -> list[str]:
+    """What importing ``script`` gives, as the lines of its ``.expected`` file: the counts, whether
+    the recipe validates (or the one line why not), what is not mapped, and the differences
+    between its render and the hand port's."""
+    imported = import_script(read_script(script), api.load_recipe(hand).profile)
+    lines = [
+        f"lines mapped to fields: {len(set(imported.mapped))}",
+        f"lines kept as setup/hook lines: {len(set(imported.kept))}",
+        f"lines not mapped: {len(imported.unmapped)}",
+    ]
+    lines += [f"not mapped {u.line}: {u.text[:100]!a} ({u.why})" for u in imported.unmapped]
+    try:
+        found = _against_hand_port(script, hand, folder)
+    except UsageError as exc:
+        return [*lines, f"recipe: does not validate: {str(exc).replace(str(folder), '<beside the recipe>')}"]
+    # differences() names its first side "the script": here that is the hand port's render
+    found = [line.replace("only in the script", "only in the hand port") for line in found]
+    return [*lines, "recipe: validates", *(f"hand port -> import: {line}" for line in found)]
+
+
+@pytest.mark.parametrize("original", sorted(ORIGINALS.glob("*.sbatch")), ids=lambda p: p.stem)
+def test_the_real_originals_import_as_recorded(original: Path, tmp_path: Path) -> None:
+    """Each public original behind recipes/ported/ (tests/data/import/originals/SOURCES.md), imported
+    against its hand port's cluster profile: nothing run, no traceback, and the recorded result."""
+    before = sorted(tmp_path.iterdir())
+    report = _import_report(original, REPO / "recipes" / "ported" / f"{original.stem}.yaml", tmp_path / "import")
+    assert report == original.with_suffix(".expected").read_text().splitlines()
+    assert sorted(tmp_path.iterdir()) == [*before, tmp_path / "import"]
 
 
 @pytest.mark.parametrize(
@@ -322,3 +360,143 @@ def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> N
     assert imported.recipe["task"] == {"script": "a.py"} and imported.recipe["launcher"] == "python"
     again = import_script(parse_script("#SBATCH -N 1\nsrun python a.py --x 1 2>&1 --y 3 >log\n", "job.sh"))
     assert again.recipe["task"] == {"script": "a.py", "args": ["--x", "1", "--y", "3"]}
+
+
+def test_successive_path_edits_of_one_variable_all_stay() -> None:
+    """torchtitan's multinode_trainer.slurm prepends twice to LD_LIBRARY_PATH: both directories
+    reach the job, in the script's order (the last prepend first)."""
+    recipe = _recipe(
+        HEADER + "export LD_LIBRARY_PATH=/opt/efa/lib:$LD_LIBRARY_PATH\nexport LD_LIBRARY_PATH=/usr/local/lib/:"
+        "$LD_LIBRARY_PATH\nexport PATH=$PATH:/a\nexport PATH=$PATH:/b\nsrun python a.py\n"
+    )
+    assert recipe["env"]["LD_LIBRARY_PATH"] == {"prepend": "/usr/local/lib/:/opt/efa/lib"}
+    assert recipe["env"]["PATH"] == {"append": "/a:/b"}
+
+
+def test_a_python_command_in_the_batch_shell_before_the_srun_launch_is_not_the_launch() -> None:
+    """BLOOM's tr11-176B-ml.slurm runs two helper `python` commands in the batch shell, then its
+    launch under srun through shell variables: the helpers are hooks, not a python task per GPU."""
+    recipe = _recipe(HEADER + 'python prep.py --out data.txt\nCMD=train.py\nsrun $SRUN_ARGS bash -c "$CMD"\n')
+    assert recipe["hooks"]["pre_launch"] == ["python prep.py --out data.txt"]
+    assert recipe.get("launcher") != "python"
+
+
+def test_a_launch_built_from_the_scripts_own_variables_is_read() -> None:
+    """ml-engineering's launchers (and BLOOM's) build the launch in variables: `srun $SRUN_ARGS
+    bash -c "$CMD"`, CMD="$LAUNCHER $PROGRAM". Their literal values are the launch line's words."""
+    recipe = _recipe(
+        HEADER + 'LAUNCHER="python -u -m torch.distributed.run \\\n  --nproc_per_node 4 --nnodes 2 \\\n'
+        '  --node_rank \\$SLURM_PROCID --max_restarts 0 --role \\$(hostname -s): \\\n  "\nPROGRAM="train.py --lr 1"\n'
+        'export CMD="$LAUNCHER $PROGRAM"\nSRUN_ARGS=" --wait=60 --kill-on-bad-exit=1 "\n'
+        'srun $SRUN_ARGS bash -c "$CMD"\n'
+    )
+    assert (recipe["launcher"], recipe["python"], recipe["task"]) == (
+        "torchrun",
+        ["python", "-u"],
+        {"script": "train.py", "args": ["--lr", "1"]},
+    )
+    assert recipe["launcher_args"] == ["--max_restarts=0"]  # --role $(...): a run-time value, listed
+    assert recipe["srun"]["wait"] == 60 and recipe["srun"]["kill_on_bad_exit"] is True
+
+
+def test_a_launch_built_from_variables_with_a_computed_part_is_read_and_the_part_listed() -> None:
+    """accelerate's examples/slurm/submit_multinode.sh: LAUNCHER holds `$((...))` and CMD is
+    "$LAUNCHER $SCRIPT", run as `srun $CMD`: the launch is accelerate's, the computed value listed."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(
+        parse_script(
+            HEADER + 'export LAUNCHER="accelerate launch --num_processes $((SLURM_NNODES * 4)) --num_machines 2"\n'
+            'export SCRIPT="/x/train.py"\nexport CMD="$LAUNCHER $SCRIPT --lr 1"\nT=$(date)\nexport T\nsrun $CMD\n',
+            "job.sh",
+        )
+    )
+    assert imported.launch is not None and imported.launch.launcher == "accelerate"
+    assert imported.recipe["task"] == {"script": "/x/train.py", "args": ["--lr", "1"]}
+    assert "\x00" not in json.dumps(imported.recipe)  # the computed value's marker reaches no field
+    assert [u.line for u in imported.unmapped if "computed" in u.why] == [4, 7]
+
+
+def test_accelerates_c10d_rendezvous_is_listed_not_mapped() -> None:
+    """`accelerate launch --rdzv_backend c10d` (accelerate's submit_multinode.sh): clusterkit's
+    rendezvous field is torchrun's and refuses accelerate; the option is listed, the recipe validates."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(parse_script(HEADER + "srun accelerate launch --rdzv_backend c10d a.py\n", "job.sh"))
+    assert "rendezvous" not in imported.recipe
+    assert any(u.text == "--rdzv-backend=c10d" for u in imported.unmapped)
+
+
+def test_a_comment_line_ending_in_a_backslash_continues_nothing() -> None:
+    """BLOOM's tr11-176B-ml.slurm comments out an option as `#    --universal-checkpoint \\` just
+    before `export CMD=...`: bash ends a comment at the line break, so the export is a command."""
+    recipe = _recipe(HEADER + "#    --universal-checkpoint \\\nexport FOO=1\nsrun python a.py\n")
+    assert recipe["env"]["FOO"] == "1"
+
+
+def test_a_tab_in_a_command_is_whitespace_not_a_control_character() -> None:
+    """Megatron-LM's pretrain_gpt3_175B.sh indents its `options="... \\` lines with tabs."""
+    recipe = _recipe(HEADER + 'options=" \\\n\t--num-layers 96 \\\n\t--lr 1"\nsrun python a.py ${options}\n')
+    assert recipe["task"]["args"] == ["--num-layers", "96", "--lr", "1"]
+
+
+def test_a_quoted_value_over_several_lines_still_builds_the_launch() -> None:
+    """open-r1's slurm/train.slurm: `export CMD=" \\` then `src/open_r1/$TASK.py ...` and a line
+    break before the closing quote; `srun $SRUN_ARGS bash -c "$LAUNCHER $CMD"` reads it."""
+    recipe = _recipe(
+        HEADER + 'export CMD=" \\\n    train.py --config c.yaml\n    "\nexport LAUNCHER="accelerate launch \\\n'
+        '    --num_machines 2 \\\n    "\nSRUN_ARGS=" \\\n    --wait=60\n    "\nexport SRUN_ARGS\nexport B="$CMD"\n'
+        'srun $SRUN_ARGS bash -c "$LAUNCHER $CMD"\n'
+    )
+    assert "SRUN_ARGS" not in recipe["env"] and "B" not in recipe["env"]  # a line break reaches no field
+    assert (recipe["launcher"], recipe["task"]) == (
+        "accelerate",
+        {"script": "train.py", "args": ["--config", "c.yaml"]},
+    )
+    assert recipe["srun"]["wait"] == 60
+
+
+def test_a_variable_set_again_in_a_conditional_or_loop_is_a_run_time_value() -> None:
+    """open-r1's slurm/train.slurm sets ACCELERATOR="" and then again in its option-parsing loop:
+    the launch's `--config_file configs/$ACCELERATOR.yaml` is then not `configs/.yaml`."""
+    recipe = _recipe(
+        HEADER + 'ACC=""\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --acc) ACC="$2"; shift 2 ;;\n  esac\ndone\n'
+        "srun python train.py --config configs/$ACC.yaml\n"
+    )
+    assert recipe["task"]["args"] == ["--config", "configs/$ACC.yaml"]
+
+
+def test_srun_with_no_options_before_its_command_is_the_launch() -> None:
+    """`srun ${AUTO_RESUME} -l ...` (awsome-distributed-training, AUTO_RESUME set in an `if`) and a
+    plain `srun ./run.sh`: srun with no option before the command still launches it."""
+    for line in ("srun ./run.sh --epochs 3", "srun ${AUTO_RESUME} -l torchrun --nnodes=2 train.py"):
+        recipe = _recipe(HEADER + line + "\n")
+        assert recipe["task"]["script"] != "true", line
+
+
+def test_an_accelerate_config_path_read_at_run_time_is_listed() -> None:
+    """open-r1: `--config_file recipes/accelerate_configs/$ACCELERATOR.yaml` (ACCELERATOR from the
+    script's options): no file to name in accelerate.config, so it is listed and the recipe validates."""
+    from clusterkit.load.script_text import parse_script
+
+    imported = import_script(parse_script(HEADER + "srun accelerate launch --config_file c/$ACC.yaml a.py\n", "j.sh"))
+    assert "accelerate" not in imported.recipe
+    assert any(u.text == "--config-file=c/$ACC.yaml" and "run-time" in u.why for u in imported.unmapped)
+
+
+def test_variables_doubling_each_line_are_read_in_bounded_time_and_memory() -> None:
+    """V1="$V0 $V0", V2="$V1 $V1", ...: read literally, 25 lines are 2^25 copies. The values read
+    into one are at most a line's limit; past it a variable is a run-time value, listed."""
+    from clusterkit.load.script_text import parse_script
+
+    lines = ["V0=xxxxxxxxxxxxxxxx", *(f'V{i}="$V{i - 1} $V{i - 1}"' for i in range(1, 26))]
+    started = time.monotonic()
+    imported = import_script(parse_script(HEADER + "\n".join(lines) + "\nsrun python a.py $V25\n", "job.sh"))
+    assert time.monotonic() - started < 10
+    assert sum(map(len, imported.recipe["task"]["args"])) <= 4 * 65536
+    assert any("run-time value in an argument" in u.why for u in imported.unmapped)
+    started = time.monotonic()  # one line reading a large value many times
+    text = HEADER + f"V={'x' * 60000}\nsrun python a.py" + " $V" * 5000 + "\n"
+    imported = import_script(parse_script(text, "job.sh"))
+    assert time.monotonic() - started < 10
+    assert sum(map(len, imported.recipe["task"]["args"])) <= 4 * 65536

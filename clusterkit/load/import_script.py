@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
-from clusterkit.load.script_options import map_launch, owner_of, substitute
-from clusterkit.load.script_text import Command, ScriptText, Unmapped, split_commands
+from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
+from clusterkit.load.script_text import COMPUTED, LINE_LIMIT, Command, ScriptText, Unmapped, split_commands, words_of
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 SETUP_COMMANDS = frozenset({"module", "ml", "source", ".", "cd", "conda", "ulimit", "umask", "mamba", "spack"})
 # Lines of clusterkit's own rendered preamble (rendered again from the recipe, so not imported).
+ASSIGNED = re.compile(r"(?:^|[\s;()])(?:export\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)\+?=")
 GENERATED_OWN = re.compile(
     r"^(set [-+]e?u|mkdir -p -- |RUN_DIR=|CLUSTERKIT_JOB_ID=|export RUN_DIR |secrets_file=|unset secret|trap |exec )"
 )
@@ -45,6 +46,7 @@ class Imported:
     generated: bool = False  # a rendered script: its setup lines stay as written
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     profile: ClusterProfile | None = None
+    uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -58,6 +60,9 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
     imported.generated, imported.profile = script.generated, profile
     imported.mapped += [directive.line for directive in script.directives]
+    imported.uncertain = {
+        name for u in script.unmapped if "only as the shell decides" in u.why for name in ASSIGNED.findall(u.text)
+    }
     variables: dict[str, str] = {}
     recipe: dict[str, Any] = {"env": {}, "setup": [], "hooks": {"pre_launch": [], "post_run": []}}
     commands = [
@@ -67,7 +72,8 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     for index, command in enumerate(commands):
         if index == launch_at:
             if not script.generated:
-                imported.launch = parse_launch(command.line, _launch_words(command, imported))
+                words = _expanded(_launch_words(command, imported), variables)
+                imported.launch = parse_launch(command.line, words)
             imported.mapped.append(command.line)
             continue
         _command(command, recipe, variables, imported, after=launch_at is not None and index > launch_at)
@@ -81,8 +87,14 @@ def _launch_index(commands: list[Command], script: ScriptText) -> int | None:
     """The launch: the last command that starts a known launcher, else the last srun."""
     if script.generated:
         return None
-    found = [i for i, c in enumerate(commands) if _launches(c.words)]
     srun = [i for i, c in enumerate(commands) if any(p[:1] == ["srun"] for p in split_commands(c.words))]
+    # A python command in the batch shell with an srun line after it is a helper run once, not
+    # the launch (BLOOM's tr11-176B-ml.slurm: its srun launch reads the launcher from variables).
+    found = [
+        i
+        for i, c in enumerate(commands)
+        if _launches(c.words) and not (i not in srun and srun and srun[-1] > i and _batch_python(c.words))
+    ]
     return found[-1] if found else (srun[-1] if srun else None)
 
 
@@ -92,6 +104,11 @@ def _launches(words: list[str]) -> bool:
         if launch is not None and launch.launcher != "command":
             return True
     return False
+
+
+def _batch_python(words: list[str]) -> bool:
+    launch = parse_launch(0, split_commands(words)[-1])
+    return launch is not None and launch.launcher == "python"
 
 
 def _launch_words(command: Command, imported: Imported) -> list[str]:
@@ -105,21 +122,44 @@ def _launch_words(command: Command, imported: Imported) -> list[str]:
     return chosen
 
 
+def _expanded(words: list[str], variables: dict[str, str]) -> list[str]:
+    """The launch line's words with the script's own variables read in, as the batch shell would:
+    a ``$NAME`` word is split into the words of its value; in a shell's ``-c`` string the value is
+    put in place (the string is read as a line again). ``srun $SRUN_ARGS bash -c "$CMD"``."""
+    out: list[str] = []
+    budget = [LINE_LIMIT]  # for the whole line: `srun $V $V $V ...` stays bounded
+    for at, word in enumerate(words):
+        whole = VARIABLE.fullmatch(word)
+        name = whole and (whole.group(1) or whole.group(2))
+        if at and words[at - 1] == "-c":  # \$ in double quotes: a $ for the inner shell (shlex keeps the \)
+            out.append(re.sub(r"\\([$`])", r"\1", substitute(word, variables, budget=budget)))
+        elif name and name in variables and len(variables[name]) <= budget[0]:
+            budget[0] -= len(variables[name])
+            split = words_of(variables[name])
+            out += [word] if split is None else split
+        else:
+            out.append(word)
+    return out
+
+
 def _command(command: Command, recipe: dict, variables: dict, imported: Imported, after: bool) -> None:
     words, line = command.words, command.line
     parts = split_commands(words)
-    if not command.text.isprintable():  # a quoted line break or a control character: no line field holds it
+    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
+    if not command.text.replace("\t", " ").isprintable():  # a quoted line break or a control character
         imported.unmapped.append(
             Unmapped(line, command.text, "a command over several lines or with control characters")
         )
+        if assignment and re.sub(r"[\t\n]", " ", command.text).isprintable():  # line breaks only
+            _remember(words, variables, imported.uncertain)
         return
-    assignment = words[0] in ("export", "readonly", "declare", "local") or "=" in words[0]
     if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
         recipe["setup"].append(command.text)
         imported.kept.append(line)
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
+        _remember(words, variables, imported.uncertain)  # its computed part marked
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
@@ -142,6 +182,19 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
     imported.kept.append(line)
 
 
+def _listed_value(value: str) -> bool:
+    """A value read from a listed assignment (computed, or over several lines): no field holds it."""
+    return COMPUTED in value or "\n" in value
+
+
+def _remember(words: list[str], variables: dict[str, str], uncertain: set[str]) -> None:
+    """The values of an assignment that is listed, not mapped: a launch built from them reads them."""
+    for word in words[1:] if words[0] == "export" else words:
+        name, equals, value = word.partition("=")
+        if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) and name not in uncertain:
+            variables[name] = substitute(value, variables)
+
+
 def _environment(words: list[str], command: Command, recipe: dict, variables: dict, imported: Imported) -> bool:
     """``export A=B``, ``A=B``, ``unset A``: env and the shell variables later lines use."""
     exported = words[0] == "export"
@@ -158,7 +211,7 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if word.startswith("-") or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             return False
         if not equals:
-            if name in variables:
+            if name in variables and not _listed_value(variables[name]):
                 recipe["env"][name] = variables[name]
                 imported.env[name] = variables[name]
             continue
@@ -170,12 +223,13 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
         if exported and edit is None and "$" in literal and owner_of(name):
             imported.unmapped.append(Unmapped(command.line, f"export {name}", f"set by {owner_of(name)}", "remove it"))
         elif edit is not None and exported:
-            recipe["env"][name] = edit
-        elif "$" in literal:
+            recipe["env"][name] = _joined_edit(recipe["env"].get(name), edit)
+        elif "$" in literal or _listed_value(literal):  # a run-time value, or one read from a listed one
             as_setup = True
         elif exported:
             recipe["env"][name] = literal
-        variables[name] = literal
+        if name not in imported.uncertain:  # else its value is the shell's to decide: a run-time value
+            variables[name] = literal
     if as_setup and exported:
         recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
         imported.kept.append(command.line)
@@ -192,6 +246,19 @@ def _path_edit(name: str, value: str) -> dict[str, str] | None:
         if value.startswith(own + ":") and "$" not in value[len(own) + 1 :]:
             return {"append": value[len(own) + 1 :]}
     return None
+
+
+def _joined_edit(before: Any, edit: dict[str, str]) -> dict[str, str]:
+    """A path edit after an earlier one of the same variable: both apply (a later prepend goes in
+    front of the earlier one, a later append after it)."""
+    if not isinstance(before, dict):
+        return edit
+    joined = dict(before)
+    if "prepend" in edit:
+        joined["prepend"] = ":".join(p for p in (edit["prepend"], before.get("prepend")) if p)
+    if "append" in edit:
+        joined["append"] = ":".join(p for p in (before.get("append"), edit["append"]) if p)
+    return joined
 
 
 def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch | None:

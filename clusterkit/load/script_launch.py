@@ -104,6 +104,7 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     srun: list[tuple[str, str | None]] = []
     if words and words[0].rsplit("/", 1)[-1] == "srun":
         srun, words = _srun_options(words[1:])
+        under_srun = True  # with or without options of its own
     container, words = _container(words)
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
         return _inner(line, words[2], srun, prefix_env, redirections)

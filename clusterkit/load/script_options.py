@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise
-from clusterkit.load.script_text import Unmapped
+from clusterkit.load.script_text import LINE_LIMIT, Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -105,11 +105,12 @@ def map_launch(
     _around(launch, out, variables, imported)
     args: list[str] = []
     defaults = set(LAUNCHERS[launch.launcher].defaults) if imported.generated else set()
+    budget = [LINE_LIMIT]  # for the whole line
     for name, flag, value in launch.options:
         if name in defaults:  # a rendered line: clusterkit's own default comes first
             defaults.discard(name)
             continue
-        value = None if value is None else substitute(value, variables)
+        value = None if value is None else substitute(value, variables, budget=budget)
         if launch.launcher != "command" and owned_flag(launch.launcher, name):
             _owned(launch, name, value, out, resources, header, imported)
         elif value is not None and ("$" in value or has_computed([value])):
@@ -181,7 +182,7 @@ def _owned(
     elif name in ("nnodes", "num-nodes", "num-machines"):
         if digits:
             resources.setdefault("nodes", int(value))  # type: ignore[arg-type]
-    elif name == "rdzv-backend" and value == "c10d":
+    elif name == "rdzv-backend" and value == "c10d" and launch.launcher == "torchrun":  # accelerate's: static
         out["rendezvous"] = "c10d"
     elif name in ("master-port", "main-process-port") and digits:
         out["master_port"] = int(value)  # type: ignore[arg-type]
@@ -192,7 +193,13 @@ def _owned(
     elif name == "launcher" and value == "slurm":
         out["process_model"] = "batch_launcher"
     elif name == "config-file" and value and launch.launcher == "accelerate" and "{" not in value:
-        out["accelerate"] = {"config": value}
+        if "$" in value or has_computed([value]):  # a file only the running shell can name
+            shown = value.replace("\x00", "$(...)")
+            imported.unmapped.append(
+                Unmapped(launch.line, f"--{name}={shown}", "a run-time value in a launcher option", "accelerate.config")
+            )
+        else:
+            out["accelerate"] = {"config": value}
     elif name == "mixed-precision" and value in PRECISIONS:
         out["precision"] = PRECISIONS[value]
     elif name not in ("node-rank", "machine-rank", "master-addr", "main-process-ip", "log-dir", "tee", "rdzv-id"):
@@ -201,10 +208,20 @@ def _owned(
         )
 
 
-def substitute(value: str, variables: dict[str, str], keep_self: str | None = None) -> str:
+def substitute(
+    value: str, variables: dict[str, str], keep_self: str | None = None, budget: list[int] | None = None
+) -> str:
+    """``value`` with the script's own variables read in, at most LINE_LIMIT characters of them
+    (V2="$V1 $V1" doubles each line), or what is left of ``budget`` (shared by the words of one
+    line); a variable past that stays as written: a run-time value."""
+    left = budget if budget is not None else [LINE_LIMIT]
+
     def one(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        return variables[name] if name in variables and name != keep_self else match.group(0)
+        if name not in variables or name == keep_self or len(variables[name]) > left[0]:
+            return match.group(0)
+        left[0] -= len(variables[name])
+        return variables[name]
 
     return VARIABLE.sub(one, value)
 
@@ -212,9 +229,9 @@ def substitute(value: str, variables: dict[str, str], keep_self: str | None = No
 def literal_args(words: list[str], variables: dict[str, str], line: int, imported: Imported) -> list[str]:
     """Program arguments with the script's own literal variables and SLURM's ids filled in; a word
     still reading a shell variable is listed (arguments reach the program literally)."""
-    out = []
+    out, budget, known = [], [LINE_LIMIT], {**variables, **SLURM_VALUES}
     for word in words:
-        value = substitute(word, {**variables, **SLURM_VALUES})
+        value = substitute(word, known, budget=budget)
         if "$" in value or has_computed([value]):
             imported.unmapped.append(
                 Unmapped(line, word.replace("\x00", "$(...)"), "a run-time value in an argument", "task.args or env")

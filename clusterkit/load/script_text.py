@@ -84,12 +84,13 @@ def parse_script(text: str, path: str) -> ScriptText:
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
     """(first line number, text) with backslash-newline continuations joined (parts joined once:
-    a million continued lines stay linear)."""
+    a million continued lines stay linear); a comment line continues nothing."""
     joined: list[tuple[int, str]] = []
     index = 0
     while index < len(lines):
         start, parts = index + 1, [lines[index]]
-        while _continues(parts[-1]) and index + 1 < len(lines):
+        comment = lines[index].lstrip().startswith("#")  # bash ends a comment at the line break, \ or not
+        while not comment and _continues(parts[-1]) and index + 1 < len(lines):
             index += 1
             parts[-1] = parts[-1][:-1]
             parts.append(lines[index])
