@@ -137,6 +137,13 @@ def attached(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str]
     return code if code >= 0 else 128 - code
 
 
+def without_env(names: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` run with these variables unset: SLURM's clients take formats, filters and sorts from
+    the environment (a user's SQUEUE_FORMAT, SINFO_PARTITION, SACCT_FORMAT), which would change the
+    lines clusterkit reads."""
+    return ["env", *(word for name in names for word in ("-u", name)), *argv]
+
+
 def checked(host: Host, argv: Sequence[str], timeout: float = 30.0) -> str:
     """``host.run`` that turns a failing command into one SchedulerError naming it and its error."""
     done = host.run(argv, timeout)

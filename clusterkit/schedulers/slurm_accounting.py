@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterkit.errors import SchedulerError
-from clusterkit.schedulers.host import Host
+from clusterkit.schedulers.host import Host, without_env
 
 # In this order on every line of ``sacct --parsable2`` (values between "|", none after the last; none
 # of these fields can hold a "|": states, ids, times, node lists and TRES lists are single words).
@@ -84,17 +84,18 @@ class NoAccounting:
 
 
 def sacct_argv(job_ids: Sequence[str]) -> list[str]:
-    return [
-        "env",
-        *(word for name in _SACCT_ENV for word in ("-u", name)),
-        "sacct",
-        "--noheader",
-        "--parsable2",
-        "--allocations",
-        "--duplicates",
-        f"--jobs={','.join(job_ids)}",
-        f"--format={','.join(FIELDS)}",
-    ]
+    return without_env(
+        _SACCT_ENV,
+        [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--duplicates",
+            f"--jobs={','.join(job_ids)}",
+            f"--format={','.join(FIELDS)}",
+        ],
+    )
 
 
 def job_accounting(host: Host, job_ids: Sequence[str], timeout: float = 30.0) -> list[JobAccounting] | NoAccounting:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.errors import SchedulerError
-from clusterkit.schedulers.host import Host, checked
+from clusterkit.schedulers.host import Host, checked, without_env
 from clusterkit.spec.timefmt import slurm_time_minutes
 
 if TYPE_CHECKING:
@@ -118,14 +118,15 @@ class PartitionGpus:
 
 def sinfo_argv() -> list[str]:
     """sinfo: one line per node and partition, untouched by the user's SINFO_* settings."""
-    return [
-        "env",
-        *(word for name in _SINFO_ENV for word in ("-u", name)),
-        "sinfo",
-        "--noheader",
-        "--Node",
-        f"--Format={SINFO_FORMAT}",
-    ]
+    return without_env(
+        _SINFO_ENV,
+        [
+            "sinfo",
+            "--noheader",
+            "--Node",
+            f"--Format={SINFO_FORMAT}",
+        ],
+    )
 
 
 def time_minutes(text: str) -> float | None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from clusterkit.runs.status import TERMINAL, normalize_slurm_state
-from clusterkit.schedulers.host import Host
+from clusterkit.schedulers.host import Host, without_env
 from clusterkit.schedulers.slurm_accounting import JobAccounting, NoAccounting, job_accounting
 
 Fields = Mapping[str, str]
@@ -51,16 +51,17 @@ def squeue_argv(job_ids: list[str], fields: str = SQUEUE_FORMAT) -> list[str]:
     """squeue for these jobs (``fields``: its --Format), untouched by the user's SQUEUE_* settings."""
     which = f"--jobs={','.join(job_ids)}" if len(job_ids) <= MAX_JOB_IDS else "--all"
     # --array: an array's pending tasks one per line, not folded into "123_[4-9]".
-    return [
-        "env",
-        *(word for name in _SQUEUE_ENV for word in ("-u", name)),
-        "squeue",
-        "--noheader",
-        "--array",
-        "--states=all",
-        which,
-        f"--Format={fields}",
-    ]
+    return without_env(
+        _SQUEUE_ENV,
+        [
+            "squeue",
+            "--noheader",
+            "--array",
+            "--states=all",
+            which,
+            f"--Format={fields}",
+        ],
+    )
 
 
 def _squeue_name(job_id: str, array_job_id: str, task_id: str) -> str:
