@@ -143,6 +143,23 @@ def test_a_failing_node_1_ends_the_whole_job_promptly(tmp_path: Path) -> None:
     assert processes_with(job_markers(record.run_dir)) == [], "node 0's rank outlived the job"
 
 
+def test_a_local_job_is_running_until_its_post_run_hooks_end_not_when_its_exit_code_is_written(
+    tmp_path: Path,
+) -> None:
+    recipe = _recipe(tmp_path, "hooked", REPORT_PORT)
+    document = yaml.safe_load(recipe.read_text())
+    release = tmp_path / "release"
+    document["hooks"] = {"post_run": [f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.1; done"]}
+    recipe.write_text(yaml.safe_dump(document))
+    record = _submit_local(recipe)
+    _wait(lambda: (record.path / "exit_code").exists(), "the supervisor wrote the exit code")
+    time.sleep(0.5)
+    assert job_status(record).state == "RUNNING"  # its batch process is still running the hook
+    release.touch()
+    _wait(lambda: job_status(record).done, "the job ended once its hook did")
+    assert (job_status(record).state, processes_with(job_markers(record.run_dir))) == (COMPLETED, [])
+
+
 def test_cancel_stops_every_process_then_leaves_the_ended_run_alone(tmp_path: Path) -> None:
     record = _started_holding(tmp_path)
     assert len(processes_with(job_markers(record.run_dir))) >= 6  # shell, srun, 2 x (node shell, torchrun, rank)

@@ -256,12 +256,14 @@ class LocalScheduler:
 def _batch_status(record: RunRecord) -> JobStatus:
     if (record.path / CANCELLED_MARKER).exists():
         return JobStatus(CANCELLED)
+    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
+    # It runs on after writing the exit code (post_run hooks, notices), as SLURM's job is COMPLETING
+    # until its batch script ends: done is when nothing of the job is left.
+    if record.pid and carries(record.pid, job_markers(record.run_dir)):
+        return JobStatus(RUNNING)
     exit_code = exit_code_from_run_dir(record.path)
     if exit_code is not None:
         return JobStatus(COMPLETED if exit_code == 0 else FAILED, exit_code)
-    # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
-    if record.pid and carries(record.pid, job_markers(record.run_dir)):
-        return JobStatus(RUNNING)
     # An array task: its processes carry its marker; before they start, its array's starter runs.
     if processes_with(job_markers(record.run_dir)):
         return JobStatus(RUNNING)
