@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
-from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
+from clusterkit.load.script_options import map_launch, owner_of
 from clusterkit.load.script_text import COMPUTED, LINE_LIMIT, Command, ScriptText, Unmapped, split_commands, words_of
+from clusterkit.load.script_values import VARIABLE, substitute
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 

@@ -32,6 +32,7 @@ LAUNCHER_BARE = {
 CONTAINER_BARE = frozenset(
     "--nv --rocm --nvccli --cleanenv -e --contain -c --containall -C --writable-tmpfs --no-home --no-mount".split()
 )
+OPTIONS_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\])?\}|[A-Za-z_][A-Za-z0-9_]*)")
 MPIRUN_TWO_VALUES = frozenset({"mca", "gmca"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 DEEPSPEED_MODULES = frozenset({"deepspeed.launcher.runner"})
@@ -219,8 +220,12 @@ def _container(words: list[str]) -> tuple[str | None, list[str]]:
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     options: list[tuple[str, str | None]] = []
     at = 0
-    while at < len(words) and words[at].startswith("-"):
+    while at < len(words) and (words[at].startswith("-") or _variable_options(words, at)):
         word = words[at]
+        if word.startswith("$"):
+            options.append((word, None))
+            at += 1
+            continue
         if word.startswith("--"):
             flag, equals, value = word[2:].partition("=")
             if equals or flag in SRUN_BARE or flag == "kill-on-bad-exit":
@@ -239,6 +244,12 @@ def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[
             options.append((word[1:], None))
             at += 1
     return options, words[at:]
+
+
+def _variable_options(words: list[str], at: int) -> bool:
+    """``srun "${ARGS[@]}" --mpi=pmix ...``, ``srun ${AUTO_RESUME} -l ...``: a variable (or array)
+    before more options is taken as srun options only the shell knows, not as the program."""
+    return bool(OPTIONS_VARIABLE.fullmatch(words[at])) and at + 1 < len(words) and words[at + 1].startswith("-")
 
 
 def _env_prefix(words: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -4,13 +4,13 @@ the srun options (``srun:``), the interpreter, the program and its arguments."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
+from clusterkit.load.script_values import literal_args, literal_program, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from clusterkit.load.script_header import Header
     from clusterkit.load.script_launch import Launch
 
-SLURM_VALUES = {"SLURM_JOB_ID": "{job_id}", "SLURM_JOBID": "{job_id}", "SLURM_NODEID": "{node_rank}"}
-VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 STEP_DROPPED = {
     "nodes", "N", "ntasks", "n", "ntasks-per-node", "nodelist", "w", "output", "o", "error", "e", "open-mode",
     "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem",
@@ -50,21 +48,22 @@ def map_launch(
         launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
-    program = substitute(launch.program, variables)
-    if "$" in program or has_computed([program]):
-        imported.unmapped.append(
-            Unmapped(launch.line, program.replace("\x00", "$(...)"), "a run-time value in the program", "task.script")
-        )
-    task: dict[str, Any] = {"script": program.replace("\x00", "$(...)")}
+    task: dict[str, Any] = {"script": literal_program(launch.program, variables, launch.line, imported)}
     if launch.module:
         task["module"] = True
-    if launch.args:
-        task["args"] = literal_args(launch.args, variables, launch.line, imported)
+    per_rank = launch.launcher == "python"
+    args = literal_args(task["script"], launch.args, variables, launch.line, imported, per_rank)
+    if args:
+        task["args"] = args
     out["task"] = task
     srun: dict[str, Any] = {"kill_on_bad_exit": False}  # SLURM's default, where the script gives none
     extra: dict[str, Any] = {}
     for flag, value in launch.srun:
-        if flag == "kill-on-bad-exit" or flag == "K":
+        if flag.startswith("$"):  # srun "${ARGS[@]}" --mpi=pmix ...: options only the shell knows
+            imported.unmapped.append(
+                Unmapped(launch.line, f"srun {flag}", "srun options from a shell variable or array", "srun.extra")
+            )
+        elif flag == "kill-on-bad-exit" or flag == "K":
             srun["kill_on_bad_exit"] = value not in ("0",)
         elif flag in ("label", "l"):
             srun["label"] = True
@@ -206,38 +205,6 @@ def _owned(
         imported.unmapped.append(
             Unmapped(launch.line, f"--{name}" + (f"={value}" if value else ""), "set by clusterkit", "(see the field)")
         )
-
-
-def substitute(
-    value: str, variables: dict[str, str], keep_self: str | None = None, budget: list[int] | None = None
-) -> str:
-    """``value`` with the script's own variables read in, at most LINE_LIMIT characters of them
-    (V2="$V1 $V1" doubles each line), or what is left of ``budget`` (shared by the words of one
-    line); a variable past that stays as written: a run-time value."""
-    left = budget if budget is not None else [LINE_LIMIT]
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in variables or name == keep_self or len(variables[name]) > left[0]:
-            return match.group(0)
-        left[0] -= len(variables[name])
-        return variables[name]
-
-    return VARIABLE.sub(one, value)
-
-
-def literal_args(words: list[str], variables: dict[str, str], line: int, imported: Imported) -> list[str]:
-    """Program arguments with the script's own literal variables and SLURM's ids filled in; a word
-    still reading a shell variable is listed (arguments reach the program literally)."""
-    out, budget, known = [], [LINE_LIMIT], {**variables, **SLURM_VALUES}
-    for word in words:
-        value = substitute(word, known, budget=budget)
-        if "$" in value or has_computed([value]):
-            imported.unmapped.append(
-                Unmapped(line, word.replace("\x00", "$(...)"), "a run-time value in an argument", "task.args or env")
-            )
-        out.append(value.replace("\x00", "$(...)"))
-    return out
 
 
 def owned_flag(launcher: str, name: str) -> bool:
