@@ -136,7 +136,7 @@ def test_only_utility_steps_outside_loops_give_no_launch() -> None:
 def test_several_launches_of_real_work_are_listed() -> None:
     imported = _imported(HEADER + "srun hostname\nsrun python prep.py\nsrun torchrun --nnodes 2 train.py\n")
     assert imported.recipe["launcher"] == "torchrun" and imported.recipe["task"]["script"] == "train.py"
-    assert [line for line, _ in _listed(imported, "another launch")] == [5]
+    assert [line for line, _ in _listed(imported, "another step that starts work")] == [5]
 
 
 # 4. shell values never literal in argv

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import map_launch, owner_of
+from clusterkit.load.script_steps import launch_index, other_launches
 from clusterkit.load.script_text import COMPUTED, LINE_LIMIT, Command, ScriptText, Unmapped, split_commands, words_of
-from clusterkit.load.script_values import VARIABLE, substitute
+from clusterkit.load.script_values import VARIABLE, defaults_of, substitute
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -48,6 +49,7 @@ class Imported:
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     profile: ClusterProfile | None = None
     uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
+    defaults: dict[str, str] = field(default_factory=dict)  # `: "${NAME:=value}"`: value unless the submitter's
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -69,7 +71,8 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     commands = [
         c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own
     ]
-    launch_at = _launch_index(commands, script)
+    launch_at = None if script.generated else launch_index(commands)
+    imported.unmapped += other_launches(commands, launch_at)
     for index, command in enumerate(commands):
         if index == launch_at:
             if not script.generated:
@@ -82,34 +85,6 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
         imported.launch = _plan_launch(script, recipe, imported)
     _build(imported, recipe, variables, profile_python, script)
     return imported
-
-
-def _launch_index(commands: list[Command], script: ScriptText) -> int | None:
-    """The launch: the last command that starts a known launcher, else the last srun."""
-    if script.generated:
-        return None
-    srun = [i for i, c in enumerate(commands) if any(p[:1] == ["srun"] for p in split_commands(c.words))]
-    # A python command in the batch shell with an srun line after it is a helper run once, not
-    # the launch (BLOOM's tr11-176B-ml.slurm: its srun launch reads the launcher from variables).
-    found = [
-        i
-        for i, c in enumerate(commands)
-        if _launches(c.words) and not (i not in srun and srun and srun[-1] > i and _batch_python(c.words))
-    ]
-    return found[-1] if found else (srun[-1] if srun else None)
-
-
-def _launches(words: list[str]) -> bool:
-    for part in split_commands(words):
-        launch = parse_launch(0, part)
-        if launch is not None and launch.launcher != "command":
-            return True
-    return False
-
-
-def _batch_python(words: list[str]) -> bool:
-    launch = parse_launch(0, split_commands(words)[-1])
-    return launch is not None and launch.launcher == "python"
 
 
 def _launch_words(command: Command, imported: Imported) -> list[str]:
@@ -166,6 +141,8 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
             return
     first = words[0]
+    if first == ":":
+        imported.defaults.update(defaults_of(words[1:], variables))
     if first == "set" and all(w.startswith(("-", "+")) or w == "pipefail" for w in words[1:]):
         if "x" in "".join(w for w in words[1:] if w.startswith("-")):
             recipe["setup"].append(command.text)

@@ -24,6 +24,7 @@ VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]
 POSITIONAL = re.compile(r"\$(?:[@*#0-9]|\{[@*#0-9])")
 WORDS_OF_ARGUMENTS = re.compile(r"^\$(?:[@*]|\{[@*]\})$")  # "$@": any number of words, maybe none
 DEFAULT = re.compile(r"\$\{(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+):?[-=]([^$`\x00{}]*)\}")
+ASSIGNED_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=([^}]*)\}")
 SHELL = re.compile(r"^(.*/)?(ba|z|da|k)?sh$")
 SUBMIT_ARGS = "clusterkit submit RECIPE -- ARGS (arguments after task.args)"
 
@@ -87,13 +88,24 @@ def literal_args(
     return out
 
 
+def defaults_of(words: list[str], variables: dict[str, str]) -> dict[str, str]:
+    """``: "${NAME:=value}"``: the literal default each word gives its variable."""
+    found = {}
+    for word in words:
+        match = ASSIGNED_DEFAULT.fullmatch(substitute(word, variables))
+        if match and not run_time(match.group(2)):
+            found[match.group(1)] = match.group(2)
+    return found
+
+
 def literal_program(program: str, variables: dict[str, str], line: int, imported: Imported) -> str:
     """The program with the script's own variables read in; a run-time value is listed, and
-    written with its defaults where it has them (``${1:-/x/bin}``: ``/x/bin``), else as ``true``."""
+    written with its defaults where it has them (``${1:-/x/bin}``: ``/x/bin``; ``$X`` after
+    ``: "${X:=/x}"``: ``/x``), else as ``true``."""
     value = substitute(program, variables)
     if not run_time(value) or imported.generated:
         return value
-    defaults = DEFAULT.sub(lambda match: match.group(1), value)
+    defaults = DEFAULT.sub(lambda match: match.group(1), substitute(value, imported.defaults))
     written = defaults if defaults and not run_time(defaults) else "true"
     nearest = SUBMIT_ARGS.split(" (")[0] + " cannot set it" if POSITIONAL.search(value) else "task.script"
     imported.unmapped.append(
