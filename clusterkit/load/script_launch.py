@@ -55,6 +55,7 @@ class Launch:
     redirections: list[str] = field(default_factory=list)
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
+    under_srun: bool = False  # started by srun (a task each), not in the batch shell
 
 
 def normalise(flag: str) -> str:
@@ -115,6 +116,7 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
             return None
         kind = "command"
     launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
+    launch.under_srun = under_srun
     _fill(launch, words)
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 

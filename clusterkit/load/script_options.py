@@ -43,6 +43,8 @@ def map_launch(
     imported: Imported,
     profile_python: list[str] | None,
 ) -> None:
+    if not imported.generated:
+        process_model(launch, resources, header, imported)
     out["launcher"] = launch.launcher
     if launch.launcher == "mpirun" and launch.python[-1:] == ["-u"]:
         launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
@@ -205,6 +207,54 @@ def _owned(
         imported.unmapped.append(
             Unmapped(launch.line, f"--{name}" + (f"={value}" if value else ""), "set by clusterkit", "(see the field)")
         )
+
+
+def process_model(launch: Launch, resources: dict[str, Any], header: Header, imported: Imported) -> None:
+    """Where the recipe's launcher cannot start the processes the script starts, the nearest one
+    that runs the program as written (never an interpreter in front of a program that is no
+    Python script), and the difference listed: a program srun starts in several tasks per node
+    (``launcher: command`` runs it once per node), a program under mpirun that is no Python script
+    (clusterkit's mpirun line runs ``python -u``), a python in the batch shell (a front end such as
+    GPT-NeoX's deepy.py starts the ranks itself; ``launcher: python`` would start it in each task)."""
+    shown = " ".join([launch.program, *launch.args])[:80]
+    if launch.launcher == "mpirun" and not launch.python and not launch.module and not launch.program.endswith(".py"):
+        options = " ".join(flag if value is None else f"{flag} {value}" for _, flag, value in launch.options)
+        why = "a program that is no Python script under mpirun (clusterkit's mpirun runs python): run once per node"
+        imported.unmapped.append(Unmapped(launch.line, f"mpirun {options} {shown}", why, "task.program (issue 31)"))
+        launch.launcher, launch.options = "command", []
+    elif launch.launcher == "python" and not launch.under_srun:
+        nodes = resources.get("nodes") or 1
+        if nodes > 1 or (header.gpus_per_node or 1) > 1 or (header.tasks_per_node or 1) > 1:
+            why = "a python program run once in the batch shell (it may start the ranks itself): run once per node"
+            imported.unmapped.append(Unmapped(launch.line, shown, why, "a front end in the batch shell (issue 31)"))
+            interpreter = launch.python or ["python"]
+            words = [*interpreter[1:], *(["-m"] if launch.module else []), launch.program, *launch.args]
+            launch.launcher, launch.python, launch.module = "command", [], False
+            launch.program, launch.args = interpreter[0], words
+    elif launch.launcher == "command":
+        tasks = _tasks_per_node(launch, resources, header)
+        if tasks is None or tasks > 1:
+            count = "a number of tasks only the shell knows" if tasks is None else f"{tasks} tasks per node"
+            why = f"a program srun starts in {count}: launcher: command runs it once per node"
+            nearest = "launcher: python for a Python program; task.program with launcher: srun (issue 31)"
+            imported.unmapped.append(Unmapped(launch.line, shown, why, nearest))
+
+
+def _tasks_per_node(launch: Launch, resources: dict[str, Any], header: Header) -> int | None:
+    """How many tasks per node the launch's srun starts (its options, else the header's); None
+    where a run-time value decides."""
+    options = dict(launch.srun)
+    per_node = options.get("ntasks-per-node")
+    tasks = options.get("ntasks", options.get("n"))
+    nodes = options.get("nodes", options.get("N")) or str(resources.get("nodes") or 1)
+    for value in (per_node, tasks, nodes):
+        if value is not None and not value.isdigit():
+            return None
+    if per_node is not None:
+        return int(per_node)
+    if tasks is not None:
+        return -(-int(tasks) // max(1, int(nodes)))
+    return header.tasks_per_node or 1
 
 
 def owned_flag(launcher: str, name: str) -> bool:
