@@ -329,7 +329,8 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
         ("pyxis-h100", "srun --container-image=/img/mine.sqsh --container-mounts=/d:/d python a.py", "/img/mine.sqsh",
          "the profile's container settings"),
         ("apptainer-a100", "srun apptainer exec --nv -B /d:/d /img/mine.sif python a.py", "/img/mine.sif", None),
-        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None, "a container"),
+        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None,
+         "a container the recipe cannot name: the program would run outside it"),
     ],
     ids=["pyxis", "apptainer", "no-container-profile"],
 )  # fmt: skip

@@ -49,6 +49,7 @@ class Imported:
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     profile: ClusterProfile | None = None
     uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
+    plain: dict[str, Command] = field(default_factory=dict)  # NAME=value (not exported), for later lines
     defaults: dict[str, str] = field(default_factory=dict)  # `: "${NAME:=value}"`: value unless the submitter's
 
 
@@ -130,11 +131,13 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
             _remember(words, variables, imported.uncertain)
         return
     if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
-        recipe["setup"].append(command.text)
+        recipe["setup"].append((command.line, command.text))
         imported.kept.append(line)
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
+        if "=" in words[0]:
+            _plain(command, imported)
         _remember(words, variables, imported.uncertain)  # its computed part marked
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
@@ -145,7 +148,7 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         imported.defaults.update(defaults_of(words[1:], variables))
     if first == "set" and all(w.startswith(("-", "+")) or w == "pipefail" for w in words[1:]):
         if "x" in "".join(w for w in words[1:] if w.startswith("-")):
-            recipe["setup"].append(command.text)
+            recipe["setup"].append((command.line, command.text))
             imported.kept.append(line)
         else:
             imported.mapped.append(line)  # clusterkit's batch shell runs under set -euo pipefail
@@ -154,7 +157,7 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         imported.mapped.append(line)
         return
     if first in SETUP_COMMANDS and not after:
-        recipe["setup"].append(command.text)
+        recipe["setup"].append((command.line, command.text))
     else:
         recipe["hooks"]["post_run" if after else "pre_launch"].append(command.text)
     imported.kept.append(line)
@@ -208,12 +211,45 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             recipe["env"][name] = literal
         if name not in imported.uncertain:  # else its value is the shell's to decide: a run-time value
             variables[name] = literal
+    if not exported:
+        _plain(command, imported)
     if as_setup and exported:
-        recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
+        recipe["setup"].append((command.line, command.text))  # a run-time value: exact as a setup line
         imported.kept.append(command.line)
     else:
         imported.mapped.append(command.line)
     return True
+
+
+def _plain(command: Command, imported: Imported) -> None:
+    """A shell variable's assignment (``NAME=value``, not exported), kept as a setup line where a
+    line the recipe keeps reads it."""
+    if len(split_commands(command.words)) == 1:
+        for word in command.words:
+            name, equals, _ = word.partition("=")
+            if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) and owner_of(name) is None:
+                imported.plain[name] = command  # not MASTER_ADDR & co: the job sets those itself
+
+
+def _read_plain(recipe: dict, imported: Imported) -> list[str]:
+    """The setup lines, with each plain assignment a kept line (setup, hook, env value) reads put
+    in before them, in the script's order (a computed one is then kept, not listed)."""
+    texts = [text for _, text in recipe["setup"]] + [t for hooks in recipe["hooks"].values() for t in hooks]
+    texts += [str(value) for value in recipe["env"].values() if value is not None]
+    needed: dict[int, Command] = {}
+    names = {m.group(1) or m.group(2) for text in texts for m in VARIABLE.finditer(text)}
+    while names:
+        name = names.pop()
+        command = imported.plain.get(name)
+        if command is not None and command.line not in needed and not imported.generated:
+            needed[command.line] = command
+            names |= {m.group(1) or m.group(2) for m in VARIABLE.finditer(command.text)}
+    have = {line for line, _ in recipe["setup"]}
+    added = [(line, c.text) for line, c in needed.items() if line not in have]
+    imported.unmapped = [u for u in imported.unmapped if not (u.line in needed and u.text == needed[u.line].text)]
+    imported.kept += [line for line, _ in added]
+    imported.mapped = [line for line in imported.mapped if line not in needed]
+    return [text for _, text in sorted(recipe["setup"] + added, key=lambda entry: entry[0])]
 
 
 def _path_edit(name: str, value: str) -> dict[str, str] | None:
@@ -293,6 +329,7 @@ def _build(
     _owned_env(env, out, imported)
     if not script.generated and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = None  # clusterkit's default, not the script's
+    recipe["setup"] = _read_plain(recipe, imported)
     for key in ("env", "setup"):
         if recipe[key]:
             out[key] = recipe[key]

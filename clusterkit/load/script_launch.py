@@ -109,7 +109,10 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
         under_srun = True  # with or without options of its own
     container, words = _container(words)
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
-        return _inner(line, words[2], srun, prefix_env, redirections)
+        inner = _inner(line, words[2], srun, prefix_env, redirections)
+        if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
+            inner.container = container
+        return inner
     kind = launcher_of(words)
     if kind is None:
         if not srun and not words:

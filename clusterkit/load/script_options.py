@@ -10,7 +10,7 @@ from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
-from clusterkit.load.script_values import literal_args, literal_program, substitute
+from clusterkit.load.script_values import literal_args, literal_program, run_time, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -31,6 +31,8 @@ SRUN_FIELDS = {
     "m": "distribution",
     "cpu-bind": "cpu_bind",
 }
+CONTAINER = "the cluster profile's container: (container_image)"
+CONTAINER_PROGRAMS = frozenset("shifter singularity apptainer enroot docker podman ch-run charliecloud".split())
 PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "no": "fp32"}
 
 
@@ -69,6 +71,9 @@ def map_launch(
             srun["kill_on_bad_exit"] = value not in ("0",)
         elif flag in ("label", "l"):
             srun["label"] = True
+        elif flag not in STEP_DROPPED and (flag not in STEP_OWNED or flag in SRUN_FIELDS) and value and run_time(value := substitute(value, variables)):
+            shown = f"srun --{flag}={value}".replace("\x00", "$(...)")
+            imported.unmapped.append(Unmapped(launch.line, shown, "a run-time value in an srun option", "srun.extra"))
         elif flag in SRUN_FIELDS and value:
             srun[SRUN_FIELDS[flag]] = int(value) if flag == "wait" and value.isdigit() else value
         elif flag in ("cpus-per-task", "c") and value and value.isdigit():
@@ -80,10 +85,6 @@ def map_launch(
         elif flag in STEP_DROPPED or flag in STEP_OWNED:
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
-            )
-        elif value is not None and ("$" in value or has_computed([value])):
-            imported.unmapped.append(
-                Unmapped(launch.line, f"srun --{flag}", "a run-time value in an srun option", "srun.extra")
             )
         elif len(flag) > 1:
             extra[flag] = True if value is None else value
@@ -97,12 +98,15 @@ def map_launch(
         srun["extra"] = extra
     if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
         out["srun"] = srun
-    if launch.container is not None and not _profile_container(
-        imported, "apptainer", "container-image", launch.container, out, launch.line
+    image = None if launch.container is None else substitute(launch.container, variables)
+    if image is not None and (
+        run_time(image) or not _profile_container(imported, "apptainer", "container-image", image, out, launch.line)
     ):
-        imported.unmapped.append(
-            Unmapped(launch.line, f"apptainer exec ... {launch.container}", "a container", "a profile's container:")
-        )
+        why = "a container the recipe cannot name: the program would run outside it"
+        imported.unmapped.append(Unmapped(launch.line, f"apptainer/singularity ... {image}", why, CONTAINER))
+    if launch.launcher == "command" and launch.program.rsplit("/", 1)[-1] in CONTAINER_PROGRAMS:
+        why = "a container runtime as the program: kept as written, the recipe's container fields do not see it"
+        imported.unmapped.append(Unmapped(launch.line, launch.program, why, CONTAINER))
     _around(launch, out, variables, imported)
     args: list[str] = []
     defaults = set(LAUNCHERS[launch.launcher].defaults) if imported.generated else set()
