@@ -38,7 +38,11 @@ def _listed(imported: Imported, why: str) -> list[tuple[int, str]]:
 def _argv_words(imported: Imported) -> list[str]:
     recipe = imported.recipe
     python = recipe.get("python", [])
-    return [*([python] if isinstance(python, str) else python), recipe["task"]["script"], *recipe["task"].get("args", [])]
+    return [
+        *([python] if isinstance(python, str) else python),
+        recipe["task"]["script"],
+        *recipe["task"].get("args", []),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in PORTED.glob("*.sbatch")))
@@ -72,7 +76,9 @@ def test_an_abbreviated_sbatch_option_reads_as_the_full_option(tmp_path: Path) -
 
 
 def test_sbatch_prefixes_expand_and_an_ambiguous_one_is_listed() -> None:
-    imported = _imported("#SBATCH --nodes=3 --part=big --mail-t=END --wait-all=1 --nod=2 --mem-p=1G\nsrun python a.py\n")
+    imported = _imported(
+        "#SBATCH --nodes=3 --part=big --mail-t=END --wait-all=1 --nod=2 --mem-p=1G\nsrun python a.py\n"
+    )
     resources = imported.recipe["resources"]
     assert resources["nodes"] == 3 and resources["partition"] == "big" and resources["wait_all_nodes"]
     assert resources["extra_sbatch"] == {"mail-type": "END"}

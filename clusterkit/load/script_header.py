@@ -94,7 +94,9 @@ def read_header(directives: list[Command]) -> Header:
             header.unmapped.append(Unmapped(line, f"-{flag}", "no sbatch option name sbatch reads", "resources:"))
         elif ambiguous(flag):
             shown = f"--{flag}" + ("" if value is None else f"={value}")
-            why = f"an abbreviation sbatch finds ambiguous (--{', --'.join(ambiguous(flag)[:4])}): it refuses the script"
+            why = (
+                f"an abbreviation sbatch finds ambiguous (--{', --'.join(ambiguous(flag)[:4])}): it refuses the script"
+            )
             header.unmapped.append(Unmapped(line, shown, why, "resources: (the full option name)"))
         elif value is not None and COMPUTED in value:
             header.unmapped.append(Unmapped(line, f"--{flag}", "a computed value", _field(flag)))

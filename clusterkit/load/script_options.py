@@ -71,7 +71,12 @@ def map_launch(
             srun["kill_on_bad_exit"] = value not in ("0",)
         elif flag in ("label", "l"):
             srun["label"] = True
-        elif flag not in STEP_DROPPED and (flag not in STEP_OWNED or flag in SRUN_FIELDS) and value and run_time(value := substitute(value, variables)):
+        elif (
+            flag not in STEP_DROPPED
+            and (flag not in STEP_OWNED or flag in SRUN_FIELDS)
+            and value
+            and run_time(value := substitute(value, variables))
+        ):
             shown = f"srun --{flag}={value}".replace("\x00", "$(...)")
             imported.unmapped.append(Unmapped(launch.line, shown, "a run-time value in an srun option", "srun.extra"))
         elif flag in SRUN_FIELDS and value:
@@ -220,9 +225,11 @@ def process_model(launch: Launch, resources: dict[str, Any], header: Header, imp
     (``launcher: command`` runs it once per node), a program under mpirun that is no Python script
     (clusterkit's mpirun line runs ``python -u``), a python in the batch shell (a front end such as
     GPT-NeoX's deepy.py starts the ranks itself; ``launcher: python`` would start it in each task)."""
-    shown = " ".join([launch.program, *launch.args])[:80]
+    shown = " ".join([launch.program, *launch.args]).replace("\x00", "$(...)")[:80]
     if launch.launcher == "mpirun" and not launch.python and not launch.module and not launch.program.endswith(".py"):
-        options = " ".join(flag if value is None else f"{flag} {value}" for _, flag, value in launch.options)
+        options = " ".join(f"{flag} {value or ''}".strip() for _, flag, value in launch.options).replace(
+            "\x00", "$(...)"
+        )
         why = "a program that is no Python script under mpirun (clusterkit's mpirun runs python): run once per node"
         imported.unmapped.append(Unmapped(launch.line, f"mpirun {options} {shown}", why, "task.program (issue 31)"))
         launch.launcher, launch.options = "command", []

@@ -41,7 +41,11 @@ def other_launches(commands: list[Command], chosen: int | None) -> list[Unmapped
         return []
     listed = []
     for index, command in enumerate(commands):
-        if index != chosen and _work(command.words) and (_under_srun(command.words) or not _batch_python(command.words)):
+        if (
+            index != chosen
+            and _work(command.words)
+            and (_under_srun(command.words) or not _batch_python(command.words))
+        ):
             why = f"another step that starts work (kept as a hook line; line {commands[chosen].line} is the launch)"
             listed.append(Unmapped(command.line, command.text, why, "a recipe of its own for this step"))
     return listed
