@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,45 @@ def test_a_bash_array_over_several_lines_stays_whole() -> None:
     original = _original("aws-nccl-tests-container")
     hooks = [*original.recipe.get("setup", []), *original.recipe.get("hooks", {}).get("pre_launch", [])]
     assert not any(line.strip() in ("declare -a ARGS=(", ")") for line in hooks)
+
+
+# hostile forms of the same constructs
+
+
+def test_an_array_that_never_closes_is_listed_in_bounded_time() -> None:
+    started = time.monotonic()
+    imported = _imported(HEADER + "ARR=(\n" + "  x\n" * 200_000 + "srun python a.py\n")
+    assert time.monotonic() - started < 30
+    assert imported.unmapped and imported.recipe["task"]["script"] == "a.py"
+
+
+def test_variables_reading_each_other_in_a_cycle_are_kept_once() -> None:
+    imported = _imported(HEADER + "A=$B\nB=$A\nmkdir -p $A\nsrun python a.py\n")
+    assert imported.recipe["setup"] == ["A=$B", "B=$A"]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ': "${BIN:=$(touch canary)}"\nsrun $BIN -x\n',
+        "srun ${1:-`touch canary`} -x\n",
+        "srun ${1:-/opt/a\x1b]0;t\x07} -x\n",
+    ],
+    ids=["computed-default", "backtick-default", "control-characters"],
+)
+def test_a_program_default_that_is_not_literal_is_never_written(script: str, tmp_path: Path) -> None:
+    (tmp_path / "job.sh").write_text(HEADER + "#SBATCH --ntasks-per-node=1\n" + script)
+    result = subprocess.run(
+        [shutil.which("python") or "python", "-m", "clusterkit.cli.main", "import", "--json", "job.sh"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "canary").exists()
+    assert "\x1b" not in result.stdout + result.stderr
+    assert any("the program" in item["why"] for item in json.loads(result.stdout)["not_mapped"])
+
+
+def test_a_script_of_utility_steps_only_says_why_it_has_no_launch() -> None:
+    imported = _imported(HEADER + "srun hostname\nsrun /usr/bin/nvidia-smi -L\nfor i in 1; do srun python a.py; done\n")
+    assert imported.recipe["hooks"]["pre_launch"] == ["srun hostname", "srun /usr/bin/nvidia-smi -L"]
+    assert any("utilit" in u.why for u in imported.unmapped if "no launch line" in u.why)

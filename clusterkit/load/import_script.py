@@ -313,7 +313,8 @@ def _build(
     out: dict[str, Any] = {"name": name}
     resources = dict(header.resources)
     if launch is None:
-        imported.unmapped.append(Unmapped(0, "", "no launch line found", "task.script (and launcher)"))
+        why = "no launch line found (steps of utilities only, or the work inside a loop or conditional)"
+        imported.unmapped.append(Unmapped(0, "", why, "task.script (and launcher)"))
         out["launcher"] = "command"
         out["task"] = {"script": "true"}
     else:

@@ -113,11 +113,9 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
         if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
             inner.container = container
         return inner
-    kind = launcher_of(words)
-    if kind is None:
-        if not srun and not words:
-            return None
-        kind = "command"
+    if not words:  # `srun --flag` with no command: nothing launched
+        return None
+    kind = launcher_of(words) or "command"
     launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
     launch.under_srun = under_srun
     _fill(launch, words)
@@ -225,9 +223,11 @@ def _container(words: list[str]) -> tuple[str | None, list[str]]:
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     options: list[tuple[str, str | None]] = []
     at = 0
+    variable: tuple[int, int] | None = None  # (option index, word index) of the first `$VAR` taken as options
     while at < len(words) and (words[at].startswith("-") or _variable_options(words, at)):
         word = words[at]
         if word.startswith("$"):
+            variable = (len(options), at) if variable is None else variable
             options.append((word, None))
             at += 1
             continue
@@ -248,6 +248,8 @@ def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[
         else:
             options.append((word[1:], None))
             at += 1
+    if at >= len(words) and variable is not None:  # `srun $BIN -x`: nothing after it, so $BIN is the program
+        return options[: variable[0]], words[variable[1] :]
     return options, words[at:]
 
 
