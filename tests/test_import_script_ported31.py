@@ -257,3 +257,9 @@ def test_a_script_of_utility_steps_only_says_why_it_has_no_launch() -> None:
     imported = _imported(HEADER + "srun hostname\nsrun /usr/bin/nvidia-smi -L\nfor i in 1; do srun python a.py; done\n")
     assert imported.recipe["hooks"]["pre_launch"] == ["srun hostname", "srun /usr/bin/nvidia-smi -L"]
     assert any("utilit" in u.why for u in imported.unmapped if "no launch line" in u.why)
+
+
+def test_an_srun_with_options_and_no_command_is_no_launch_and_no_traceback() -> None:
+    """`srun --exclusive` alone on a line raised an IndexError (a traceback for user input)."""
+    imported = _imported(HEADER + "srun --exclusive\nsrun python a.py\n")
+    assert imported.recipe["task"] == {"script": "a.py"}
