@@ -227,6 +227,8 @@ def _preempted_record(run_dir: Path) -> dict | None:
     return stopped if isinstance(stopped, dict) else None
 
 
+# The node agent's lines when it cannot start the program (clusterkit.supervisor.node).
+_AGENT_REFUSAL = re.compile(r"^clusterkit: ((?:\{env:\w+\} in the |cannot start ).*)$", re.M)
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n(?P<block>(?:  .*\n?)+)")
 
 
@@ -281,6 +283,10 @@ def first_failure(record: RunRecord) -> str | None:
     if refused:
         return refused
     node = _failing_node(run_dir)
+    if node is not None:
+        refused = _AGENT_REFUSAL.findall(_tail(record.path / node_log(record.job_id, node, "err")))
+        if refused:  # the node agent did not start the program: its line says why
+            return f"node {node}{_hostname(record, node)}: {refused[-1]}"
     if node is not None and record.launcher == "torchrun":
         cause = _root_cause(record, node)
         if cause:
