@@ -98,9 +98,7 @@ def test_a_malformed_reference_is_one_line_at_load(tmp_path: Path, fields: dict,
 
 def test_an_image_under_a_site_variable_is_filled_in_by_the_supervisor(tmp_path: Path) -> None:
     """pyxis: --container-image is srun's option, which the supervisor fills in from the job's environment."""
-    loaded = load_recipe(
-        REPO / "recipes" / "llama-1b-pyxis.yaml", ['container_image="{env:CK_IMAGES}/pytorch.sqsh"']
-    )
+    loaded = load_recipe(REPO / "recipes" / "llama-1b-pyxis.yaml", ['container_image="{env:CK_IMAGES}/pytorch.sqsh"'])
     plan = plan_of(render_job(loaded))
     argv, _ = started(plan, plan.launch, "/r", CK_IMAGES=HOSTILE)
     assert argv[5] == f"--container-image={HOSTILE}/pytorch.sqsh"
@@ -139,7 +137,12 @@ def test_the_node_agent_fills_in_args_and_env_values_and_stops_on_an_unset_one(
     )
     plan = plan_of(render_job(loaded))
     assert "CK_OUT" in plan.launch.env_expand
-    environ = {"SLURM_NODEID": "1", "SLURMD_NODENAME": "node2", "CK_SITE": HOSTILE, "CK_OUT": "{env:CK_SITE}/out-{node_rank}"}
+    environ = {
+        "SLURM_NODEID": "1",
+        "SLURMD_NODENAME": "node2",
+        "CK_SITE": HOSTILE,
+        "CK_OUT": "{env:CK_SITE}/out-{node_rank}",
+    }
     assert node.task_argv(plan.launch, environ)[-2:] == [f"--data={HOSTILE}/d", HOSTILE]
     assert node.task_environment(plan.launch, environ)["CK_OUT"] == f"{HOSTILE}/out-1"
     # Unset on this node: the program never starts, the node's end is recorded, the log says why.
@@ -171,7 +174,9 @@ def test_a_launcher_in_the_batch_shell_gets_its_env_values_filled_in(tmp_path: P
         started(plan, plan.launch, "/r", CK_OUT="{env:CK_SITE}/out")
 
 
-def test_the_supervisor_stops_on_an_unset_variable_it_fills_in(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_supervisor_stops_on_an_unset_variable_it_fills_in(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """A launcher in the batch shell (or pyxis's srun options): the supervisor's line, the job's exit 2."""
     from test_supervisor import FakeJob, _plan, _step, _supervise
 

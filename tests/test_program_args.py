@@ -148,7 +148,19 @@ def test_render_takes_them_too(tmp_path: Path) -> None:
 
 def test_a_sweep_gives_every_point_the_same_arguments(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
-    code, out, err = _cli("sweep", str(recipe), "--grid", "env.POINT=1,2", "--executor", "local", "--dry-run", "--json", "--", "--lr", "3e-4")
+    code, out, err = _cli(
+        "sweep",
+        str(recipe),
+        "--grid",
+        "env.POINT=1,2",
+        "--executor",
+        "local",
+        "--dry-run",
+        "--json",
+        "--",
+        "--lr",
+        "3e-4",
+    )
     assert code == 0, err
     request = json.loads(out)
     plans = sorted(name for name in request["files"] if name.endswith("plan.json"))

@@ -69,7 +69,9 @@ class Override:
 
 # What YAML reads as written in a double-quoted scalar (its printable set, without its line breaks);
 # anything else is escaped. JSON's own \ud83d\ude00 for a character above U+FFFF is no YAML escape.
-_NOT_YAML_PRINTABLE = re.compile("[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+_NOT_YAML_PRINTABLE = re.compile(
+    "[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
 
 
 def _yaml_json(value: Any) -> str:
