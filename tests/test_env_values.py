@@ -186,3 +186,13 @@ def test_the_supervisor_stops_on_an_unset_variable_it_fills_in(
     assert code == 2 and job.started == []
     assert "clusterkit: {env:CK_NOPE} in the launch step: the variable CK_NOPE is not set on" in capfd.readouterr().out
     assert (run_dir / "exit_code").read_text() == "2\n"
+
+
+def test_status_names_the_variable_the_supervisor_could_not_fill_in(tmp_path: Path) -> None:
+    from clusterkit.runs.record import RunRecord
+    from clusterkit.runs.status import first_failure
+
+    line = "{env:CK_NOPE} in the launch step: the variable CK_NOPE is not set on node1; set it in the job's environment"
+    (tmp_path / "42_0_log.out").write_text(f"clusterkit: restart 0 of at most 0\nclusterkit: {line}\n")
+    record = RunRecord("42", "t", "slurm", str(tmp_path), "r.yaml", 0.0, 1, 1, "mpirun")
+    assert first_failure(record) == line
