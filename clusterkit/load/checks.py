@@ -143,7 +143,12 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
             found.error(("task", "script"), "with module: true, script must be a dotted module name")
         return
     if task.args:
-        found.error(("task", "args"), "task.args is for task.script; use task.trainer.args for TrainingArguments")
+        # Located at the first argument: the recipe's, or the first after `submit RECIPE --`.
+        found.error(
+            ("task", "args", 0),
+            "task.args (and the arguments after --) go to task.script's program; the built-in Trainer "
+            "runner takes none: set TrainingArguments in task.trainer.args (--set task.trainer.args.learning_rate=3e-4)",
+        )
     model = task.trainer.model
     if (model.config is None) == (model.pretrained is None):
         found.error(

@@ -17,7 +17,7 @@ from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, Srun, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
-from clusterkit.spec.runtime_values import NODE, TASK, WHEN, placeholders
+from clusterkit.spec.runtime_values import NODE, TASK, malformed_env, placeholders, when
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
@@ -235,12 +235,9 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
 
 
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
-    """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
-    ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
-    model = process_model_of(recipe)
-    if model == "task_per_gpu":
-        return
-    late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
+    """Each ``{env:...}`` names a variable; ``{rank}`` and ``{local_rank}`` are known only in a task
+    per rank: where a launcher starts the ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in
+    them to fill the value in."""
 
     def texts(value: object) -> list[str]:
         if isinstance(value, EnvEdit):
@@ -255,10 +252,28 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         (profile_error, ("network_env",), profile.network_env),
     ):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
+    for report, key, text in [*places, *_container_texts(recipe, profile, error, profile_error)]:
+        if (bad := malformed_env(text)) is not None:
+            report(key, f"{bad} names no environment variable: write {{env:NAME}}, NAME letters, digits and _")
+    model = process_model_of(recipe)
+    if model == "task_per_gpu":
+        return
+    late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
     for report, key, text in places:
-        if per_rank := sorted(name for name in placeholders(text) if WHEN[name] in late):
+        if per_rank := sorted(name for name in placeholders(text) if when(name) in late):
             report(
                 key,
                 f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
                 f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script",
             )
+
+
+def _container_texts(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> list:
+    """The container's values that may hold run-time values (``{env:SCRATCH}/images/x.sqsh``)."""
+    box = profile.container
+    places: list = [(error, ("container_image",), recipe.container_image)] if recipe.container_image else []
+    if box is not None:
+        places += [(profile_error, ("container", "image"), box.image)]
+        places += [(profile_error, ("container", "mounts", index), mount) for index, mount in enumerate(box.mounts)]
+        places += [(profile_error, ("container", "workdir"), box.workdir)] if box.workdir else []
+    return places

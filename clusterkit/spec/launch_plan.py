@@ -105,13 +105,11 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
     if box is None:
         return Container(Words(), Words(), ())
     if box.runtime == "pyxis":
-        srun = (
-            Words()
-            .add(f"--container-image={box.image}")
-            .runtime(f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}")
+        srun = _maybe_runtime(Words(), f"--container-image={box.image}").runtime(
+            f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}"
         )
         if box.workdir:
-            srun.add(f"--container-workdir={box.workdir}")
+            _maybe_runtime(srun, f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
     gpus = {"nvidia": ["--nv"], "amd": ["--rocm"]}.get(profile.gpu_vendor, []) if profile.accelerator == "gpu" else []
     prefix = (
@@ -120,8 +118,13 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
         .runtime("".join(mount + "," for mount in box.mounts) + RUN_DIR)
     )
     if box.workdir:
-        prefix.add("--pwd", box.workdir)
-    return Container(Words(), prefix.add(box.image), ())
+        _maybe_runtime(prefix.add("--pwd"), box.workdir)
+    return Container(Words(), _maybe_runtime(prefix, box.image), ())
+
+
+def _maybe_runtime(words: Words, word: str) -> Words:
+    """``words`` with ``word``, marked as holding run-time values where it does (``{env:SCRATCH}``)."""
+    return (words.runtime if placeholders(word) else words.add)(word)
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
@@ -142,7 +145,7 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
     args = Words()
     for arg in task.args:
-        (args.runtime if placeholders(arg) else args.add)(arg)
+        _maybe_runtime(args, arg)
     return Program(entry, task.module, args)
 
 
