@@ -248,6 +248,8 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         return [value] if isinstance(value, str) else []
 
     places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    # A launcher's own flags: per node ({node_rank}, {hostname}) where it runs once per node.
+    places += [(error, ("launcher_args", index), arg) for index, arg in enumerate(recipe.launcher_args)]
     for report, base, env in (
         (error, ("env",), recipe.env),
         (error, ("network", "env"), recipe.network.env),

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.spec import layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.profiling import nsys_wrapper
-from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.watchdog import seconds
 from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
@@ -140,10 +139,7 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
-    args = Words()
-    for arg in task.args:
-        (args.runtime if placeholders(arg) else args.add)(arg)
-    return Program(entry, task.module, args)
+    return Program(entry, task.module, Words().given(*task.args))
 
 
 def image_needs(recipe: ResolvedRecipe) -> list[str]:

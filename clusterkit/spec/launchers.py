@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from clusterkit.spec.runtime_values import placeholders
+
 if TYPE_CHECKING:
     from clusterkit.spec.resolved import ResolvedRecipe
 
@@ -35,6 +37,13 @@ class Words:
         """Words with run-time values to fill in."""
         self.expand += range(len(self.words), len(self.words) + len(words))
         self.words += words
+        return self
+
+    def given(self, *words: str) -> Words:
+        """Words as the recipe gives them (task.args, launcher_args): those holding a run-time value
+        marked for the job to fill in, the rest literal."""
+        for word in words:
+            (self.runtime if placeholders(word) else self.add)(word)
         return self
 
     def extend(self, other: Words) -> Words:
@@ -98,7 +107,7 @@ def _torchrun(recipe: ResolvedRecipe, program: Program) -> Words:
         words.add("--rdzv-backend=c10d").runtime("--rdzv-endpoint={master_addr}:{master_port}", "--rdzv-id={job_id}")
     else:
         words.runtime("--master-addr={master_addr}", "--master-port={master_port}")
-    words.add("--tee=3", *recipe.launcher_args)
+    words.add("--tee=3").given(*recipe.launcher_args)
     if program.wrapper.words:  # torchrun starts each rank as the wrapper's command, which runs python
         return words.add("--no-python").extend(program.wrapper).add(*recipe.python).extend(program.words("-m"))
     return words.extend(program.words("-m"))
@@ -115,7 +124,7 @@ def _deepspeed(recipe: ResolvedRecipe, program: Program) -> Words:
         words.add(f"--include={recipe.deepspeed.include}")
     if recipe.deepspeed.exclude:
         words.add(f"--exclude={recipe.deepspeed.exclude}")
-    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).extend(program.words("--module"))
 
 
 def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -136,7 +145,7 @@ def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
         "--rdzv_backend=static",
     )
     words.runtime("--main_process_ip={master_addr}", "--main_process_port={master_port}")
-    return words.add("--tee=3", *recipe.launcher_args).extend(program.words("--module"))
+    return words.add("--tee=3").given(*recipe.launcher_args).extend(program.words("--module"))
 
 
 def _python(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -152,7 +161,7 @@ def _deepspeed_batch(recipe: ResolvedRecipe, program: Program) -> Words:
     rank, each running ``python -u <rank program> ...``; the srun options are added by the plan."""
     words = Words().add(*recipe.python, "-m", "deepspeed.launcher.runner", "--launcher=slurm", "--no_ssh_check")
     words.runtime("--hostfile={run_dir}/hostfile", "--master_addr={master_addr}", "--master_port={master_port}")
-    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).extend(program.words("--module"))
 
 
 def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -173,7 +182,7 @@ def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
         )
         .runtime("{run_dir}/" + RANKS_DIR + "/mpirun-{job_id}")
     )
-    return words.add(*recipe.launcher_args, *recipe.python, "-u").extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).add(*recipe.python, "-u").extend(program.words("--module"))
 
 
 _TORCHRUN_OWNED = {
