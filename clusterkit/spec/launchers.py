@@ -127,6 +127,28 @@ def _deepspeed(recipe: ResolvedRecipe, program: Program) -> Words:
     return words.given(*recipe.launcher_args).extend(program.words("--module"))
 
 
+# accelerate's distributed_type -> what clusterkit adds for it on the command line. DEEPSPEED and FSDP
+# are read from the config file (checked against the recipe at validate): a --use_deepspeed or
+# --use_fsdp flag would make accelerate skip the file's parallelism_config (HSDP, tp, cp). DeepSpeed's
+# per-node launcher is torchrun (standard), never pdsh over ssh.
+ACCELERATE_TYPE_FLAGS = {
+    "MULTI_GPU": ("--multi_gpu",),
+    "DEEPSPEED": ("--deepspeed_multinode_launcher=standard",),
+    "FSDP": (),
+}
+
+
+def accelerate_type(recipe: ResolvedRecipe) -> str:
+    """What accelerate runs for the recipe's layout: a script's ZeRO as DEEPSPEED, its
+    parallelism.fsdp as FSDP, else MULTI_GPU (torch.distributed data parallelism). The built-in
+    runner starts DeepSpeed and FSDP itself, from its TrainingArguments, so it stays MULTI_GPU."""
+    if recipe.task.trainer is not None:
+        return "MULTI_GPU"
+    if recipe.uses_deepspeed:
+        return "DEEPSPEED"
+    return "FSDP" if recipe.parallelism.fsdp is not None else "MULTI_GPU"
+
+
 def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
     words = (
         Words()
@@ -138,7 +160,7 @@ def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
     else:
         words.runtime("--config_file={run_dir}/accelerate_config.yaml")
     words.add(
-        "--multi_gpu",
+        *ACCELERATE_TYPE_FLAGS[accelerate_type(recipe)],
         f"--num_machines={recipe.resources.nodes}",
         f"--num_processes={recipe.world_size}",
         "--same_network",
@@ -208,15 +230,31 @@ _ACCELERATE_OWNED = {
     "main-process-ip": _LAYOUT,
     "main-process-port": "master_port",
     "config-file": "accelerate.config",
-    "multi-gpu": _LAYOUT,
     "same-network": _LAYOUT,
     "rdzv-backend": _LAYOUT,
     "log-dir": _LOGS,
     "module": "task.module",
     "mixed-precision": "precision",
-    "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
-    "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)",
-    "use-fsdp": "nothing yet: not supported",
+    "use-deepspeed": "parallelism.zero_stage",
+    "deepspeed-multinode-launcher": _LAYOUT,
+    "zero-stage": "parallelism.zero_stage",
+    "offload-optimizer-device": "parallelism.offload_optimizer",
+    "offload-param-device": "parallelism.offload_params",
+    "use-fsdp": "parallelism.fsdp",
+    "fsdp-version": "parallelism.fsdp",
+    "fsdp-reshard-after-forward": "parallelism.fsdp.reshard_after_forward",
+    "fsdp-sharding-strategy": "parallelism.fsdp",
+    "fsdp-offload-params": "parallelism.fsdp.cpu_offload",
+    "fsdp-activation-checkpointing": "parallelism.fsdp.activation_checkpointing",
+    "fsdp-state-dict-type": "parallelism.fsdp.state_dict",
+    "fsdp-transformer-layer-cls-to-wrap": "parallelism.fsdp.auto_wrap",
+    "parallelism-config-dp-shard-size": "parallelism.fsdp.shard_size",
+    "parallelism-config-dp-replicate-size": "parallelism.fsdp.shard_size",
+    "parallelism-config-tp-size": "parallelism.tp",
+    "parallelism-config-cp-size": "parallelism.cp",
+    "use-parallelism-config": "parallelism.fsdp",
+    "deepspeed-config-file": "accelerate.config (its deepspeed_config.deepspeed_config_file)",
+    "multi-gpu": _LAYOUT,
     "cpu": "the cluster profile (accelerator)",
     "no-python": "launcher: command",
     "tee": "nothing: each rank's output is kept",
