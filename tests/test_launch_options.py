@@ -584,9 +584,10 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
     [
         (
             "distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\n",
-            "distributed_type 'DEEPSPEED' is not supported with launcher: accelerate yet",
+            "distributed_type DEEPSPEED contradicts the recipe's layout (MULTI_GPU: the built-in runner starts "
+            "DeepSpeed or FSDP itself",
         ),
-        ("distributed_type: FSDP\n", "distributed_type 'FSDP' is not supported"),
+        ("distributed_type: FSDP\n", "distributed_type FSDP contradicts the recipe's layout"),
         (None, "cannot read the accelerate config"),
         ("a: [1\n", "cannot read the accelerate config"),
     ],
@@ -594,7 +595,8 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
 def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
     tmp_path: Path, text: str | None, message: str
 ) -> None:
-    """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type."""
+    """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type;
+    the built-in runner's DeepSpeed and FSDP are its own (tests/test_accelerate_layouts.py: a script's)."""
     own = tmp_path / "acc.yaml"
     if text is not None:
         own.write_text(text)
@@ -608,7 +610,7 @@ def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
     [
         (
             ["launcher=accelerate", "parallelism.zero_stage=2"],
-            "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet",
+            "parallelism.zero_stage: the built-in runner starts ZeRO itself, not under accelerate's DEEPSPEED type",
         ),
         (
             ["launcher=accelerate", "launcher_args=[--num_processes=8]"],
