@@ -57,8 +57,8 @@ def check_accelerate_config(recipe: ResolvedRecipe, error: Report) -> None:
         return
     kind, expected = str(config.get("distributed_type", "NO")), accelerate_type(recipe)
     if (kind in DATA_PARALLEL and expected == "MULTI_GPU") or kind == expected:
-        if kind == "DEEPSPEED":
-            _check_deepspeed(recipe, path, _block(config, "deepspeed_config", path, error), error)
+        if kind == "DEEPSPEED" and (settings := _block(config, "deepspeed_config", path, error)) is not None:
+            _check_deepspeed(recipe, path, settings, error)
         elif kind == "FSDP":
             _check_fsdp(recipe, path, config, error)
         return
@@ -75,17 +75,21 @@ def _layout(recipe: ResolvedRecipe, expected: str) -> str:
     return "MULTI_GPU: set parallelism.zero_stage for DEEPSPEED, parallelism.fsdp for FSDP"
 
 
-def _block(config: dict, name: str, path: str, error: Report) -> dict:
+def _block(config: dict, name: str, path: str, error: Report) -> dict | None:
+    """The settings under ``name`` ({} where there are none); None, reported, where they are not a mapping."""
     block = config.get(name) or {}
     if not isinstance(block, dict):
         error(KEY, f"{path}: {name} is a mapping of settings")
-        return {}
+        return None
     return block
 
 
-def _differs(error: Report, path: str, setting: str, theirs: object, field: str, ours: object) -> None:
+def _differs(
+    error: Report, path: str, setting: str, theirs: object, field: str, ours: object, written: object = None
+) -> None:
+    """``written``: the recipe's value as written, where ``ours`` is its accelerate spelling."""
     if theirs != ours:
-        error(KEY, f"{path}: {setting} is {_shown(theirs)}, but {field} is {_shown(ours)}")
+        error(KEY, f"{path}: {setting} is {_shown(theirs)}, but {field} is {_shown(written or ours)}")
 
 
 def _shown(value: object) -> str:
@@ -127,7 +131,9 @@ def _check_deepspeed(recipe: ResolvedRecipe, path: str, settings: dict, error: R
 def _check_fsdp(recipe: ResolvedRecipe, path: str, config: dict, error: Report) -> None:
     fsdp, p = recipe.parallelism.fsdp, recipe.parallelism
     assert fsdp is not None  # the FSDP type is expected only with parallelism.fsdp
-    settings = _block(config, "fsdp_config", path, error)
+    settings, sizes = _block(config, "fsdp_config", path, error), _block(config, "parallelism_config", path, error)
+    if settings is None or sizes is None:
+        return
     version = int(settings.get("fsdp_version", 1) or 1)
     reshard: object = settings.get("fsdp_reshard_after_forward", True)
     hybrid = False
@@ -169,11 +175,11 @@ def _check_fsdp(recipe: ResolvedRecipe, path: str, config: dict, error: Report) 
         str(settings.get("fsdp_state_dict_type", default_type)),
         f"{field}.state_dict",
         STATE_DICT_TYPES[fsdp.state_dict],
+        fsdp.state_dict,
     )
     wrap = settings.get("fsdp_transformer_layer_cls_to_wrap")
     if wrap is not None and fsdp.auto_wrap is not None:
         _differs(error, path, "fsdp_transformer_layer_cls_to_wrap", str(wrap), f"{field}.auto_wrap", fsdp.auto_wrap)
-    sizes = _block(config, "parallelism_config", path, error)
     shard = fsdp_shard_size(recipe)
     layout = f"{p.dp // shard} replicas x {shard} shards, tp {p.tp}, cp {p.cp}"
     if not sizes:
