@@ -252,6 +252,42 @@ def test_an_unreadable_or_odd_config_is_one_error(tmp_path: Path, body: str) -> 
     assert text.count("\n") == 0 and "accelerate.config" in text
 
 
+@pytest.mark.parametrize(
+    "fields, config",
+    [
+        ({"fsdp": {}}, {"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": "abc"}}),
+        ({"fsdp": {}}, {"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": [2]}}),
+        ({"fsdp": {}}, {"distributed_type": "FSDP", "fsdp_config": {"fsdp_sharding_strategy": "SHARD\nALL"}}),
+        ({"fsdp": {}}, {"distributed_type": "FSDP", "fsdp_config": {"fsdp_sharding_strategy": 9}}),
+        ({"fsdp": {}}, {"distributed_type": "FSDP", "parallelism_config": "x"}),
+        ({"zero_stage": 3}, {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": "three\x1b[2J"}}),
+        ({"zero_stage": 3}, {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": ["a"]}}),
+        ({"zero_stage": 3}, {"distributed_type": ["DEEPSPEED"]}),
+        ({"zero_stage": 3}, {"distributed_type": "DEEPSPEED\nFSDP"}),
+    ],
+)
+def test_a_hostile_config_is_one_printable_line(tmp_path: Path, fields: dict, config: dict) -> None:
+    text = _refused(tmp_path, parallelism=fields, accelerate={"config": _config(tmp_path, config)})
+    assert "\n" not in text and "\x1b" not in text and "accelerate.config" in text, text
+
+
+def test_a_deepspeed_config_file_that_is_no_file_is_one_error(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "ds.fifo"
+    os.mkfifo(fifo)
+    for where in (fifo, tmp_path):  # a FIFO (must not block) and a folder
+        config = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": str(where)}}
+        text = _refused(tmp_path, parallelism={"zero_stage": 3}, accelerate={"config": _config(tmp_path, config)})
+        assert "cannot read the DeepSpeed config" in text and "\n" not in text
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"zero_optimization": {"stage": "3", "offload_optimizer": 5}}))
+    config = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": str(odd)}}
+    text = _refused(tmp_path, parallelism={"zero_stage": 3}, accelerate={"config": _config(tmp_path, config)})
+    assert "zero_optimization.offload_optimizer.device is 5, but parallelism.offload_optimizer is none" in text
+    assert "stage" not in text  # "3" is the stage 3 accelerate reads
+
+
 # --- what cannot be applied -----------------------------------------------------------------------------
 
 

@@ -27,7 +27,8 @@ KEY = ("accelerate", "config")
 DATA_PARALLEL = ("MULTI_GPU", "MULTI_CPU", "NO")
 # accelerate 1.x's defaults for what a config leaves out (DeepSpeedPlugin, FullyShardedDataParallelPlugin).
 ZERO_STAGE_DEFAULT = 2
-# FSDP1's sharding strategies: (shards at all, reshards after forward, hybrid).
+# FSDP1's sharding strategies, in accelerate's order (it also takes their number, 1-5): (shards at
+# all, reshards after forward, hybrid).
 SHARDING = {
     "FULL_SHARD": (True, True, False),
     "SHARD_GRAD_OP": (True, False, False),
@@ -107,9 +108,9 @@ def _check_deepspeed(recipe: ResolvedRecipe, path: str, settings: dict, error: R
         if not isinstance(ds, dict):
             return
         zero = ds.get("zero_optimization") or {}
-        stage = zero.get("stage", 0) if isinstance(zero, dict) else zero
+        stage = _number(zero.get("stage", 0)) if isinstance(zero, dict) else zero
         offloads = [
-            ((zero.get(name) or {}).get("device", "none") if isinstance(zero, dict) else "none")
+            _device(zero.get(name) if isinstance(zero, dict) else None)
             for name in ("offload_optimizer", "offload_param")
         ]
         described = f"{file} (deepspeed_config_file of {path})"
@@ -121,7 +122,7 @@ def _check_deepspeed(recipe: ResolvedRecipe, path: str, settings: dict, error: R
                 error, described, f"zero_optimization.{name}.device", device, f"parallelism.{field}", getattr(p, field)
             )
         return
-    stage = settings.get("zero_stage", ZERO_STAGE_DEFAULT)
+    stage = _number(settings.get("zero_stage", ZERO_STAGE_DEFAULT))
     _differs(error, path, "deepspeed_config.zero_stage", stage, "parallelism.zero_stage", p.zero_stage)
     for name, field in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_params")):
         device = str(settings.get(name, "none")).lower()
@@ -134,14 +135,26 @@ def _check_fsdp(recipe: ResolvedRecipe, path: str, config: dict, error: Report) 
     settings, sizes = _block(config, "fsdp_config", path, error), _block(config, "parallelism_config", path, error)
     if settings is None or sizes is None:
         return
-    version = int(settings.get("fsdp_version", 1) or 1)
+    version = _number(settings.get("fsdp_version", 1))
+    if version not in (1, 2):
+        error(KEY, f"{path}: fsdp_version {_shown(version)} is not one accelerate has (1 or 2)")
+        return
     reshard: object = settings.get("fsdp_reshard_after_forward", True)
     hybrid = False
-    strategy = settings.get("fsdp_sharding_strategy", reshard if isinstance(reshard, str) else None)
-    if version == 1 or isinstance(strategy, str):
-        shards, reshard, hybrid = SHARDING.get(str(strategy or "FULL_SHARD").upper(), (True, True, False))
+    # FSDP1 names a sharding strategy (newer accelerate also takes it as fsdp_reshard_after_forward).
+    strategy = settings.get("fsdp_sharding_strategy", None if isinstance(reshard, bool) else reshard)
+    if version == 1 or strategy is not None and str(strategy).upper() in SHARDING or str(strategy).isdigit():
+        name = str(strategy or "FULL_SHARD").upper()
+        name = list(SHARDING)[int(name) - 1] if name in ("1", "2", "3", "4", "5") else name
+        if name not in SHARDING:
+            error(
+                KEY,
+                f"{path}: fsdp_sharding_strategy {_shown(strategy)} is not one accelerate has ({', '.join(SHARDING)})",
+            )
+            return
+        shards, reshard, hybrid = SHARDING[name]
         if not shards:
-            error(KEY, f"{path}: fsdp_sharding_strategy {strategy} does not shard, but parallelism.fsdp is set")
+            error(KEY, f"{path}: fsdp_sharding_strategy {name} does not shard, but parallelism.fsdp is set")
     field = "parallelism.fsdp"
     _differs(
         error,
@@ -194,6 +207,18 @@ def _check_fsdp(recipe: ResolvedRecipe, path: str, config: dict, error: Report) 
     ):
         theirs = sizes.get(f"parallelism_config_{name}", 1)
         _differs(error, path, f"parallelism_config_{name}", theirs, where, ours)
+
+
+def _number(value: object) -> object:
+    """A whole number written as text ("3") as the number accelerate reads it; anything else as it is."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+def _device(offload: object) -> object:
+    """An offload block's device ("none" without one)."""
+    if offload is None:
+        return "none"
+    return str(offload.get("device", "none")).lower() if isinstance(offload, dict) else offload
 
 
 def _bool(value: object) -> bool:
