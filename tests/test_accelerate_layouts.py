@@ -354,6 +354,7 @@ def test_a_scripts_fsdp_is_planned_over_its_shard_group(tmp_path: Path) -> None:
 # --- real processes ----------------------------------------------------------------------------------
 
 
+@pytest.mark.train
 def test_zero3_through_accelerate_really_runs_on_the_local_executor(tmp_path: Path) -> None:
     """Two nodes x one rank: accelerate's DEEPSPEED type, the engine's stage 3 over both ranks, each
     holding half of every weight (read inside the ranks, not inferred from an exit code)."""

@@ -100,4 +100,3 @@ def parallelism_sizes(recipe: ResolvedRecipe) -> dict[str, int]:
         "parallelism_config_tp_size": p.tp,
         "parallelism_config_cp_size": p.cp,
     }
-
