@@ -20,6 +20,7 @@ from conftest import REPO, run_cli
 from launch_plans import plan_of
 
 PROBE = str(REPO / "tests" / "scripts" / "accelerate_zero_probe.py")
+CONTRACT = str(REPO / "tests" / "scripts" / "echo_contract.py")
 GPU = "infiniband-h100"
 
 
@@ -375,3 +376,31 @@ def test_zero3_through_accelerate_really_runs_on_the_local_executor(tmp_path: Pa
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["num_processes"] == 2
         assert rank["zero_stage"] == 3 and rank["engine_world_size"] == 2
         assert (rank["weight_numel"], rank["local_weight_numel"]) == (32, 16)  # partitioned, not replicated
+
+
+def test_a_scripts_fsdp_layout_reaches_every_rank(tmp_path: Path) -> None:
+    """Real processes under torchrun: each of the 4 ranks reads the HSDP layout (2 replicas x 2) in its environment."""
+    recipe = _recipe(
+        tmp_path,
+        cluster="dev",
+        launcher="torchrun",
+        runs_dir=str(tmp_path / "runs"),
+        resources={"nodes": 2, "gpus_per_node": 2, "time": "5", "cpus_per_task": 1},
+        parallelism={"fsdp": {"shard_size": 2, "state_dict": "full"}},
+        task={"script": CONTRACT},
+    )
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "acc").iterdir())
+    seen = [json.loads(p.read_text())["env"] for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert len(seen) == 4
+    for env in seen:
+        fsdp = {name: value for name, value in env.items() if name.startswith("CLUSTERKIT_FSDP_")}
+        assert fsdp == {
+            "CLUSTERKIT_FSDP_SHARD_SIZE": "2",
+            "CLUSTERKIT_FSDP_REPLICATE_SIZE": "2",
+            "CLUSTERKIT_FSDP_RESHARD_AFTER_FORWARD": "1",
+            "CLUSTERKIT_FSDP_CPU_OFFLOAD": "0",
+            "CLUSTERKIT_FSDP_ACTIVATION_CHECKPOINTING": "0",
+            "CLUSTERKIT_FSDP_STATE_DICT": "full",
+        }
