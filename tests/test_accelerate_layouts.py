@@ -39,8 +39,9 @@ def _recipe(tmp_path: Path, cluster: str = GPU, **fields) -> Path:
 
 
 def _config(tmp_path: Path, body: dict, name: str = "accelerate.yaml") -> str:
+    """Your accelerate config; bf16 (the GPU profile's precision) unless it says otherwise."""
     path = tmp_path / name
-    path.write_text(yaml.safe_dump(body))
+    path.write_text(yaml.safe_dump({"mixed_precision": "bf16", **body}))
     return str(path)
 
 
@@ -172,6 +173,16 @@ def _refused(tmp_path: Path, **fields) -> str:
     [
         (OPEN_R1_ZERO3, {"zero_stage": 2}, "deepspeed_config.zero_stage is 3, but parallelism.zero_stage is 2"),
         (
+            {**OPEN_R1_ZERO3, "mixed_precision": "fp16"},
+            {"zero_stage": 3},
+            "mixed_precision is fp16, but precision is bf16",
+        ),
+        (
+            {**OPEN_R1_ZERO3, "mixed_precision": None},
+            {"zero_stage": 3},
+            "mixed_precision is no, but precision is bf16",
+        ),
+        (
             {**OPEN_R1_ZERO3, "deepspeed_config": {"zero_stage": 3, "offload_optimizer_device": "cpu"}},
             {"zero_stage": 3},
             "deepspeed_config.offload_optimizer_device is cpu, but parallelism.offload_optimizer is none",
@@ -245,7 +256,9 @@ def test_a_deepspeed_config_file_in_your_config_is_read_and_checked(tmp_path: Pa
     load_recipe(_recipe(tmp_path, parallelism=parallelism, accelerate={"config": _config(tmp_path, config)}))
 
 
-@pytest.mark.parametrize("body", ["- a list\n", "distributed_type: FSDP\nfsdp_config: [1]\n", "\x00"])
+@pytest.mark.parametrize(
+    "body", ["- a list\n", "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config: [1]\n", "\x00"]
+)
 def test_an_unreadable_or_odd_config_is_one_error(tmp_path: Path, body: str) -> None:
     path = tmp_path / "odd.yaml"
     path.write_text(body)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from clusterkit.load.job_checks import Report
-from clusterkit.spec.accelerate_config import STATE_DICT_TYPES
+from clusterkit.spec.accelerate_config import MIXED_PRECISION, STATE_DICT_TYPES
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.fsdp_config import fsdp_shard_size
 from clusterkit.spec.launchers import accelerate_type
@@ -58,6 +58,11 @@ def check_accelerate_config(recipe: ResolvedRecipe, error: Report) -> None:
         return
     kind, expected = str(config.get("distributed_type", "NO")), accelerate_type(recipe)
     if (kind in DATA_PARALLEL and expected == "MULTI_GPU") or kind == expected:
+        if kind in ("DEEPSPEED", "FSDP"):  # the sharded engine's dtypes, which the memory estimate counts
+            theirs = str(config.get("mixed_precision") or "no").lower()  # None: accelerate's "no"
+            _differs(
+                error, path, "mixed_precision", theirs, "precision", MIXED_PRECISION[recipe.precision], recipe.precision
+            )
         if kind == "DEEPSPEED" and (settings := _block(config, "deepspeed_config", path, error)) is not None:
             _check_deepspeed(recipe, path, settings, error)
         elif kind == "FSDP":
