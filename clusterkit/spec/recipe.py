@@ -171,10 +171,9 @@ class Hooks(_Struct):
 
 
 class Fsdp(_Struct):
-    """FSDP2: parameters, gradients and optimizer states sharded over ``shard_size`` data-parallel
-    ranks; with fewer than all of them, HSDP replicates those shards (dp / shard_size replicas). The
-    built-in runner applies it (GPU profiles only); a script reads it as CLUSTERKIT_FSDP_*, or gets it
-    from accelerate's FSDP config under launcher: accelerate (GPU profiles only)."""
+    """FSDP2: parameters, gradients and optimizer states sharded over ``shard_size`` data-parallel ranks
+    (fewer than all: HSDP, dp / shard_size replicas). The built-in runner's (GPU only), or a script's:
+    read as CLUSTERKIT_FSDP_*, or as accelerate's FSDP config under launcher: accelerate (GPU only)."""
 
     shard_size: PositiveInt | None = None  # default: every rank (full shard)
     # The transformer block class to wrap (e.g. LlamaDecoderLayer); default: the model's own
@@ -258,9 +257,8 @@ class DeepSpeedSettings(_Struct):
 
 class AccelerateSettings(_Struct):
     # launcher: accelerate reads a config file clusterkit renders from the recipe (accelerate_config.yaml
-    # in the run directory), or this one of yours (relative to the recipe); either way the layout
-    # flags (machines, processes, rank, main process) come from clusterkit on the command line. Its
-    # distributed_type, ZeRO stage, offload and FSDP settings must be the recipe's (parallelism).
+    # in the run directory), or this one of yours (relative to the recipe; its type, ZeRO and FSDP settings
+    # checked against parallelism); the layout flags (machines, processes, rank, main process) win over it.
     config: NonEmptyLine | None = None
 
 
