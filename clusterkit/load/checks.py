@@ -12,7 +12,15 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks, sbatch_checks
+from clusterkit.load import (
+    accelerate_checks,
+    job_checks,
+    launch_checks,
+    model_checks,
+    parallel_checks,
+    profile_checks,
+    sbatch_checks,
+)
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -127,7 +135,8 @@ def resolve_and_check(
     launch_checks.check_container(recipe, profile, found.error, found.profile_error)
     launch_checks.check_service(recipe, found.error)
     launch_checks.check_launcher(recipe, found.error)
-    launch_checks.check_accelerate_config(recipe, found.error)
+    if resolved is not None:
+        accelerate_checks.check_accelerate_config(resolved, found.error)
     launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
     launch_checks.check_cpus(resources, profile, process_model, found.error)
     return resolved, found.items

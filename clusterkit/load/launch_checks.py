@@ -7,11 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
-from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
@@ -39,11 +36,17 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
             ("task", "module"),
             "launcher: command runs task.script as a program; for a Python module use launcher: python or torchrun",
         )
-    if launcher == "accelerate" and recipe.parallelism.zero_stage > 0:
+    if launcher == "accelerate" and recipe.parallelism.zero_stage > 0 and recipe.task.trainer is not None:
         error(
             ("parallelism", "zero_stage"),
-            "launcher: accelerate with ZeRO is not supported yet (clusterkit renders "
-            "accelerate's MULTI_GPU config); use launcher: deepspeed or torchrun for ZeRO",
+            "the built-in runner starts ZeRO itself, not under accelerate's DEEPSPEED type; "
+            "use launcher: deepspeed or torchrun for its ZeRO (a script under accelerate gets it)",
+        )
+    if launcher == "accelerate" and recipe.task.trainer is None and recipe.deepspeed.config is not None:
+        error(
+            ("deepspeed", "config"),
+            "under launcher: accelerate a script's DeepSpeed settings are accelerate's (its "
+            "deepspeed_config); give them in accelerate.config (deepspeed_config_file) instead",
         )
     if recipe.accelerate.config is not None and launcher != "accelerate":
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
@@ -70,28 +73,6 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
                 ("launcher_args", index),
                 f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; set {field} instead",
             )
-
-
-def check_accelerate_config(recipe: Recipe, error: Report) -> None:
-    """Your accelerate config must be readable, and ask for what clusterkit launches: it passes
-    --multi_gpu, with which accelerate ignores the config's distributed_type, so a DEEPSPEED or
-    FSDP config would silently train as plain data parallelism."""
-    path = recipe.accelerate.config
-    if path is None:
-        return
-    key = ("accelerate", "config")
-    try:
-        config = yaml.safe_load(read_bounded(path, CONFIG_LIMIT, "an accelerate config").decode("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputFileError) as exc:
-        error(key, f"cannot read the accelerate config {path}: {getattr(exc, 'strerror', None) or exc}")
-        return
-    kind = config.get("distributed_type", "MULTI_GPU") if isinstance(config, dict) else None
-    if kind not in ("MULTI_GPU", "MULTI_CPU", "NO"):
-        error(
-            key,
-            f"{path}: distributed_type {kind!r} is not supported with launcher: accelerate yet (clusterkit "
-            "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun",
-        )
 
 
 def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -245,6 +226,8 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         return [value] if isinstance(value, str) else []
 
     places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    # A launcher's own flags: per node ({node_rank}, {hostname}) where it runs once per node.
+    places += [(error, ("launcher_args", index), arg) for index, arg in enumerate(recipe.launcher_args)]
     for report, base, env in (
         (error, ("env",), recipe.env),
         (error, ("network", "env"), recipe.network.env),

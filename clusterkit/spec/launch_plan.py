@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.spec import layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.profiling import nsys_wrapper
-from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.watchdog import seconds
 from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
@@ -105,11 +104,11 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
     if box is None:
         return Container(Words(), Words(), ())
     if box.runtime == "pyxis":
-        srun = _maybe_runtime(Words(), f"--container-image={box.image}").runtime(
+        srun = Words().given(f"--container-image={box.image}").runtime(
             f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}"
         )
         if box.workdir:
-            _maybe_runtime(srun, f"--container-workdir={box.workdir}")
+            srun.given(f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
     gpus = {"nvidia": ["--nv"], "amd": ["--rocm"]}.get(profile.gpu_vendor, []) if profile.accelerator == "gpu" else []
     prefix = (
@@ -118,13 +117,8 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
         .runtime("".join(mount + "," for mount in box.mounts) + RUN_DIR)
     )
     if box.workdir:
-        _maybe_runtime(prefix.add("--pwd"), box.workdir)
-    return Container(Words(), _maybe_runtime(prefix, box.image), ())
-
-
-def _maybe_runtime(words: Words, word: str) -> Words:
-    """``words`` with ``word``, marked as holding run-time values where it does (``{env:SCRATCH}``)."""
-    return (words.runtime if placeholders(word) else words.add)(word)
+        prefix.add("--pwd").given(box.workdir)
+    return Container(Words(), prefix.given(box.image), ())
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
@@ -143,10 +137,7 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
-    args = Words()
-    for arg in task.args:
-        _maybe_runtime(args, arg)
-    return Program(entry, task.module, args)
+    return Program(entry, task.module, Words().given(*task.args))
 
 
 def image_needs(recipe: ResolvedRecipe) -> list[str]:
