@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 
 import yaml
+from msgspec.structs import replace
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
+from clusterkit.spec import containers
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -162,6 +164,15 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         )
     if profile.container is None:
         return
+    box = profile.container
+    image = recipe.container_image or box.image
+    refused = containers.refusal(replace(box, image=image), profile)
+    if refused is not None:
+        key, message = refused
+        if key == ("image",) and recipe.container_image is not None:
+            error(("container_image",), message)
+        else:
+            profile_error(("container", *key), message)
     runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
         error(
