@@ -11,6 +11,7 @@ variable by name (``--env=NAME``: the value comes from the node agent's environm
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ KIND_WORDS = {
     URI: "an Apptainer URI (oras://, library://, shub://, docker-archive:...)",
 }
 IMAGE_FILE_SUFFIXES = (".sif", ".simg", ".img", ".sqsh", ".squashfs", ".sqfs")
+REGISTRY_REFERENCE = re.compile(r"[A-Za-z0-9._/:@#+-]+")
 ARCHIVE_PREFIXES = ("docker-archive:", "docker-daemon:", "oci-archive:", "oci:")
 
 
@@ -112,12 +114,21 @@ def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], s
     """Why this container cannot run on this profile (the key below container:, the message), or None."""
     runtime = RUNTIMES[box.runtime]
     kind = image_kind(box.image)
+    if box.image.startswith("-"):
+        return ("image",), f"{box.image} starts with '-', which {box.runtime} would read as an option"
+    if kind == REGISTRY and not REGISTRY_REFERENCE.fullmatch(box.image):
+        return ("image",), (
+            f"{box.image!r} is not a registry reference: letters, digits and . _ - / : @ # only "
+            "(a file or folder: give its path, starting with / or ./)"
+        )
     if kind not in runtime.images:
         takes = " or ".join(KIND_WORDS[k] for k in sorted(runtime.images))
         return ("image",), f"{box.runtime} cannot run {KIND_WORDS[kind]} ({box.image}); it runs {takes}"
     if profile.accelerator == "gpu" and profile.gpu_vendor not in runtime.gpus:
         able = ", ".join(name for name, other in RUNTIMES.items() if profile.gpu_vendor in other.gpus)
         return ("runtime",), f"{box.runtime} cannot give a container {profile.gpu_vendor} GPUs; use {able}"
+    if runtime.style == "srun" and box.options:
+        return ("options",), "pyxis takes srun's options: give them in the recipe's srun.extra"
     if runtime.style in ("run", "shifter"):
         for index, mount in enumerate(box.mounts):
             source = mount.split(":")[0]

@@ -104,8 +104,9 @@ def container(
     recipe: ResolvedRecipe, profile: ClusterProfile, step: str = "launch", env: tuple[str, ...] = ()
 ) -> Container:
     """``step`` names a docker/podman container, with the job id and (but for the image check, one
-    task without the node agent) the node: a site's epilog can remove one that a killed client left
-    behind (``docker rm -f``). ``env``: the names such a container is given."""
+    task without the node agent) the srun task's id (a node's, or a rank's where a task is one): a
+    site's epilog can remove one that a killed client left behind (``docker rm -f``). ``env``: the
+    names such a container is given."""
     box = recipe.container
     if box is None:
         return Container(Words(), Words(), ())
@@ -118,7 +119,7 @@ def container(
         if box.workdir:
             srun.add(f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
-    name = f"clusterkit-{{job_id}}-{step}" + ("" if step == "image-check" else "-{node_rank}")
+    name = f"clusterkit-{{job_id}}-{step}" + ("" if step == "image-check" else "-{rank}")  # srun's task id
     return Container(Words(), containers.prefix(box, profile, name, env), ())
 
 
