@@ -130,6 +130,26 @@ def test_what_a_runtime_cannot_do_is_refused_in_one_line(
     assert message in refused and re.match(r"^\S+:\d+: ", refused), refused
 
 
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_a_container_outside_the_job_gets_no_per_task_gpu_binding_and_wants_whole_nodes(
+    tmp_path: Path, runtime: str
+) -> None:
+    """SLURM's cgroup and srun's --gpu-bind (CUDA_VISIBLE_DEVICES by cgroup index) do not reach a
+    container the docker daemon starts, or one given only the variables it names."""
+    _profile(tmp_path, {"model": "G", "memory_gb": 80}, runtime=runtime, image="r/train:1")
+    profile = tmp_path / "clusters" / "boxed.yaml"
+    profile.write_text(profile.read_text() + "task_gpu_bind: single:1\n")
+    resources = {"nodes": 2, "gpus_per_node": 2, "time": "5"}
+    assert f"task_gpu_bind: SLURM's per-task GPU binding does not reach a {runtime} container" in _refused(
+        _recipe(tmp_path, resources=resources)
+    )
+    _profile(tmp_path, {"model": "G", "memory_gb": 80}, runtime=runtime, image="r/train:1")
+    done = run_cli("validate", str(_recipe(tmp_path, resources=resources)), cwd=tmp_path)
+    assert done.returncode == 0 and f"warning: resources.exclusive: {runtime}'s containers run outside" in done.stderr
+    done = run_cli("validate", str(_recipe(tmp_path, resources={**resources, "exclusive": True})), cwd=tmp_path)
+    assert done.returncode == 0 and "outside SLURM's cgroup" not in done.stdout + done.stderr
+
+
 def test_a_recipes_image_is_checked_against_the_profiles_runtime(tmp_path: Path) -> None:
     _profile(tmp_path, runtime="docker", image="nvcr.io/nvidia/pytorch:24.05-py3")
     refused = _refused(_recipe(tmp_path, container_image="/images/mine.sif"))

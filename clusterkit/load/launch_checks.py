@@ -152,7 +152,9 @@ def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, 
         )
 
 
-def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+def check_container(
+    recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report, warn: Report
+) -> None:
     """A recipe's image needs a profile that says how to run containers; a mount that puts another
     host folder over the runs directory inside the container would hide the run from its ranks
     (clusterkit mounts the run directory at its own path; this catches what would cover it)."""
@@ -169,10 +171,16 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
     refused = containers.refusal(replace(box, image=image), profile)
     if refused is not None:
         key, message = refused
-        if key == ("image",) and recipe.container_image is not None:
+        if key == ("container", "image") and recipe.container_image is not None:
             error(("container_image",), message)
         else:
-            profile_error(("container", *key), message)
+            profile_error(key, message)
+    if not containers.RUNTIMES[box.runtime].in_job and not recipe.resources.exclusive and profile.accelerator == "gpu":
+        warn(
+            ("resources", "exclusive"),
+            f"{box.runtime}'s containers run outside SLURM's cgroup (its CPU, memory and GPU limits do not "
+            "apply, and each sees every GPU of the node): ask for whole nodes (exclusive: true)",
+        )
     runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
         error(

@@ -42,6 +42,9 @@ class Runtime:
     # (docker, podman: --env=NAME each, the host environment does not pass through); shifter: NERSC's.
     style: str
     header_image: bool = False  # the image also goes in #SBATCH --image= (Shifter stages it on the nodes)
+    # Its containers are processes of the job (in SLURM's cgroup, with srun's GPU binding); False: a
+    # daemon's (docker), or ones given only the variables named, so SLURM's limits and binding do not reach them.
+    in_job: bool = True
 
 
 _DEVICES_AMD = ("--device=/dev/kfd", "--device=/dev/dri", "--group-add=video")
@@ -53,13 +56,14 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime("pyxis", frozenset({FILE, REGISTRY}), {"nvidia": (), "amd": ()}, "srun"),
         Runtime("apptainer", _ANY_IMAGE, _APPTAINER_GPUS, "exec"),
         Runtime("singularity", _ANY_IMAGE, _APPTAINER_GPUS, "exec"),
-        Runtime("docker", frozenset({REGISTRY}), {"nvidia": ("--gpus=all",), "amd": _DEVICES_AMD}, "run"),
+        Runtime("docker", frozenset({REGISTRY}), {"nvidia": ("--gpus=all",), "amd": _DEVICES_AMD}, "run", in_job=False),
         # A folder: podman --rootfs. NVIDIA's GPUs through their CDI spec (nvidia-ctk cdi generate).
         Runtime(
             "podman",
             frozenset({REGISTRY, FOLDER}),
             {"nvidia": ("--device=nvidia.com/gpu=all",), "amd": _DEVICES_AMD},
             "run",
+            in_job=False,
         ),
         # NERSC's Shifter: images come from its gateway (shifterimg pull), NVIDIA's GPUs from its gpu module.
         Runtime("shifter", frozenset({REGISTRY}), {"nvidia": ("--module=gpu",)}, "shifter", header_image=True),
@@ -111,29 +115,34 @@ def registry_name(image: str) -> str:
 
 
 def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], str] | None:
-    """Why this container cannot run on this profile (the key below container:, the message), or None."""
+    """Why this container cannot run on this profile (the profile's key, the message), or None."""
     runtime = RUNTIMES[box.runtime]
     kind = image_kind(box.image)
     if box.image.startswith("-"):
-        return ("image",), f"{box.image} starts with '-', which {box.runtime} would read as an option"
+        return ("container", "image"), f"{box.image} starts with '-', which {box.runtime} would read as an option"
     if kind == REGISTRY and not REGISTRY_REFERENCE.fullmatch(box.image):
-        return ("image",), (
+        return ("container", "image"), (
             f"{box.image!r} is not a registry reference: letters, digits and . _ - / : @ # only "
             "(a file or folder: give its path, starting with / or ./)"
         )
     if kind not in runtime.images:
         takes = " or ".join(KIND_WORDS[k] for k in sorted(runtime.images))
-        return ("image",), f"{box.runtime} cannot run {KIND_WORDS[kind]} ({box.image}); it runs {takes}"
+        return ("container", "image"), f"{box.runtime} cannot run {KIND_WORDS[kind]} ({box.image}); it runs {takes}"
     if profile.accelerator == "gpu" and profile.gpu_vendor not in runtime.gpus:
         able = ", ".join(name for name, other in RUNTIMES.items() if profile.gpu_vendor in other.gpus)
-        return ("runtime",), f"{box.runtime} cannot give a container {profile.gpu_vendor} GPUs; use {able}"
+        return ("container", "runtime"), f"{box.runtime} cannot give a container {profile.gpu_vendor} GPUs; use {able}"
+    if profile.task_gpu_bind is not None and not runtime.in_job:
+        return ("task_gpu_bind",), (
+            f"SLURM's per-task GPU binding does not reach a {box.runtime} container, which sees every GPU of "
+            "the node; leave task_gpu_bind out (the ranks pick their GPU by LOCAL_RANK)"
+        )
     if runtime.style == "srun" and box.options:
-        return ("options",), "pyxis takes srun's options: give them in the recipe's srun.extra"
+        return ("container", "options"), "pyxis takes srun's options: give them in the recipe's srun.extra"
     if runtime.style in ("run", "shifter"):
         for index, mount in enumerate(box.mounts):
             source = mount.split(":")[0]
             if "," in mount or not source.startswith("/"):
-                return ("mounts", index), (
+                return ("container", "mounts", index), (
                     f"{box.runtime} takes one mount per entry, from an absolute host path "
                     f"(/host[:/container[:options]]); {mount!r} is not one"
                 )
