@@ -150,6 +150,20 @@ def test_a_container_outside_the_job_gets_no_per_task_gpu_binding_and_wants_whol
     assert done.returncode == 0 and "outside SLURM's cgroup" not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_the_preemption_signal_would_end_a_launcher_inside_a_docker_container(tmp_path: Path, runtime: str) -> None:
+    """The node agent hands the signal only to processes that handle it (torchrun would end on it), but
+    it cannot see into a container that a daemon or conmon started: the client proxies the signal to
+    the container's first process, the launcher itself."""
+    _profile(tmp_path, runtime=runtime, image="r/train:1")
+    refused = _refused(_recipe(tmp_path, launcher="torchrun"))
+    assert f"preemption.signal: {runtime} passes the preemption signal to the container's first process" in refused
+    load_recipe(_recipe(tmp_path, launcher="torchrun", preemption={"signal": False}))
+    load_recipe(_recipe(tmp_path, launcher="python"))  # each rank is the first process of its container
+    _profile(tmp_path, runtime="singularity", image="/x.sif")  # in the job: the node agent sees the ranks
+    load_recipe(_recipe(tmp_path, launcher="torchrun"))
+
+
 def test_a_recipes_image_is_checked_against_the_profiles_runtime(tmp_path: Path) -> None:
     _profile(tmp_path, runtime="docker", image="nvcr.io/nvidia/pytorch:24.05-py3")
     refused = _refused(_recipe(tmp_path, container_image="/images/mine.sif"))

@@ -175,7 +175,18 @@ def check_container(
             error(("container_image",), message)
         else:
             profile_error(key, message)
-    if not containers.RUNTIMES[box.runtime].in_job and not recipe.resources.exclusive and profile.accelerator == "gpu":
+    outside = not containers.RUNTIMES[box.runtime].in_job
+    signal = recipe.preemption.signal
+    if outside and signal is not False and not LAUNCHERS[recipe.launcher].signal_to_launcher:
+        # The node agent passes the preemption signal to the processes that handle it, but it cannot see
+        # into a docker container: the client proxies it to the container's first process, the launcher.
+        error(
+            ("preemption", "signal"),
+            f"{box.runtime} passes the preemption signal to the container's first process, launcher "
+            f"{recipe.launcher}, which it would end before any rank could save; set preemption.signal: "
+            "false, or use launcher: python (each rank in a container of its own gets it)",
+        )
+    if outside and not recipe.resources.exclusive and profile.accelerator == "gpu":
         warn(
             ("resources", "exclusive"),
             f"{box.runtime}'s containers run outside SLURM's cgroup (its CPU, memory and GPU limits do not "
