@@ -249,7 +249,8 @@ def container_env(recipe: ResolvedRecipe, env_names: tuple[str, ...]) -> tuple[s
     (spec.containers.PASSED_ENV), the job's environment lines (``env_names``), the launch step's
     layout variables, the secrets and the service's address."""
     service = (recipe.service.address_env,) if recipe.service else ()
-    return tuple(dict.fromkeys((*containers.PASSED_ENV, *env_names, *step_env(recipe), *recipe.secrets, *service)))
+    job = {*env_names, *step_env(recipe), *recipe.secrets, *service} - set(containers.PASSED_ENV)
+    return (*containers.PASSED_ENV, *sorted(job))  # sorted: the same words however env.sh orders its lines
 
 
 def launch_plan(
