@@ -64,6 +64,15 @@ def _refused(path: Path) -> str:
     return message
 
 
+def test_the_profiles_runtime_names_are_the_tables() -> None:
+    import msgspec.inspect as mi
+
+    from clusterkit.spec.profile import Container
+
+    runtime = next(field for field in mi.type_info(Container).fields if field.name == "runtime")
+    assert set(runtime.type.values) == set(containers.RUNTIMES)
+
+
 @pytest.mark.parametrize(
     "image, kind",
     [

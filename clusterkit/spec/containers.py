@@ -38,8 +38,8 @@ class Runtime:
     name: str
     images: frozenset[str]  # the image kinds it can run
     gpus: dict[str, tuple[str, ...]]  # vendor -> its options; a vendor not named: it cannot give those GPUs
-    # srun: options of srun itself (pyxis); exec: Apptainer's command line; run: a container per node
-    # (docker, podman: --env=NAME each, the host environment does not pass through); shifter: NERSC's.
+    # srun: options of srun itself (pyxis); exec: Apptainer's command line; run: a container per srun
+    # task (docker, podman: --env=NAME each, the host environment does not pass through); shifter: NERSC's.
     style: str
     header_image: bool = False  # the image also goes in #SBATCH --image= (Shifter stages it on the nodes)
     # Its containers are processes of the job (in SLURM's cgroup, with srun's GPU binding); False: a
@@ -69,7 +69,6 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime("shifter", frozenset({REGISTRY}), {"nvidia": ("--module=gpu",)}, "shifter", header_image=True),
     )
 }
-RUNTIME_NAMES = tuple(RUNTIMES)
 
 # What every docker/podman container is given by name: SLURM's task variables, the rendezvous and rank
 # variables, and what clusterkit's own runner and supervisor read (PYTHONPATH: the stack-dump site folder).
