@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,10 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from clusterkit.spec import containers
+from clusterkit.spec.launch_plan import IMAGE_CHECK
 from clusterkit.supervisor.plan import expand
 from conftest import REPO, run_cli
-from launch_plans import plan_of, task_argv
+from launch_plans import plan_of, started, task_argv
 
 STANDIN = REPO / "tests" / "scripts" / "container-standin"
 SCRIPT = str(REPO / "tests" / "scripts" / "echo_contract.py")
@@ -124,6 +126,8 @@ def test_what_an_image_names(image: str, kind: str) -> None:
         ({"runtime": "shifter", "image": "nersc/x:1 $(id)"}, None, "is not a registry reference"),
         ({"runtime": "podman", "image": "docker://a\tb"}, None, "is not a registry reference"),
         ({"runtime": "pyxis", "image": "x", "options": ["--x"]}, None, "container.options: pyxis takes srun's options"),
+        # pyxis's one mount list is filled in with run-time values (the run directory's): none in a mount.
+        ({"runtime": "pyxis", "image": "x", "mounts": ["/d/{job_id}"]}, None, "container.mounts[0]: '/d/{job_id}'"),
         # One word each, starting with '-': never a value the runtime would read as the image.
         ({"runtime": "docker", "image": "x", "options": ["--ulimit memlock=-1"]}, None, "container.options[0]"),
         ({"runtime": "docker", "image": "x", "options": ["evil:latest"]}, None, "container.options[0]"),
@@ -236,6 +240,17 @@ def test_docker_runs_a_container_per_task_given_the_jobs_variables_by_name(tmp_p
     assert "--workdir=/r d" in argv
 
 
+def test_the_image_check_runs_in_a_container_of_its_own_started_from_the_batch_shell(tmp_path: Path) -> None:
+    """One task without the node agent: its words are filled in by the supervisor, which knows the
+    job's values (the user's ids too) but no task's, so its container's name holds none."""
+    _profile(tmp_path, runtime="docker", image="r/train:1")
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, launcher="torchrun", preemption={"signal": False}))))
+    argv, _ = started(plan, plan.image_check, "/r")
+    docker = argv[argv.index("docker") :]
+    assert docker[6:8] == ["--name=clusterkit-7-image-check", f"--user={os.getuid()}:{os.getgid()}"]
+    assert docker[-4:] == ["python3", "-c", IMAGE_CHECK, "torch"] and not any("{" in word for word in docker[:-3])
+
+
 def test_every_variable_clusterkits_ranks_read_reaches_a_docker_container() -> None:
     """The runner, preflight and the stack-dump site folder read these from their environment; a docker
     container has only what it is given by name."""
@@ -320,7 +335,9 @@ def _assert_each_rank_ran_through(runtime: str, run_dir: Path, calls: list[dict]
         # The script from the code snapshot in the run directory, which is mounted at its own path.
         assert call["command"] == ["python3", f"{run_dir}/code/tests/scripts/echo_contract.py"]
         argv = call["argv"]
-        mounted = argv[argv.index("--bind") + 1].split(",") if runtime == "singularity" else argv
+        mounted = (
+            [argv[at + 1] for at, word in enumerate(argv) if word == "--bind"] if runtime == "singularity" else argv
+        )
         assert (str(run_dir) if runtime == "singularity" else f"--volume={run_dir}:{run_dir}") in mounted
     if runtime in ("docker", "podman"):
         names = sorted(word for call in calls for word in call["argv"] if word.startswith("--name="))
@@ -357,3 +374,32 @@ def test_a_two_node_job_runs_each_rank_through_the_runtime_on_the_dev_cluster(
     variables and the node agent are the real ones."""
     run_dir, calls = _job(tmp_path, runtime, image)
     _assert_each_rank_ran_through(runtime, run_dir, calls, {"node1", "node2"})
+
+
+HOSTILE = ["a b", "$(touch /tmp/ck-canary)", "x;y", "'q'", "-x", "p\n", "{rank}", "~", "%j", "a,b", "\x1b[31m", "*"]
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman", "shifter", "singularity"])
+@pytest.mark.parametrize("key", ["image", "mounts", "workdir", "options"])
+def test_a_hostile_container_value_is_refused_in_one_line_or_passed_as_one_word(
+    tmp_path: Path, runtime: str, key: str
+) -> None:
+    """Each value either stops at validate with one line, or reaches the runtime inside one argv word,
+    exactly as written (no shell, no run-time value filled into it), and the script stays bash."""
+    for value in HOSTILE:
+        as_written = f"/{value}" if key == "mounts" else value
+        container = {"runtime": runtime, "image": "/x.sif" if runtime == "singularity" else "r/train:1"}
+        container[key] = [as_written] if key in ("mounts", "options") else as_written
+        _profile(tmp_path, **container)
+        try:
+            job = render_job(load_recipe(_recipe(tmp_path)))
+        except RecipeError as refused:
+            assert str(refused).count("\n") == 0 and str(refused).isprintable(), (key, value, str(refused))
+            continue
+        argv, expand_at = plan_of(job).launch.argv, plan_of(job).launch.expand
+        # (the container's name is clusterkit's own word, with its own run-time values)
+        holding = [at for at, word in enumerate(argv) if as_written in word and not word.startswith("--name=")]
+        assert holding and not set(holding) & set(expand_at), (key, value, argv)
+        script = tmp_path / "job.sbatch"
+        script.write_text(job.files["job.sbatch"])
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

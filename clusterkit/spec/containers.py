@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.spec.launchers import Words
+from clusterkit.spec.runtime_values import placeholders
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile, Container
@@ -135,6 +136,13 @@ def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], s
             f"SLURM's per-task GPU binding does not reach a {box.runtime} container, which sees every GPU of "
             "the node; leave task_gpu_bind out (the ranks pick their GPU by LOCAL_RANK)"
         )
+    if runtime.style == "srun":  # one --container-mounts list with the run directory's, filled in by the job
+        for index, mount in enumerate(box.mounts):
+            if placeholders(mount):
+                return ("container", "mounts", index), (
+                    f"{mount!r}: pyxis's mount list is filled in with the job's run-time values, so "
+                    f"{{{min(placeholders(mount))}}} would not stay as written; name the folder without it"
+                )
     if runtime.style == "srun" and box.options:
         return ("container", "options"), "pyxis takes srun's options: give them in the recipe's srun.extra"
     if runtime.style in ("run", "shifter"):
@@ -162,8 +170,9 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
     runtime = RUNTIMES[box.runtime]
     gpus = runtime.gpus.get(profile.gpu_vendor, ()) if profile.accelerator == "gpu" else ()
     if runtime.style == "exec":
-        words = Words().add(box.runtime, "exec", *gpus, "--bind")
-        words.runtime("".join(mount + "," for mount in box.mounts) + RUN_DIR)
+        # One --bind each: a mount is passed as written, only the run directory's word is filled in.
+        words = Words().add(box.runtime, "exec", *gpus)
+        words.add(*(word for mount in box.mounts for word in ("--bind", mount))).add("--bind").runtime(RUN_DIR)
         words.add(*(("--pwd", box.workdir) if box.workdir else ()), *box.options)
         # A bare name is Apptainer's to read (a relative path, as it always was); Shifter's docker:NAME is docker://.
         return words.add("docker://" + registry_name(box.image) if box.image.startswith("docker:") else box.image)
