@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -403,3 +404,31 @@ def test_a_hostile_container_value_is_refused_in_one_line_or_passed_as_one_word(
         script = tmp_path / "job.sbatch"
         script.write_text(job.files["job.sbatch"])
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="no docker client installed")
+@pytest.mark.parametrize("vendor", ["nvidia", "amd"])
+def test_the_real_docker_client_parses_every_option_clusterkit_writes(tmp_path: Path, vendor: str) -> None:
+    """No daemon here, but the docker client parses (and checks the values of) its options before it
+    connects: each word of the launch and the image check gets past that, to the daemon (whose address
+    points nowhere, so no container can start even where a daemon runs). 'unknown flag' or 'invalid
+    argument' would be a word clusterkit writes wrong."""
+    gpu = {"model": "G", "memory_gb": 80, "vendor": vendor}
+    _profile(
+        tmp_path, gpu, runtime="docker", image="r/train:1", mounts=["/data:/data:ro"], options=["--ulimit=memlock=-1"]
+    )
+    recipe = _recipe(
+        tmp_path,
+        launcher="torchrun",
+        preemption={"signal": False},
+        resources={"nodes": 2, "gpus_per_node": 2, "time": "5", "exclusive": True},
+    )
+    plan = plan_of(render_job(load_recipe(recipe)))
+    env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/clusterkit-test/docker.sock")
+    for step in (plan.launch, plan.image_check):
+        argv, _ = started(plan, step, "/r") if step is plan.image_check else (task_argv(step, "/r"), None)
+        argv = [word.replace("{uid}", "0").replace("{gid}", "0") for word in argv[argv.index("docker") :]]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        # ("unknown server OS": --gpus asks the daemon what it runs on, once the options are parsed)
+        reached = "Cannot connect to the Docker daemon" in done.stderr or "unknown server OS" in done.stderr
+        assert done.returncode != 0 and reached and "invalid" not in done.stderr, (step.name, done.stderr)
