@@ -100,7 +100,7 @@ def image_kind(image: str) -> str:
     """What an image names: a registry reference (docker://NAME, Shifter's docker:NAME, or a bare
     NAME[:TAG]), another Apptainer URI (oras://, docker-archive:...), a file (by its suffix), or a
     sandbox folder (a path, not a file's: starting with / . ~ or ending with /)."""
-    if image.startswith("docker:") and not image.startswith("docker://") or image.startswith("docker://"):
+    if image.startswith("docker:"):  # docker:// and Shifter's docker: (not docker-archive:)
         return REGISTRY
     if "://" in image or image.startswith(ARCHIVE_PREFIXES):
         return URI
@@ -191,7 +191,7 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
         words.add(f"--workdir={box.workdir}")
     else:
         words.runtime(f"--workdir={RUN_DIR}")
-    words.add(*(f"--env={name}" for name in env_names), *box.options)
+    words.add(*(f"--env={variable}" for variable in env_names), *box.options)
     if image_kind(box.image) == FOLDER:
         return words.add("--rootfs", box.image)
     return words.add(registry_name(box.image))
