@@ -23,7 +23,7 @@ PORTED_RECIPES = sorted((RECIPES / "ported").glob("*.yaml"))
 # own logic, in-process or through the CLI, against fakes at the Host and job-environment seams; no
 # dev cluster, no SSH server, no job that trains, no pip. bin/test runs them all, and everything else.
 FAST_MODULES = {
-    "test_completion", "test_containers", "test_doctor", "test_dry_run_display", "test_errors",
+    "test_completion", "test_containers", "test_container_runtimes", "test_doctor", "test_dry_run_display", "test_errors",
     "test_format_hints", "test_gpu_defaults", "test_gpus", "test_help_examples", "test_import_script", "test_layers", "test_layout_and_profile_options",
     "test_into_job", "test_launch_plan", "test_lifecycle", "test_node_agent", "test_plan", "test_preemption_local", "test_profile_checks", "test_profile_init", "test_ported_script_checks", "test_python_argv",
     "test_collective_forensics", "test_recipe_input_holes", "test_render", "test_render_output", "test_resolved", "test_rich_text",

@@ -62,12 +62,21 @@ def test_pyxis_takes_srun_options_with_the_run_directory_mounted(tmp_path: Path)
 
 def test_apptainer_is_the_command_the_node_agent_starts(tmp_path: Path) -> None:
     plan = plan_of(render_job(load_recipe(REPO / "recipes" / "gpt2-apptainer.yaml")))
-    apptainer = ["apptainer", "exec", "--nv", "--bind", "/project/data,/r", "/project/images/pytorch-2.4.sif"]
-    assert task_argv(plan.launch, "/r")[:7] == [*apptainer, "python3"]  # the launcher runs inside it
+    apptainer = [
+        "apptainer",
+        "exec",
+        "--nv",
+        "--bind",
+        "/project/data",
+        "--bind",
+        "/r",
+        "/project/images/pytorch-2.4.sif",
+    ]
+    assert task_argv(plan.launch, "/r")[:9] == [*apptainer, "python3"]  # the launcher runs inside it
     assert plan.launch.agent_python == () and not any("container" in word for word in plan.launch.srun)
     # The image check names what the built-in runner needs, and runs inside the image too.
     argv, _ = started(plan, plan.image_check, "/r")
-    assert argv[-12:-6] == apptainer and argv[-6:-3] == ["python3", "-c", IMAGE_CHECK]
+    assert argv[-14:-6] == apptainer and argv[-6:-3] == ["python3", "-c", IMAGE_CHECK]
     assert argv[-3:] == ["clusterkit", "torch", "transformers"]
     cpu = plan_of(render_job(load_recipe(_recipe(tmp_path, container_image=str(tmp_path / "train.sif"))))).launch
     assert task_argv(cpu, "/r")[:5] == ["apptainer", "exec", "--bind", "/r", str(tmp_path / "train.sif")]

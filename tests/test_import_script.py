@@ -333,17 +333,28 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
         ("pyxis-h100", "srun --container-image=/img/mine.sqsh --container-mounts=/d:/d python a.py", "/img/mine.sqsh",
          "the profile's container settings"),
         ("apptainer-a100", "srun apptainer exec --nv -B /d:/d /img/mine.sif python a.py", "/img/mine.sif", None),
-        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None,
-         "a container the recipe cannot name: the program would run outside it"),
+        ("dev", "srun apptainer exec --nv /img/mine.sif python a.py", None, "a container the recipe cannot name: the program would run outside it"),
+        # Apptainer is Singularity renamed: either command maps to a profile of either name.
+        ("singularity-a100", "srun singularity exec --nv -B /d:/d /img/mine.sif python a.py", "/img/mine.sif", None),
+        ("singularity-a100", "srun apptainer exec --nv /img/mine.sif python a.py", "/img/mine.sif", None),
+        ("docker-h100", "srun docker run --rm --gpus all -e RANK -v /d:/d --network host me/mine:1 python a.py",
+         "me/mine:1", None),
+        ("shifter-perlmutter", "srun shifter --image=docker:me/mine:1 --module=gpu python a.py", "docker:me/mine:1",
+         None),
+        ("dev", "srun docker run -it me/mine:1 python a.py", None, "a container the recipe cannot name: the program would run outside it"),
     ],
-    ids=["pyxis", "apptainer", "no-container-profile"],
+    ids=[
+        "pyxis", "apptainer", "no-container-profile", "singularity", "apptainer-on-singularity", "docker", "shifter",
+        "docker-without-a-profile",
+    ],
 )  # fmt: skip
 def test_a_container_maps_to_the_profiles_container(
-    cluster: str, launch: str, image: str | None, listed: str | None
+    cluster: str, launch: str, image: str | None, listed: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clusterkit.load.loader import load_profile
     from clusterkit.load.script_text import parse_script
 
+    monkeypatch.setenv("CLUSTERKIT_CLUSTERS", str(REPO / "recipes" / "clusters"))  # this checkout's profiles
     profile = load_profile(cluster, REPO)[0]
     imported = import_script(parse_script(f"#SBATCH -N 1\n{launch}\n", "job.sh"), profile)
     assert imported.recipe.get("container_image") == image

@@ -495,5 +495,13 @@ def test_pyxis_and_apptainer_are_found_and_the_container_block_to_add_is_written
     assert "# pyxis is here (srun --help lists --container-image): to run jobs in an image add\n" in text
     assert "# container: {image: /path/to/image.sif, runtime: apptainer}\n" in text
     assert "container" not in draft.values  # the image is the user's to name
+    for tool, image in [
+        ("docker", "nvcr.io/nvidia/pytorch:24.05-py3"),
+        ("shifter", "docker:nvcr.io/nvidia/pytorch:24.05-py3"),
+    ]:
+        (tmp_path / tool).mkdir()
+        answers = cluster([partition("gpu")], [node("n1", "gpu:8")])
+        _, text = written_round_trip(tmp_path / tool, FakeHost(answers, tools=f"{tool}\n"))
+        assert f"# container: {{image: {image}, runtime: {tool}}}\n" in text  # an image of a kind it runs
     plain = read_site(FakeHost(REAL, tools="sh: 1: weird\x1boutput\n"))
     assert plain.container_tools == () and not [n for n in draft_profile(plain, "x").notes if "container" in n]

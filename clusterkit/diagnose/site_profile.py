@@ -228,12 +228,20 @@ def _containers(draft: Draft, site: SlurmSite) -> None:
     if "container-image" in site.srun_options:
         draft.notes.append("pyxis is here (srun --help lists --container-image): to run jobs in an image add")
         draft.notes.append("container: {image: nvcr.io/nvidia/pytorch:24.05-py3, runtime: pyxis}")
-    for tool in ("apptainer", "singularity"):
+    # The first runtime found, in the order HPC sites prefer them, with an image of a kind it runs.
+    images = {
+        "apptainer": "/path/to/image.sif",
+        "singularity": "/path/to/image.sif",
+        "shifter": "docker:nvcr.io/nvidia/pytorch:24.05-py3",
+        "podman": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "docker": "nvcr.io/nvidia/pytorch:24.05-py3",
+    }
+    for tool, image in images.items():
         if tool in site.container_tools:
             draft.notes.append(
                 f"{tool} is on the PATH of {site.host} (the compute nodes may differ): for its images add"
             )
-            draft.notes.append("container: {image: /path/to/image.sif, runtime: apptainer}")
+            draft.notes.append(f"container: {{image: {image}, runtime: {tool}}}")
             break
 
 

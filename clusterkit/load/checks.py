@@ -132,7 +132,7 @@ def resolve_and_check(
     launch_checks.check_srun(recipe, found.error, found.warn)
     launch_checks.check_process_model(recipe, profile, found.error, found.profile_error)
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)
-    launch_checks.check_container(recipe, profile, found.error, found.profile_error)
+    launch_checks.check_container(recipe, profile, found.error, found.profile_error, found.warn)
     launch_checks.check_service(recipe, found.error)
     launch_checks.check_launcher(recipe, found.error)
     if resolved is not None:

@@ -7,8 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+from msgspec.structs import replace
+
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
+from clusterkit.spec import containers
+from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
@@ -131,7 +136,9 @@ def check_task_gpu_bind(recipe: Recipe, profile: ClusterProfile, error: Report, 
         )
 
 
-def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
+def check_container(
+    recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report, warn: Report
+) -> None:
     """A recipe's image needs a profile that says how to run containers; a mount that puts another
     host folder over the runs directory inside the container would hide the run from its ranks
     (clusterkit mounts the run directory at its own path; this catches what would cover it)."""
@@ -143,6 +150,32 @@ def check_container(recipe: Recipe, profile: ClusterProfile, error: Report, prof
         )
     if profile.container is None:
         return
+    box = profile.container
+    image = recipe.container_image or box.image
+    refused = containers.refusal(replace(box, image=image), profile)
+    if refused is not None:
+        key, message = refused
+        if key == ("container", "image") and recipe.container_image is not None:
+            error(("container_image",), message)
+        else:
+            profile_error(key, message)
+    outside = not containers.RUNTIMES[box.runtime].in_job
+    signal = recipe.preemption.signal
+    if outside and signal is not False and not LAUNCHERS[recipe.launcher].signal_to_launcher:
+        # The node agent passes the preemption signal to the processes that handle it, but it cannot see
+        # into a docker container: the client proxies it to the container's first process, the launcher.
+        error(
+            ("preemption", "signal"),
+            f"{box.runtime} passes the preemption signal to the container's first process, launcher "
+            f"{recipe.launcher}, which it would end before any rank could save; set preemption.signal: "
+            "false, or use launcher: python (each rank in a container of its own gets it)",
+        )
+    if outside and not recipe.resources.exclusive and profile.accelerator == "gpu":
+        warn(
+            ("resources", "exclusive"),
+            f"{box.runtime}'s containers run outside SLURM's cgroup (its CPU, memory and GPU limits do not "
+            "apply, and each sees every GPU of the node): ask for whole nodes (exclusive: true)",
+        )
     runs = Path(os.path.abspath(os.path.expanduser(recipe.runs_dir or profile.runs_dir or "./runs")))
     if {",", ":"} & set(str(runs)):
         error(

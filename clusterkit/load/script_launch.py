@@ -33,6 +33,9 @@ CONTAINER_BARE = frozenset(
     "--nv --rocm --nvccli --cleanenv -e --contain -c --containall -C --writable-tmpfs --no-home --no-mount".split()
 )
 OPTIONS_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\])?\}|[A-Za-z_][A-Za-z0-9_]*)")
+# docker/podman run's flags that take no value (its -e and -v do)
+RUN_BARE = frozenset("--rm --init --privileged -i -t -it -d --detach --interactive --tty --read-only --replace".split())
+SHIFTER_BARE = frozenset({"--help", "--verbose", "-v"})
 MPIRUN_TWO_VALUES = frozenset({"mca", "gmca"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 DEEPSPEED_MODULES = frozenset({"deepspeed.launcher.runner"})
@@ -54,6 +57,7 @@ class Launch:
     prefix_env: dict[str, str] = field(default_factory=dict)  # VAR=value words before the command
     redirections: list[str] = field(default_factory=list)
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
+    container_runtime: str = ""  # which runtime's command that was (apptainer, singularity, docker, ...)
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
     under_srun: bool = False  # started by srun (a task each), not in the batch shell
 
@@ -107,7 +111,7 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     if words and words[0].rsplit("/", 1)[-1] == "srun":
         srun, words = _srun_options(words[1:])
         under_srun = True  # with or without options of its own
-    container, words = _container(words)
+    runtime, container, words = _container(words)
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
         inner = _inner(line, words[2], srun, prefix_env, redirections)
         if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
@@ -118,6 +122,7 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     kind = launcher_of(words) or "command"
     launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
     launch.under_srun = under_srun
+    launch.container_runtime = runtime
     _fill(launch, words)
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 
@@ -205,19 +210,28 @@ def _program(launch: Launch, words: list[str]) -> None:
         launch.program, launch.args = words[0], words[1:]
 
 
-def _container(words: list[str]) -> tuple[str | None, list[str]]:
-    """``apptainer exec [options] IMAGE rest`` -> (IMAGE, rest); other words as they are."""
-    if (
-        len(words) < 3
-        or words[0].rsplit("/", 1)[-1] not in ("apptainer", "singularity")
-        or words[1] not in ("exec", "run")
-    ):
-        return None, words
-    at = 2
+def _container(words: list[str]) -> tuple[str, str | None, list[str]]:
+    """``apptainer exec [options] IMAGE rest`` (singularity, ``docker|podman run``, ``shifter
+    --image=IMAGE``) -> (runtime, IMAGE, rest); other words as they are."""
+    runtime = words[0].rsplit("/", 1)[-1] if words else ""
+    verbs = {"apptainer": ("exec", "run"), "singularity": ("exec", "run"), "docker": ("run",), "podman": ("run",)}
+    if runtime == "shifter":
+        at, image = 1, None
+        while at < len(words) and words[at].startswith("-"):
+            flag, equals, value = words[at].partition("=")
+            if flag == "--image":
+                image = value if equals else (words[at + 1] if at + 1 < len(words) else None)
+            at += 1 if equals or flag in SHIFTER_BARE else 2
+        return (runtime, image, words[at:]) if image and at < len(words) else ("", None, words)
+    if len(words) < 3 or words[1] not in verbs.get(runtime, ()):
+        return "", None, words
+    at, bare = 2, RUN_BARE if runtime in ("docker", "podman") else CONTAINER_BARE
     while at < len(words) and words[at].startswith("-"):
-        alone = "=" in words[at] or words[at] in CONTAINER_BARE or (words[at][:2] == "-B" and len(words[at]) > 2)
+        alone = "=" in words[at] or words[at] in bare or (words[at][:2] == "-B" and len(words[at]) > 2)
+        if words[at] == "--rootfs":  # podman's folder image
+            return (runtime, words[at + 1], words[at + 2 :]) if at + 2 < len(words) else ("", None, words)
         at += 1 if alone else 2
-    return (words[at], words[at + 1 :]) if at < len(words) else (None, words)
+    return (runtime, words[at], words[at + 1 :]) if at < len(words) else ("", None, words)
 
 
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:

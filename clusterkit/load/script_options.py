@@ -85,7 +85,7 @@ def map_launch(
             resources.setdefault("cpus_per_task", int(value))
         elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
             header.tasks_per_node = int(value)
-        elif flag.startswith("container-") and _profile_container(imported, "pyxis", flag, value, out, launch.line):
+        elif flag.startswith("container-") and _profile_container(imported, ("pyxis",), flag, value, out, launch.line):
             pass
         elif flag in STEP_DROPPED or flag in STEP_OWNED:
             imported.unmapped.append(
@@ -103,12 +103,15 @@ def map_launch(
         srun["extra"] = extra
     if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
         out["srun"] = srun
+    # Apptainer is Singularity renamed: either command is a profile's of either name.
+    runtime = launch.container_runtime
+    runtimes = ("apptainer", "singularity") if runtime in ("apptainer", "singularity") else (runtime,)
     image = None if launch.container is None else substitute(launch.container, variables)
     if image is not None and (
-        run_time(image) or not _profile_container(imported, "apptainer", "container-image", image, out, launch.line)
+        run_time(image) or not _profile_container(imported, runtimes, "container-image", image, out, launch.line)
     ):
         why = "a container the recipe cannot name: the program would run outside it"
-        imported.unmapped.append(Unmapped(launch.line, f"apptainer/singularity ... {image}", why, CONTAINER))
+        imported.unmapped.append(Unmapped(launch.line, f"{runtime} ... {image}", why, CONTAINER))
     if launch.launcher == "command" and launch.program.rsplit("/", 1)[-1] in CONTAINER_PROGRAMS:
         why = "a container runtime as the program: kept as written, the recipe's container fields do not see it"
         imported.unmapped.append(Unmapped(launch.line, launch.program, why, CONTAINER))
@@ -161,12 +164,12 @@ def _around(launch: Launch, out: dict[str, Any], variables: dict[str, str], impo
 
 
 def _profile_container(
-    imported: Imported, runtime: str, flag: str, value: str | None, out: dict[str, Any], line: int
+    imported: Imported, runtimes: tuple[str, ...], flag: str, value: str | None, out: dict[str, Any], line: int
 ) -> bool:
-    """A container option the cluster profile's ``container:`` (of this runtime) writes: its image,
+    """A container option the cluster profile's ``container:`` (of one of these runtimes) writes: its image,
     where another, becomes ``container_image``; False where the profile has no such container."""
     box = imported.profile.container if imported.profile is not None else None
-    if box is None or box.runtime != runtime:
+    if box is None or box.runtime not in runtimes:
         return False
     if flag == "container-image" and value and value != box.image:
         out["container_image"] = value

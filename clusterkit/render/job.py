@@ -148,7 +148,13 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
     )
     env_vars = network_env(recipe, profile, tracking_env(recipe) + fsdp_env(recipe))
-    plan = launch_plan(recipe, profile, late_env=_late_env(env_vars), rank_files=tuple(sorted(files)))
+    plan = launch_plan(
+        recipe,
+        profile,
+        late_env=_late_env(env_vars),
+        rank_files=tuple(sorted(files)),
+        env_names=tuple(var.name for var in env_vars),
+    )
     files[run_layout.LAUNCH_PLAN] = plan.to_json()
     files.update(supervisor_files())  # a copy: the cached dict stays as it is
     # Module names are values (quoted); setup lines are the one place where shell is written on purpose.

@@ -22,7 +22,7 @@ CONFIG = ("scontrol", "show", "config")
 SBATCH_HELP = ("sbatch", "--help")
 SRUN_HELP = ("srun", "--help")
 # Which of the container tools the login node has (a compute node may differ: said so where used).
-CONTAINER_TOOLS = ("apptainer", "singularity", "enroot")
+CONTAINER_TOOLS = ("apptainer", "singularity", "shifter", "podman", "docker", "enroot")
 _WHICH = ("sh", "-c", 'for tool; do command -v "$tool" >/dev/null 2>&1 && echo "$tool"; done; exit 0', "sh")
 # SLURM writes these for "no value".
 _NONE = {"", "(null)", "N/A", "none", "None"}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.spec import layout
+from clusterkit.spec import containers, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.sbatch_header import tasks_per_node
@@ -90,16 +90,22 @@ def step_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[str]:
 @dataclass(frozen=True)
 class Container:
     """How the steps enter the recipe's container: pyxis takes srun options (and the node agent runs
-    inside, with the image's Python: the profile's container.python); Apptainer is a command before
-    the program (the node agent runs outside and starts it). The run directory is always mounted at
-    its own path."""
+    inside, with the image's Python: the profile's container.python); every other runtime is a
+    command before the program (the node agent runs outside and starts it: spec.containers). The
+    run directory is always mounted at its own path."""
 
     srun: Words
     prefix: Words
     agent_python: tuple[str, ...]
 
 
-def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
+def container(
+    recipe: ResolvedRecipe, profile: ClusterProfile, step: str = "launch", env: tuple[str, ...] = ()
+) -> Container:
+    """``step`` names a docker/podman container, with the job id and (but for the image check, one
+    task without the node agent) the srun task's id (a node's, or a rank's where a task is one): a
+    site's epilog can remove one that a killed client left behind (``docker rm -f``). ``env``: the
+    names such a container is given."""
     box = recipe.container
     if box is None:
         return Container(Words(), Words(), ())
@@ -110,15 +116,8 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
         if box.workdir:
             srun.given(f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
-    gpus = {"nvidia": ["--nv"], "amd": ["--rocm"]}.get(profile.gpu_vendor, []) if profile.accelerator == "gpu" else []
-    prefix = (
-        Words()
-        .add("apptainer", "exec", *gpus, "--bind")
-        .runtime("".join(mount + "," for mount in box.mounts) + RUN_DIR)
-    )
-    if box.workdir:
-        prefix.add("--pwd").given(box.workdir)
-    return Container(Words(), prefix.given(box.image), ())
+    name = f"clusterkit-{{job_id}}-{step}" + ("" if step == "image-check" else "-{rank}")  # srun's task id
+    return Container(Words(), containers.prefix(box, profile, name, env), ())
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
@@ -239,12 +238,27 @@ def step_env(recipe: ResolvedRecipe) -> dict[str, str]:
     return {}
 
 
+def container_env(recipe: ResolvedRecipe, env_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The variables a docker/podman container is given by name: SLURM's, the ranks' and clusterkit's
+    (spec.containers.PASSED_ENV), the job's environment lines (``env_names``), the launch step's
+    layout variables, the secrets and the service's address."""
+    service = (recipe.service.address_env,) if recipe.service else ()
+    job = {*env_names, *step_env(recipe), *recipe.secrets, *service} - set(containers.PASSED_ENV)
+    return (*containers.PASSED_ENV, *sorted(job))  # sorted: the same words however env.sh orders its lines
+
+
 def launch_plan(
-    recipe: ResolvedRecipe, profile: ClusterProfile, late_env: tuple[str, ...] = (), rank_files: tuple[str, ...] = ()
+    recipe: ResolvedRecipe,
+    profile: ClusterProfile,
+    late_env: tuple[str, ...] = (),
+    rank_files: tuple[str, ...] = (),
+    env_names: tuple[str, ...] = (),
 ) -> LaunchPlan:
     """The plan. ``late_env``: the names of env values that hold a node's or a rank's run-time
-    values (the node agent fills them in); ``rank_files``: the rendered files the ranks read."""
-    box = container(recipe, profile)
+    values (the node agent fills them in); ``rank_files``: the rendered files the ranks read;
+    ``env_names``: every variable the job's environment lines set (a docker container is given each)."""
+    passed = container_env(recipe, env_names)
+    box = container(recipe, profile, "launch", passed)
     needs = image_needs(recipe)
     image_check = None
     # Checked in the image before anything starts: the packages the launch imports, with the launch's
@@ -257,7 +271,7 @@ def launch_plan(
             1,
             1,
             check,
-            box,
+            container(recipe, profile, "image-check", passed),
             ["--cpus-per-task=1"],
             logs=(
                 layout.node_log(layout.JOB_ID_PATTERN[recipe.job_kind], "%t", "out"),
@@ -276,7 +290,7 @@ def launch_plan(
             spec.nodes,
             1,
             Words().add(*spec.command),
-            box,
+            container(recipe, profile, "service", passed),
             [f"--cpus-per-task={cpus}"],
             logs=(layout.service_log("%t", "out"), layout.service_log("%t", "err")),
             signal_to_launcher=False,
@@ -285,7 +299,12 @@ def launch_plan(
     preflight = None
     if recipe.preflight.enabled:
         preflight = _ranks_step(
-            "preflight", recipe, profile, program(recipe, "clusterkit.runtime.preflight"), box, late_env
+            "preflight",
+            recipe,
+            profile,
+            program(recipe, "clusterkit.runtime.preflight"),
+            container(recipe, profile, "preflight", passed),
+            late_env,
         )
     excluded = recipe.resources.extra_sbatch.get("exclude")
     return LaunchPlan(

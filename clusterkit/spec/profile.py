@@ -32,6 +32,9 @@ BUILTIN_CLUSTERS_DIR = Path(clusterkit.recipes.clusters.__file__).parent
 # the env placeholders ({job_id}, {rank}) that would make it differ per job.
 HF_HOME_PATTERN = rf"^/[^{LINE_BREAKING}{{}}]*{END}"
 PATTERN_HINTS[HF_HOME_PATTERN] = "an absolute path (starting with /) on one line, without { or }"
+# A container runtime's option: one word starting with '-' (a value joined with '='), on one line.
+RUNTIME_OPTION_PATTERN = rf"^-[^\s{LINE_BREAKING}]+{END}"
+PATTERN_HINTS[RUNTIME_OPTION_PATTERN] = "one word starting with '-' (--flag or --flag=value), without spaces"
 
 
 class GPU(_Struct):
@@ -45,18 +48,25 @@ class GPU(_Struct):
 
 class Container(_Struct):
     """Run the job's steps inside a container (each node's launcher or each rank, the service, the
-    preflight): pyxis/enroot (srun --container-image & co.) or Apptainer/Singularity (``apptainer
-    exec`` before the launcher, ``--nv`` or ``--rocm`` by the profile's GPU vendor). The run directory
-    is always mounted at its own path; the host environment passes through."""
+    preflight). ``runtime``: pyxis/enroot (srun --container-image & co.); apptainer or singularity
+    (``exec`` before the launcher, ``--nv`` or ``--rocm`` by the profile's GPU vendor); docker or
+    podman (``run`` a container per node: host network and IPC, the GPUs, the user's ids, each job
+    variable by name); shifter (NERSC: the image in ``#SBATCH --image=`` and ``shifter`` per node,
+    ``--module=gpu``). ``image``: a file (.sif, .sqsh), a registry reference (NAME[:TAG] or
+    docker://NAME[:TAG]) or a sandbox folder, as the runtime can run it (spec.containers says which).
+    The run directory is always mounted at its own path."""
 
     image: NonEmptyLine
-    runtime: Literal["pyxis", "apptainer"] = "pyxis"
-    # host[:container[:options]], as both runtimes write them
+    runtime: Literal["pyxis", "apptainer", "singularity", "docker", "podman", "shifter"] = "pyxis"
+    # host[:container[:options]], as the runtimes write them (docker, podman, shifter: one per entry)
     mounts: list[NonEmptyLine] = field(default_factory=list)
     workdir: NonEmptyLine | None = None
     # pyxis runs every task inside the image, clusterkit's node agent too: the image's interpreter for
-    # it (any Python 3.8 or newer). Apptainer's agent runs outside, with the profile's host_python.
+    # it (any Python 3.8 or newer). Every other runtime's agent runs outside, with the profile's host_python.
     python: Annotated[str, Meta(pattern=WORD_PATTERN)] = "python3"
+    # More of the runtime's own options, each one word before the image, e.g. --device=/dev/infiniband
+    # or --security-opt=label=disable (not pyxis: its are srun.extra).
+    options: list[Annotated[str, Meta(pattern=RUNTIME_OPTION_PATTERN)]] = field(default_factory=list)
 
 
 # A host name, address or ~/.ssh/config alias, and a login name, as ssh takes them: never an ssh

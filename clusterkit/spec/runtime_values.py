@@ -4,6 +4,7 @@ the job runs (the names and the expansion are the job's own: :mod:`clusterkit.su
 - ``{job_id}``, ``{run_dir}``: the job's (``$CLUSTERKIT_JOB_ID``: as ``clusterkit status`` names it, an
   array task's ``<array id>_<task id>``; ``$RUN_DIR``), known in the batch shell;
 - ``{master_addr}``, ``{master_port}``: the rendezvous, once the supervisor has chosen it;
+- ``{uid}``, ``{gid}``: the job's user and group ids (a docker container runs as them);
 - ``{node_rank}``, ``{hostname}``: on each node, in the launch step;
 - ``{rank}``, ``{local_rank}``: in each task (``$SLURM_PROCID``, ``$SLURM_LOCALID``), so only where
   srun starts one task per rank (launcher: python); torchrun and DeepSpeed start the ranks

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.spec import layout
+from clusterkit.spec import containers, layout
 from clusterkit.spec.notify import mail_type
 
 if TYPE_CHECKING:
@@ -94,6 +94,12 @@ HEADER: tuple[HeaderOption, ...] = (
         lambda r, p: (
             f"B:{r.preemption.handled_signal}@{r.preemption.grace_s}" if r.preemption.signal is not False else None
         ),
+    ),
+    # Shifter stages the image on the job's nodes before it starts (its SLURM plugin reads this).
+    HeaderOption(
+        "image",
+        "the cluster profile's container (runtime: shifter)",
+        lambda r, p: containers.header_image(r.container),
     ),
     HeaderOption("requeue", "preemption.requeue", _requeue(True)),
     HeaderOption("no-requeue", "preemption.requeue", _requeue(False)),

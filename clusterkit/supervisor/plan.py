@@ -17,7 +17,7 @@ PLAN_FORMAT = 1
 
 # Run-time values: name -> where it is first known. The batch shell knows the job's; a node or task
 # also knows its own. One pass replaces them (a value that itself holds braces is not expanded again).
-BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port")
+BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port", "uid", "gid")
 NODE_VALUES = ("node_rank", "hostname")
 TASK_VALUES = ("rank", "local_rank")
 RUNTIME_VALUES = BATCH_VALUES + NODE_VALUES + TASK_VALUES

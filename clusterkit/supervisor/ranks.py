@@ -65,6 +65,8 @@ def runtime_values(environ: Mapping[str, str]) -> Dict[str, str]:
         "master_port": environ.get("MASTER_PORT"),
         "node_rank": environ.get("SLURM_NODEID"),
         "hostname": environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "uid": str(os.getuid()),  # whose files a container writes (docker run --user)
+        "gid": str(os.getgid()),
         "rank": environ.get("SLURM_PROCID"),
         "local_rank": environ.get("SLURM_LOCALID"),
     }

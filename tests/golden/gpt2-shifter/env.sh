@@ -1,0 +1,18 @@
+# Network and runtime environment for gpt2-shifter (ethernet interconnect).
+# Each value says why it is set. Override per recipe with network.env or env.
+# abort the process group on a collective error or hang instead of waiting for the time limit
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+# warnings only; INFO floods logs and belongs to debugging (network.debug: true)
+export NCCL_DEBUG=WARN
+# no InfiniBand here; skip probing the verbs transport
+export NCCL_IB_DISABLE=1
+# use a real host interface, never docker/loopback/veth
+export NCCL_SOCKET_IFNAME='^docker,lo,veth'
+# cpus_per_task / ranks per node = 128/4: no oversubscribed cores
+export OMP_NUM_THREADS=32
+# NCCL flight recorder: keep each rank's last collectives (a few MB of host memory)
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+# NCCL flight recorder: dump them when a collective times out
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# NCCL flight recorder: one dump per rank in the run directory (torch appends the rank)
+export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$RUN_DIR"/ranks/nccl-trace/rank_

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""A STAND-IN for the container runtimes clusterkit starts on each node (``singularity exec``,
+``docker run``, ``podman run``, ``shifter``), named by the link it is called through. Singularity and
+Shifter are not Debian packages, and docker/podman have no daemon or image in tests, so no real
+container can run here. It takes exactly the options clusterkit writes, with each runtime's rules
+where they can be checked without an image (a bind/volume source must exist, docker's user must be
+this process's, variables are given to docker/podman by NAME only), refuses anything else, records
+the call in ``$RUN_DIR/container-calls.jsonl`` and runs the command on the host: no mount namespace,
+so a mount must show a folder at its own path. docker/podman see only the variables named by
+``--env`` (plus PATH and HOME, which an image has of its own), as a real container would."""
+
+import json
+import os
+import re
+import sys
+
+runtime = os.path.basename(sys.argv[0])
+args = sys.argv[1:]
+seen = {"runtime": runtime, "argv": list(args), "node": os.environ.get("SLURMD_NODENAME")}
+
+
+def refuse(message):
+    sys.exit(f"{runtime} stand-in: {message}")
+
+
+def mount(spec):
+    source, _, rest = spec.partition(":")
+    target = rest.split(":")[0] or source
+    if not os.path.exists(source):
+        refuse(f"mount source {source} does not exist")
+    if os.path.normpath(target) != os.path.normpath(source):
+        refuse(f"cannot show {source} at {target} without a container")
+    return source
+
+
+def take(flags):
+    """Options until the first word that is not one: (flag, value) pairs, '--flag=value' or '--flag value'."""
+    taken = []
+    while args and args[0].startswith("-"):
+        word = args.pop(0)
+        flag, eq, value = word.partition("=")
+        if flag not in flags:
+            refuse(f"unsupported option {word}")
+        if flags[flag] and not eq:
+            value = args.pop(0)
+        taken.append((flag, value))
+    return taken
+
+
+env = dict(os.environ)
+if runtime == "singularity":
+    if not args or args.pop(0) != "exec":
+        refuse("only 'exec' is available")
+    options = take({"--nv": False, "--rocm": False, "--bind": True, "--pwd": True})
+    image = args.pop(0)
+    if not (os.path.exists(image) or image.startswith("docker://")):
+        refuse(f"could not open image {image}")
+    for flag, value in options:
+        if flag == "--bind":
+            for spec in value.split(","):
+                mount(spec)
+        elif flag == "--pwd":
+            os.chdir(value)
+elif runtime in ("docker", "podman"):
+    if not args or args.pop(0) != "run":
+        refuse("only 'run' is available")
+    flags = {"--rm": False, "--init": False, "--network": True, "--ipc": True, "--name": True, "--volume": True}
+    flags.update({"--workdir": True, "--env": True, "--gpus": True, "--device": True, "--group-add": True})
+    flags.update({"--user": True} if runtime == "docker" else {"--userns": True, "--rootfs": True})
+    options = take(flags)
+    given = dict(options)
+    for required in ("--rm", "--init", "--network", "--ipc", "--name", "--workdir"):
+        if required not in given:
+            refuse(f"{required} missing")
+    if given["--network"] != "host" or given["--ipc"] != "host":
+        refuse("the ranks need the host's network and IPC")
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", given["--name"]):
+        refuse(f"invalid container name {given['--name']!r}")
+    if runtime == "docker" and given.get("--user") != f"{os.getuid()}:{os.getgid()}":
+        refuse(f"--user={given.get('--user')} is not this user's ids")
+    if runtime == "podman" and given.get("--userns") != "keep-id":
+        refuse("rootless podman needs --userns=keep-id")
+    names = [value for flag, value in options if flag == "--env"]
+    if any("=" in name for name in names):
+        refuse("a value on the command line: clusterkit passes variables by name")
+    for flag, value in options:
+        if flag == "--volume":
+            mount(value)
+    image = given.get("--rootfs") or args.pop(0)
+    env = {name: os.environ[name] for name in names if name in os.environ}
+    env.update(PATH=os.environ["PATH"], HOME=os.environ.get("HOME", "/"))  # the image's own
+    seen["env"] = sorted(env)
+    os.chdir(given["--workdir"])
+elif runtime == "shifter":
+    options = take({"--image": True, "--module": True, "--volume": True, "--workdir": True})
+    given = dict(options)
+    if not given.get("--image", "").startswith("docker:"):
+        refuse("--image=docker:NAME[:TAG] missing")
+    for flag, value in options:
+        if flag == "--volume":
+            mount(value)
+    image = given["--image"]
+    if "--workdir" in given:
+        os.chdir(given["--workdir"])
+else:
+    refuse("call me through a link named singularity, docker, podman or shifter")
+if not args:
+    refuse("no command")
+seen.update(image=image, command=list(args))
+with open(os.path.join(os.environ["RUN_DIR"], "container-calls.jsonl"), "a") as calls:
+    calls.write(json.dumps(seen) + "\n")
+os.execvpe(args[0], args, env)
