@@ -117,7 +117,7 @@ def test_an_apptainer_image_and_mounts_are_filled_in_by_the_node_agent(tmp_path:
     (tmp_path / "boxed.yaml").write_text(yaml.safe_dump(profile))
     plan = plan_of(render_job(load_recipe(_script_recipe(tmp_path, cluster=str(tmp_path / "boxed.yaml")))))
     argv = task_argv(plan.launch, "/r", CK_IMAGES="/img s", CK_DATA=HOSTILE)
-    assert argv[:5] == ["apptainer", "exec", "--bind", f"{HOSTILE}:/data,/r", "/img s/t.sif"]
+    assert argv[:7] == ["apptainer", "exec", "--bind", f"{HOSTILE}:/data", "--bind", "/r", "/img s/t.sif"]
     bad = dict(profile, container={"runtime": "apptainer", "image": "{env:A-B}/t.sif"})
     (tmp_path / "boxed.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(RecipeError, match=r"boxed.yaml:\d+: container.image: \{env:A-B\} names no environment"):

@@ -19,7 +19,7 @@ from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, Srun, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
-from clusterkit.spec.runtime_values import NODE, TASK, malformed_env, placeholders, when
+from clusterkit.spec.runtime_values import BATCH, NODE, TASK, malformed_env, placeholders, when
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
@@ -268,9 +268,18 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         (profile_error, ("network_env",), profile.network_env),
     ):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
-    for report, key, text in [*places, *_container_texts(recipe, profile, error, profile_error)]:
+    container_places = _container_texts(recipe, profile, error, profile_error)
+    for report, key, text in [*places, *container_places]:
         if (bad := malformed_env(text)) is not None:
             report(key, f"{bad} names no environment variable: write {{env:NAME}}, NAME letters, digits and _")
+    # The image check starts the container once, from the batch shell, before any node's step.
+    for report, key, text in container_places:
+        if later := sorted(name for name in placeholders(text) if when(name) != BATCH):
+            report(
+                key,
+                f"{{{later[0]}}} is known only on a node or in a rank, and the job starts this container from "
+                "the batch shell too (its image check): use {job_id}, {run_dir} or {env:NAME} here",
+            )
     model = process_model_of(recipe)
     if model == "task_per_gpu":
         return
