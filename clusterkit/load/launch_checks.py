@@ -22,12 +22,6 @@ from clusterkit.spec.runtime_values import NODE, TASK, WHEN, placeholders
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
     launcher = recipe.launcher
-    if launcher == "command" and recipe.task.trainer is not None:
-        error(
-            ("launcher",),
-            "the built-in Trainer runner is started by torchrun, deepspeed, accelerate, python or "
-            "mpirun, not by a command",
-        )
     if launcher == "mpirun" and recipe.srun != Srun():
         error(
             ("srun",),
@@ -49,13 +43,14 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
     if recipe.rendezvous != "static" and launcher != "torchrun":
         error(("rendezvous",), f"rendezvous: {recipe.rendezvous} is torchrun's; launcher {launcher} has none to choose")
+    _check_task_form(recipe, error)
     owned = LAUNCHERS[launcher].owned
     if not owned:
         if recipe.launcher_args:
             where = (
                 "python: [python3, ...] for the interpreter's"
                 if launcher == "python"
-                else "task.args for the command's"
+                else f"task.args for the {'program' if launcher == 'srun' else 'command'}'s"
             )
             error(("launcher_args",), f"launcher {launcher} takes no launcher_args; use {where} arguments")
         return
@@ -70,6 +65,22 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
                 ("launcher_args", index),
                 f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; set {field} instead",
             )
+
+
+def _check_task_form(recipe: Recipe, error: Report) -> None:
+    """Each launcher starts some of the task's forms (spec.launchers: tasks): task.program, exec'd as
+    it is, only one that needs no Python (srun per rank, command per node)."""
+    launcher = LAUNCHERS[recipe.launcher]
+    task = recipe.task
+    form = "program" if task.program is not None else "script" if task.script is not None else "trainer"
+    if form in launcher.tasks:
+        return
+    fitting = " or ".join(name for name, other in LAUNCHERS.items() if form in other.tasks)
+    if form == "program":
+        error(("task", "program"), f"launcher {launcher.name} runs Python; task.program runs with launcher: {fitting}")
+    else:
+        what = "the built-in Trainer runner" if form == "trainer" else "task.script"
+        error(("launcher",), f"launcher {launcher.name} does not start {what}; use launcher: {fitting}")
 
 
 def check_accelerate_config(recipe: Recipe, error: Report) -> None:

@@ -127,7 +127,7 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
     """What the ranks run: ``module`` (clusterkit's, given the job file), the built-in runner (under
     nsys with profile: kind nsys), or the recipe's script (from the code snapshot in the run
-    directory where there is one)."""
+    directory where there is one) or program."""
     job_file = Words().runtime(f"{RUN_DIR}/{layout.JOB_JSON}")
     task = recipe.task
     if module is not None:
@@ -136,7 +136,9 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
         nsys = recipe.profile is not None and recipe.profile.kind == "nsys"
         wrapper = nsys_wrapper() if nsys else Words()
         return Program(Words().add("clusterkit.runtime.runner"), True, job_file, wrapper)
-    entry = Words().add(task.script)  # type: ignore[arg-type]
+    # A program is run as written (a path relative to the submit directory, the job's working
+    # directory; a bare name from PATH), never from a snapshot (load.snapshot takes none for it).
+    entry = Words().add(task.program or task.script)  # type: ignore[arg-type]
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
@@ -180,6 +182,8 @@ def _ranks_step(
     """A step that starts the ranks: one task per node (or per rank) running the launcher's command,
     or, for a launcher in the batch shell, that launcher here."""
     launcher = LAUNCHERS[recipe.launcher]
+    if launcher.replaces_agent and run.module:  # clusterkit's own ranks (the preflight): the same tasks, in Python
+        launcher = LAUNCHERS["python"]
     kind = recipe.job_kind
     logs = (
         layout.node_log(layout.JOB_ID_PATTERN[kind], "%t", "out"),
@@ -227,6 +231,7 @@ def _ranks_step(
         env_expand=late_env,
         ranks=launcher.ranks,
         signal_to_launcher=launcher.signal_to_launcher,
+        replace=launcher.replaces_agent,
     )
 
 

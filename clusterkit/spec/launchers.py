@@ -76,6 +76,12 @@ class Launcher:
     ranks: str = "none"  # which rank variables the node agent sets (supervisor.plan.Step.ranks)
     signal_to_launcher: bool = False  # supervisor.plan.Step.signal_to_launcher
     wraps_ranks: bool = False  # its command puts Program.wrapper before each rank's interpreter
+    # Each task's program replaces the node agent (exec) once its rank variables are set: nothing of
+    # clusterkit's stays between srun's task and the program (supervisor.plan.Step.replace).
+    replaces_agent: bool = False
+    # Which of the task's forms it starts (recipe.Task): trainer, script, program (an executable,
+    # started as it is: no interpreter before it).
+    tasks: tuple[str, ...] = ("trainer", "script")
 
     @property
     def process_model(self) -> str:
@@ -262,7 +268,20 @@ LAUNCHERS: dict[str, Launcher] = {
         # preemption signal left at its default so that the rank's framework can install its handler.
         Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True, wraps_ranks=True),
         # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
-        Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
+        Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node", tasks=("script", "program")),
+        # srun is the launcher of task.program: a task per rank, whose node agent sets RANK & co. and
+        # then execs the program in its own place (a binary, a shell script, a JAX process).
+        Launcher(
+            "srun",
+            (TASK_PER_GPU,),
+            None,
+            {},
+            _command,
+            ranks="task",
+            signal_to_launcher=True,
+            replaces_agent=True,
+            tasks=("program",),
+        ),
         Launcher(
             "mpirun",
             (BATCH_LAUNCHER,),

@@ -10,6 +10,9 @@ node, or once per rank), which runs the step's program and stays its parent:
 - SIGTERM and SIGINT (the step being ended) are passed to the program, so that it can stop its own;
 - when the program ends, when and how is recorded (``ranks/node<N>.exit``): the earliest failure
   names the failing node for status and the retry.
+
+A step that says ``replace`` (task.program per rank) is the exception: once the variables and values
+are filled in, the agent execs the program in its own place, and none of the above applies after.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ def task_argv(step: Step, environ: Mapping[str, str]) -> List[str]:
 def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
     env = task_environment(step, environ)
     argv = task_argv(step, env)
+    if step.replace:
+        return _replace_with(argv, env)
     preempt = signal_number(plan.recovery.signal)
     started: List[subprocess.Popen] = []  # the program, once it runs
     # The preemption signal, once it came (or before this task started: the supervisor says so):
@@ -96,14 +101,7 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
     try:
         started.append(subprocess.Popen(argv, env=env, preexec_fn=lambda: signal.signal(preempt, start_with)))
     except OSError as exc:
-        code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
-        print(
-            f"clusterkit: cannot start {argv[0]!r} on {env.get('SLURMD_NODENAME', 'this node')}: {exc.strerror or exc}",
-            file=sys.stderr,
-            flush=True,
-        )
-        _record_end(env, code)
-        return code
+        return _cannot_start(argv, env, exc)
     child = started[0]
     while True:
         try:
@@ -119,6 +117,34 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
                     child.pid, Path(folder), env.get("SLURM_NODEID", "-"), pyspy.answered_pids(Path(folder), request[1])
                 )
     code = exit_status(returncode)
+    _record_end(env, code)
+    return code
+
+
+def _replace_with(argv: List[str], env: Dict[str, str]) -> int:
+    """exec the program in this process's place (a task per rank running task.program): srun's task
+    is then the program itself, which gets srun's signals and whose exit is the task's. Returns only
+    when it cannot be started; nothing records its end (no process of clusterkit's is left)."""
+    # Python starts with SIGPIPE and SIGXFSZ ignored, and an ignored signal stays ignored across exec:
+    # the program gets them at their default, as from a shell. The preemption signal is at its default
+    # already (this process installed no handler), so a program arms its own.
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)  # a bare name from the task's PATH, a path with '/' as it is
+    except OSError as exc:
+        return _cannot_start(argv, env, exc)
+
+
+def _cannot_start(argv: List[str], env: Mapping[str, str], exc: OSError) -> int:
+    code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+    print(
+        f"clusterkit: cannot start {argv[0]!r} on {env.get('SLURMD_NODENAME', 'this node')}: {exc.strerror or exc}",
+        file=sys.stderr,
+        flush=True,
+    )
     _record_end(env, code)
     return code
 
