@@ -154,7 +154,9 @@ TRAINER_RECIPE = {
     },
     "runs_dir": "runs",
 }
-BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "program": PROGRAM_RECIPE}
+# The same program as a front end in the batch shell (launcher command): run once by the supervisor.
+FRONT_END_RECIPE = {**PROGRAM_RECIPE, "launcher": "command", "process_model": "batch_launcher", "preflight": False}
+BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "program": PROGRAM_RECIPE, "front_end": FRONT_END_RECIPE}
 
 
 def hostile_tokens(canary: str) -> list[str]:
@@ -205,7 +207,7 @@ class Case:
     target: str  # "recipe" or "profile"
     path: tuple
     value: str
-    base: str  # "script", "trainer" or "program" (BASES)
+    base: str  # "script", "trainer", "program" or "front_end" (BASES)
     via_set: bool  # through --set instead of the file (recipe fields only)
 
 
@@ -295,6 +297,8 @@ def check_case(case: Case, canary: Path, shellcheck: bool = True) -> str:
     try:
         recipe = json.loads(json.dumps(BASES[case.base]))
         profile = json.loads(json.dumps(PROFILE))
+        if case.base == "front_end":  # a launcher in the batch shell runs no container (refused)
+            del profile["container"]
         overrides: list[str] = []
         if case.target == "profile":
             _put(profile, case.path, case.value)

@@ -122,8 +122,10 @@ def test_hostile_string_in_any_field(data: st.DataObject) -> None:
         (("task", "args", 0), "\r"),
     ],
 )
-def test_a_programs_path_and_arguments_are_words_not_shell(path: tuple, value: str) -> None:
-    """task.program is exec'd by the node agent as one word; a name that is not there fails to start
-    (127, 'clusterkit: cannot start'), and each argument reaches the program byte for byte."""
-    case = Case("recipe", path, value.replace("CANARY", str(CANARY)), "program", False)
+@pytest.mark.parametrize("base", ["program", "front_end"])
+def test_a_programs_path_and_arguments_are_words_not_shell(path: tuple, value: str, base: str) -> None:
+    """task.program is exec'd by the node agent (or started by the supervisor, as a front end in the
+    batch shell) as one word; a name that is not there fails to start (127), and each argument
+    reaches the program byte for byte."""
+    case = Case("recipe", path, value.replace("CANARY", str(CANARY)), base, False)
     assert check_case(case, CANARY) == "executed"

@@ -28,6 +28,12 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
             "launcher mpirun starts its daemons with an srun of its own, which takes no srun: options; "
             "give Open MPI's in launcher_args (e.g. [--mca, plm_slurm_args, ...])",
         )
+    if launcher == "command" and process_model_of(recipe) == "batch_launcher" and recipe.srun != Srun():
+        error(
+            ("srun",),
+            "launcher command in the batch shell starts the ranks with an srun of its own, which takes no "
+            "srun: options; give them on that srun line",
+        )
     if launcher == "command" and recipe.task.module:
         error(
             ("task", "module"),
@@ -270,6 +276,6 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         if per_rank := sorted(name for name in placeholders(text) if WHEN[name] in late):
             report(
                 key,
-                f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
+                f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python or srun); launcher "
                 f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script",
             )

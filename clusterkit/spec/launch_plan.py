@@ -191,13 +191,17 @@ def _ranks_step(
     )
     env = step_env(recipe)
     if recipe.process_model == BATCH_LAUNCHER:
-        rank = Program(
-            Words()
-            .runtime(f"{RUN_DIR}/{layout.SUPERVISOR_DIR}/__main__.py")
-            .add("rank", *(["--module"] if run.module else []))
-            .extend(run.entry),
-            False,
-            run.args,
+        rank = (
+            Program(
+                Words()
+                .runtime(f"{RUN_DIR}/{layout.SUPERVISOR_DIR}/__main__.py")
+                .add("rank", *(["--module"] if run.module else []))
+                .extend(run.entry),
+                False,
+                run.args,
+            )
+            if launcher.batch_ranks
+            else run
         )
         command = launcher.batch_command(recipe, rank)  # type: ignore[misc]
         srun = step_options(recipe, profile) if launcher.name == "deepspeed" else []
@@ -212,7 +216,7 @@ def _ranks_step(
             srun,
             logs=logs,
             env=env,
-            env_expand=late_env,
+            env_expand=late_env + tuple(name for name in env if placeholders(env[name])),
             ranks="none",
             agent=False,
             srun_flag="--launcher_args=" if srun else "",
@@ -237,12 +241,15 @@ def _ranks_step(
 
 def step_env(recipe: ResolvedRecipe) -> dict[str, str]:
     """What a launch step's tasks are told of the layout beyond SLURM's own variables."""
-    if recipe.launcher == "command":  # your command starts the node's ranks
-        return {
+    if recipe.launcher == "command":  # your command starts the node's ranks (in the batch shell: all of them)
+        env = {
             "NNODES": str(recipe.resources.nodes),
             "GPUS_PER_NODE": str(recipe.ranks_per_node),
             "WORLD_SIZE": str(recipe.world_size),
         }
+        if recipe.process_model == BATCH_LAUNCHER:  # the training hosts, as the supervisor wrote them
+            env["CLUSTERKIT_HOSTFILE"] = f"{RUN_DIR}/{layout.HOSTFILE}"
+        return env
     if recipe.process_model == "task_per_gpu":
         return {"WORLD_SIZE": str(recipe.world_size), "LOCAL_WORLD_SIZE": str(recipe.ranks_per_node)}
     if recipe.launcher == "mpirun":  # its daemons' srun gets the node's CPUs (srun no longer inherits them)

@@ -100,7 +100,7 @@ Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
 # srun task per GPU, srun being the launcher (python, srun; RANK etc. mapped from SLURM's variables).
 # batch_launcher: one launcher runs in the batch shell and starts every rank through an srun step of
-# its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts).
+# its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts; your front end: command).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]

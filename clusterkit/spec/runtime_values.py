@@ -6,7 +6,7 @@ the job runs (the names and the expansion are the job's own: :mod:`clusterkit.su
 - ``{master_addr}``, ``{master_port}``: the rendezvous, once the supervisor has chosen it;
 - ``{node_rank}``, ``{hostname}``: on each node, in the launch step;
 - ``{rank}``, ``{local_rank}``: in each task (``$SLURM_PROCID``, ``$SLURM_LOCALID``), so only where
-  srun starts one task per rank (launcher: python); torchrun and DeepSpeed start the ranks
+  srun starts one task per rank (launcher: python or srun); torchrun and DeepSpeed start the ranks
   themselves, which read RANK and LOCAL_RANK from their environment.
 
 Only these names in braces are replaced; any other text (``${HOME}``, ``{x}``) stays as written.

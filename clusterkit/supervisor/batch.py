@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -23,7 +24,7 @@ from . import hooks, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, LaunchPlan, Step
-from .processes import signal_number
+from .processes import NOT_EXECUTABLE, NOT_FOUND, signal_number
 from .run_files import (
     EXIT_CODE,
     HANG_RECORD,
@@ -245,7 +246,12 @@ class Supervisor:
     def _run(self, step: Step) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
         env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
-        self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
+        try:
+            self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
+        except OSError as exc:  # srun, or a launcher run here in the batch shell (a front end of yours)
+            what = exc.filename or step.argv[0]
+            print(f"clusterkit: cannot start {what!r}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            return NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
         try:
             if step is self.plan.launch and self.watcher is not None:
                 return self.watcher.watch(self.running)

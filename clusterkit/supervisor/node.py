@@ -27,12 +27,11 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from . import pyspy
 from .plan import LaunchPlan, Step, expand
-from .processes import descendants, exit_status, signal_catchers, signal_number
+from .processes import NOT_EXECUTABLE, NOT_FOUND, descendants, exit_status, signal_catchers, signal_number
 from .ranks import node_ids, runtime_values, task_ids
 from .run_files import node_exit
 from .stacks import STACKS_SIGNAL, sizes
 
-NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell reports a program it cannot start
 PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
 
 
