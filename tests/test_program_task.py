@@ -337,3 +337,20 @@ def test_a_program_runs_per_rank_with_its_environment_on_the_dev_cluster(
     run_dir = next((tmp_path / "runs" / "prog").iterdir())
     # Under SLURM the task's parent is slurmstepd (its title "slurmstepd: [<job>.<step>]").
     _assert_every_rank(run_dir, program, ["node1", "node2"], lambda words: words[0].startswith("slurmstepd"))
+
+
+# --- clusterkit import ------------------------------------------------------------------------------
+
+
+def test_an_srun_line_starting_a_binary_per_task_imports_as_a_program_per_rank(tmp_path: Path) -> None:
+    """llm.c's shape, hand-written: srun runs the binary on each of a node's tasks."""
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --time=10\n"
+        "srun ./train_gpt2cu -pn 4 -pi tcp\n"
+    )
+    done = run_cli("import", str(script), "--cluster", "dev", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    recipe = yaml.safe_load(done.stdout)
+    assert (recipe["launcher"], recipe["resources"]["gpus_per_node"]) == ("srun", 2)
+    assert recipe["task"] == {"program": "./train_gpt2cu", "args": ["-pn", "4", "-pi", "tcp"]}

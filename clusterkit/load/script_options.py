@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
-from clusterkit.load.script_launch import has_computed, normalise
+from clusterkit.load.script_launch import has_computed, normalise, wrapped_python
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launch_plan import STEP_OWNED
@@ -45,6 +45,10 @@ def map_launch(
     imported: Imported,
     profile_python: list[str] | None,
 ) -> None:
+    per_node = next((v for f, v in launch.srun if f == "ntasks-per-node" and v and v.isdigit()), None)
+    if launch.launcher == "command" and int(per_node or header.tasks_per_node or 1) > 1:
+        wrapped_python(launch, [launch.program, *launch.args])  # srun runs it on each task: one per rank
+        launch.python = literal_args(launch.python, variables, launch.line, imported)  # a wrapper's words too
     out["launcher"] = launch.launcher
     if launch.launcher == "mpirun" and launch.python[-1:] == ["-u"]:
         launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
@@ -55,7 +59,7 @@ def map_launch(
         imported.unmapped.append(
             Unmapped(launch.line, program.replace("\x00", "$(...)"), "a run-time value in the program", "task.script")
         )
-    task: dict[str, Any] = {"script": program.replace("\x00", "$(...)")}
+    task: dict[str, Any] = {"program" if launch.launcher == "srun" else "script": program.replace("\x00", "$(...)")}
     if launch.module:
         task["module"] = True
     if launch.args:
@@ -72,7 +76,7 @@ def map_launch(
             srun[SRUN_FIELDS[flag]] = int(value) if flag == "wait" and value.isdigit() else value
         elif flag in ("cpus-per-task", "c") and value and value.isdigit():
             resources.setdefault("cpus_per_task", int(value))
-        elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
+        elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher in ("python", "srun"):
             header.tasks_per_node = int(value)
         elif flag.startswith("container-") and _profile_container(imported, "pyxis", flag, value, out, launch.line):
             pass
@@ -124,7 +128,7 @@ def map_launch(
             args.append(flag if value is None else f"{flag}={value}")
     if args:
         out["launcher_args"] = args
-    if launch.launcher == "python" and header.tasks_per_node and header.gpus_per_node is None:
+    if launch.launcher in ("python", "srun") and header.tasks_per_node and header.gpus_per_node is None:
         header.gpus_per_node = header.tasks_per_node
     if launch.launcher in ("mpirun",) and launch.srun:
         imported.unmapped.append(Unmapped(launch.line, "srun mpirun", "mpirun starts its own daemons", "launcher"))
