@@ -125,3 +125,14 @@ def test_a_front_end_starts_every_rank_itself_on_the_dev_cluster(dev_cluster: st
     done = run_cli("submit", str(_recipe(tmp_path)), "--follow", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     _assert_front_end_ran(next((tmp_path / "runs" / "fe").iterdir()), ["node1", "node2"])
+
+
+def test_a_rendered_front_end_job_imports_back_to_the_same_launch(tmp_path: Path) -> None:
+    rendered = tmp_path / "rendered"
+    assert run_cli("render", str(_recipe(tmp_path)), "-o", str(rendered)).returncode == 0
+    done = run_cli("import", str(rendered / "job.sbatch"), "--cluster", "dev", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "imported.yaml").write_text(done.stdout)
+    again = plan_of(render_job(load_recipe(tmp_path / "imported.yaml"))).launch
+    first = plan_of(render_job(load_recipe(_recipe(tmp_path)))).launch
+    assert (again.hosts, again.argv, again.env, again.srun) == (first.hosts, first.argv, first.env, first.srun)

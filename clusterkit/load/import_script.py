@@ -284,7 +284,9 @@ def plan_launch(plan: dict[str, Any]) -> Launch | None:
             del argv[at : at + 2]
             break
     launch = parse_launch(0, ["srun", *map(str, step["srun"]), *argv], literal=True)
-    if launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
+    if launch is not None and step.get("hosts") == "batch" and launch.launcher == "command":
+        launch.batch_shell = True  # a front end of the user's, run as it is
+    elif launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
         wrapped_python(launch, argv)
     return launch
 

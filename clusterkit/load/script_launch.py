@@ -54,6 +54,7 @@ class Launch:
     redirections: list[str] = field(default_factory=list)
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
+    batch_shell: bool = False  # run once in the batch shell, starting the ranks itself (a launch plan's)
 
 
 def normalise(flag: str) -> str:

@@ -46,7 +46,9 @@ def map_launch(
     profile_python: list[str] | None,
 ) -> None:
     per_node = next((v for f, v in launch.srun if f == "ntasks-per-node" and v and v.isdigit()), None)
-    if launch.launcher == "command" and int(per_node or header.tasks_per_node or 1) > 1:
+    if launch.batch_shell:
+        out["process_model"] = "batch_launcher"
+    elif launch.launcher == "command" and int(per_node or header.tasks_per_node or 1) > 1:
         wrapped_python(launch, [launch.program, *launch.args])  # srun runs it on each task: one per rank
         launch.python = literal_args(launch.python, variables, launch.line, imported)  # a wrapper's words too
     out["launcher"] = launch.launcher
@@ -59,7 +61,8 @@ def map_launch(
         imported.unmapped.append(
             Unmapped(launch.line, program.replace("\x00", "$(...)"), "a run-time value in the program", "task.script")
         )
-    task: dict[str, Any] = {"program" if launch.launcher == "srun" else "script": program.replace("\x00", "$(...)")}
+    exec_as_is = launch.launcher == "srun" or launch.batch_shell  # task.program: no snapshot, no interpreter
+    task: dict[str, Any] = {"program" if exec_as_is else "script": program.replace("\x00", "$(...)")}
     if launch.module:
         task["module"] = True
     if launch.args:
@@ -98,7 +101,7 @@ def map_launch(
             imported.unmapped.append(Unmapped(launch.line, f"srun -{flag}", "an srun option not mapped", "srun.extra"))
     if extra:
         srun["extra"] = extra
-    if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
+    if launch.srun or launch.launcher != "mpirun" and not launch.batch_shell:  # their own srun takes no srun: options
         out["srun"] = srun
     if launch.container is not None and not _profile_container(
         imported, "apptainer", "container-image", launch.container, out, launch.line
