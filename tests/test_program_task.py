@@ -84,6 +84,7 @@ def test_launcher_srun_starts_only_a_program(tmp_path: Path, task: dict, what: s
         ({"program": "./a", "module": True}, {}, "task.module: task.program is an executable, run as it is"),
         ({"program": "./a", "script": "b.py"}, {}, "task: give exactly one of task.trainer"),
         ({"program": "python3 -u"}, {}, "task.program: 'python3 -u' is one executable's name; give its arguments"),
+        ({"program": "~/llm.c/train_gpt2cu"}, {}, "task.program: ~/llm.c/train_gpt2cu: no shell runs it, so '~'"),
         ({"program": "./a"}, {"launcher_args": ["-x"]}, "launcher srun takes no launcher_args; use task.args"),
         ({"program": "./a"}, {"snapshot": True}, "snapshot: task.program is run as it is"),
         ({"program": "./a"}, {"process_model": "launcher_per_node"}, "is not how launcher srun starts ranks"),

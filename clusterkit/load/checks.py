@@ -169,7 +169,9 @@ def _check_program(program: str, module: bool, found: _Findings) -> None:
     """A program is exec'd as it is: a path (relative to the submit directory) or a name on PATH."""
     if module:
         found.error(("task", "module"), "task.program is an executable, run as it is; module: true is for task.script")
-    if "/" not in program and any(character.isspace() for character in program):
+    if program.startswith("~"):
+        found.error(("task", "program"), f"{program}: no shell runs it, so '~' is not your home; write the full path")
+    elif "/" not in program and any(character.isspace() for character in program):
         found.error(("task", "program"), f"{program!r} is one executable's name; give its arguments in task.args")
     elif "/" not in program and os.path.lexists(program):  # (an unreadable name is simply not here)
         found.error(
