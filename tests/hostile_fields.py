@@ -39,7 +39,7 @@ KEY = "<key>"  # in a field path: the hostile string is a mapping key there (env
 SHELL_ON_PURPOSE = {("setup",), ("hooks",)}  # shell written on purpose, run as written
 # Fields that name a program the job starts: a hostile name is a program that is not there (the job
 # fails saying so), never shell.
-PROGRAM_FIELDS = {("python",), ("python", 0), ("host_python",), ("container", "python")}
+PROGRAM_FIELDS = {("python",), ("python", 0), ("host_python",), ("container", "python"), ("task", "program")}
 ONE_LINE_ERROR = re.compile(r"^[^\n]+: \S.*$")
 JOB_ID = "4242"
 # {env:NAME} is filled in where the job runs (task args, env values, the container's image and mounts):
@@ -125,6 +125,14 @@ SCRIPT_RECIPE = {
     "description": "d",
     "preflight": {"enabled": True},
 }
+# task.program exec'd per rank by launcher srun: the stub python3 stands for the program (the preflight's
+# ranks still run under the real launch's Python).
+PROGRAM_RECIPE = {
+    **SCRIPT_RECIPE,
+    "name": "fuzzprog",
+    "launcher": "srun",
+    "task": {"program": "python3", "args": ["--x", "{run_dir}/y"]},
+}
 TRAINER_RECIPE = {
     "name": "fuzzds",
     "cluster": "profile.yaml",
@@ -150,6 +158,9 @@ TRAINER_RECIPE = {
     },
     "runs_dir": "runs",
 }
+# The same program as a front end in the batch shell (launcher command): run once by the supervisor.
+FRONT_END_RECIPE = {**PROGRAM_RECIPE, "launcher": "command", "process_model": "batch_launcher", "preflight": False}
+BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "program": PROGRAM_RECIPE, "front_end": FRONT_END_RECIPE}
 
 
 def hostile_tokens(canary: str) -> list[str]:
@@ -201,7 +212,7 @@ class Case:
     target: str  # "recipe", "profile" or "args" (the words after render's --: the script's arguments)
     path: tuple
     value: str
-    base: str  # "script" or "trainer"
+    base: str  # "script", "trainer", "program" or "front_end" (BASES)
     via_set: bool  # through --set instead of the file (recipe fields only)
 
 
@@ -211,7 +222,7 @@ def cases(canary: str) -> st.SearchStrategy[Case]:
         st.just("recipe"),
         st.sampled_from(RECIPE_FIELDS),
         hostile_strings(canary),
-        st.sampled_from(["script", "trainer"]),
+        st.sampled_from(sorted(BASES)),
         st.booleans(),
     )
     profile_case = st.builds(
@@ -219,7 +230,7 @@ def cases(canary: str) -> st.SearchStrategy[Case]:
         st.just("profile"),
         st.sampled_from(PROFILE_FIELDS),
         hostile_strings(canary),
-        st.sampled_from(["script", "trainer"]),
+        st.sampled_from(sorted(BASES)),
         st.just(False),
     )
     args_case = st.builds(
@@ -292,8 +303,10 @@ def check_case(case: Case, canary: Path, shellcheck: bool = True) -> str:
     """Run one case; returns "refused" or "executed". Raises AssertionError if the promise breaks."""
     work = Path(tempfile.mkdtemp(prefix="ck-hostile-"))
     try:
-        recipe = json.loads(json.dumps(SCRIPT_RECIPE if case.base == "script" else TRAINER_RECIPE))
+        recipe = json.loads(json.dumps(BASES[case.base]))
         profile = json.loads(json.dumps(PROFILE))
+        if case.base == "front_end":  # a launcher in the batch shell runs no container (refused)
+            del profile["container"]
         overrides: list[str] = []
         if case.target == "profile":
             _put(profile, case.path, case.value)

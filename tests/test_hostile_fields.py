@@ -134,3 +134,24 @@ def test_the_header_renderer_refuses_line_breaks_itself() -> None:
 @given(st.data())
 def test_hostile_string_in_any_field(data: st.DataObject) -> None:
     check_case(data.draw(cases(str(CANARY))), CANARY)
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("task", "program"), "./$(touch CANARY/program)"),
+        (("task", "program"), "`touch CANARY/backtick`;x"),
+        (("task", "program"), "-x"),
+        (("task", "program"), "./a b;>CANARY/redirect"),
+        (("task", "program"), "{rank}"),
+        (("task", "args", 0), "$(touch CANARY/arg) '\"\\ {x}%j ~ -"),
+        (("task", "args", 0), "\r"),
+    ],
+)
+@pytest.mark.parametrize("base", ["program", "front_end"])
+def test_a_programs_path_and_arguments_are_words_not_shell(path: tuple, value: str, base: str) -> None:
+    """task.program is exec'd by the node agent (or started by the supervisor, as a front end in the
+    batch shell) as one word; a name that is not there fails to start (127), and each argument
+    reaches the program byte for byte."""
+    case = Case("recipe", path, value.replace("CANARY", str(CANARY)), base, False)
+    assert check_case(case, CANARY) == "executed"

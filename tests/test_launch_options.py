@@ -797,7 +797,7 @@ def test_mpirun_runs_in_the_batch_shell_with_the_layout_on_its_command_line(tmp_
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: mpirun or deepspeed"),
+        ({"launcher": "torchrun", "process_model": "batch_launcher"}, "use launcher: mpirun or command or deepspeed"),
         (
             {"launcher": "mpirun", "process_model": "launcher_per_node"},
             "is not how launcher mpirun starts ranks (batch_launcher)",

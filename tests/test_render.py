@@ -78,7 +78,7 @@ def test_ported_public_scripts_render_shell_clean(recipe: Path, tmp_path: Path) 
 
 def test_the_ports_cover_every_launcher() -> None:
     launchers = {load_recipe(recipe).recipe.launcher for recipe in PORTED_RECIPES}
-    assert len(PORTED_RECIPES) >= 10 and launchers >= {"torchrun", "accelerate", "python", "command"}
+    assert len(PORTED_RECIPES) >= 10 and launchers >= {"torchrun", "accelerate", "python", "command", "srun"}
 
 
 def test_rendered_script_structure() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +145,14 @@ def resolve_and_check(
 
 def _check_task(recipe: Recipe, found: _Findings) -> None:
     task = recipe.task
-    if (task.trainer is None) == (task.script is None):
-        found.error(("task",), "give exactly one of task.trainer (built-in HF Trainer runner) and task.script")
+    if [task.trainer, task.script, task.program].count(None) != 2:
+        found.error(
+            ("task",),
+            "give exactly one of task.trainer (built-in HF Trainer runner), task.script and task.program",
+        )
+        return
+    if task.program is not None:
+        _check_program(task.program, task.module, found)
         return
     if task.trainer is None:
         if task.script is not None and task.module and not all(p.isidentifier() for p in task.script.split(".")):
@@ -170,6 +177,22 @@ def _check_task(recipe: Recipe, found: _Findings) -> None:
         if key in task.trainer.args:
             found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
     _check_training_arguments(task.trainer.args, found)
+
+
+def _check_program(program: str, module: bool, found: _Findings) -> None:
+    """A program is exec'd as it is: a path (relative to the submit directory) or a name on PATH."""
+    if module:
+        found.error(("task", "module"), "task.program is an executable, run as it is; module: true is for task.script")
+    if program.startswith("~"):
+        found.error(("task", "program"), f"{program}: no shell runs it, so '~' is not your home; write the full path")
+    elif "/" not in program and any(character.isspace() for character in program):
+        found.error(("task", "program"), f"{program!r} is one executable's name; give its arguments in task.args")
+    elif "/" not in program and os.path.lexists(program):  # (an unreadable name is simply not here)
+        found.error(
+            ("task", "program"),
+            f"{program} is looked up on the nodes' PATH, not taken from here; "
+            f"for the file in this folder write ./{program}",
+        )
 
 
 def _check_training_arguments(args: dict[str, Any], found: _Findings) -> None:

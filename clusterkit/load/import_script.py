@@ -293,10 +293,14 @@ def plan_launch(plan: dict[str, Any]) -> Launch | None:
     """The launch step of a launch plan (plan.json) as a parsed launch line."""
     step = plan["launch"]
     argv = [str(word) for word in step["argv"]]
+    ranked = False  # whether clusterkit's rank program starts each rank (DeepSpeed's and mpirun's batch launch)
     for at in range(len(argv) - 1):  # the node agent's wrapper around each rank (batch launchers)
         if argv[at].endswith("supervisor/__main__.py") and argv[at + 1] == "rank":
             del argv[at : at + 2]
+            ranked = True
             break
+    if step.get("hosts") == "batch" and not ranked and argv:  # a front end of the user's, run as it is
+        return Launch(0, "command", program=argv[0], args=argv[1:], batch_shell=True)
     launch = parse_launch(0, ["srun", *map(str, step["srun"]), *argv], literal=True)
     if launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
         wrapped_python(launch, argv)

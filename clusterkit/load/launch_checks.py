@@ -7,13 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
 from msgspec.structs import replace
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
 from clusterkit.spec import containers
-from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
@@ -24,17 +22,17 @@ from clusterkit.spec.runtime_values import BATCH, NODE, TASK, malformed_env, pla
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
     launcher = recipe.launcher
-    if launcher == "command" and recipe.task.trainer is not None:
-        error(
-            ("launcher",),
-            "the built-in Trainer runner is started by torchrun, deepspeed, accelerate, python or "
-            "mpirun, not by a command",
-        )
     if launcher == "mpirun" and recipe.srun != Srun():
         error(
             ("srun",),
             "launcher mpirun starts its daemons with an srun of its own, which takes no srun: options; "
             "give Open MPI's in launcher_args (e.g. [--mca, plm_slurm_args, ...])",
+        )
+    if launcher == "command" and process_model_of(recipe) == "batch_launcher" and recipe.srun != Srun():
+        error(
+            ("srun",),
+            "launcher command in the batch shell starts the ranks with an srun of its own, which takes no "
+            "srun: options; give them on that srun line",
         )
     if launcher == "command" and recipe.task.module:
         error(
@@ -57,13 +55,14 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
     if recipe.rendezvous != "static" and launcher != "torchrun":
         error(("rendezvous",), f"rendezvous: {recipe.rendezvous} is torchrun's; launcher {launcher} has none to choose")
+    _check_task_form(recipe, error)
     owned = LAUNCHERS[launcher].owned
     if not owned:
         if recipe.launcher_args:
             where = (
                 "python: [python3, ...] for the interpreter's"
                 if launcher == "python"
-                else "task.args for the command's"
+                else f"task.args for the {'program' if launcher == 'srun' else 'command'}'s"
             )
             error(("launcher_args",), f"launcher {launcher} takes no launcher_args; use {where} arguments")
         return
@@ -78,6 +77,22 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
                 ("launcher_args", index),
                 f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; set {field} instead",
             )
+
+
+def _check_task_form(recipe: Recipe, error: Report) -> None:
+    """Each launcher starts some of the task's forms (spec.launchers: tasks): task.program, exec'd as
+    it is, only one that needs no Python (srun per rank, command per node)."""
+    launcher = LAUNCHERS[recipe.launcher]
+    task = recipe.task
+    form = "program" if task.program is not None else "script" if task.script is not None else "trainer"
+    if form in launcher.tasks:
+        return
+    fitting = " or ".join(name for name, other in LAUNCHERS.items() if form in other.tasks)
+    if form == "program":
+        error(("task", "program"), f"launcher {launcher.name} runs Python; task.program runs with launcher: {fitting}")
+    else:
+        what = "the built-in Trainer runner" if form == "trainer" else "task.script"
+        error(("launcher",), f"launcher {launcher.name} does not start {what}; use launcher: {fitting}")
 
 
 def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -288,7 +303,7 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         if per_rank := sorted(name for name in placeholders(text) if when(name) in late):
             report(
                 key,
-                f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
+                f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python or srun); launcher "
                 f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script",
             )
 

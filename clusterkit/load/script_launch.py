@@ -60,6 +60,7 @@ class Launch:
     container_runtime: str = ""  # which runtime's command that was (apptainer, singularity, docker, ...)
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
     under_srun: bool = False  # started by srun (a task each), not in the batch shell
+    batch_shell: bool = False  # run once in the batch shell, starting the ranks itself (a launch plan's)
 
 
 def normalise(flag: str) -> str:
@@ -188,9 +189,11 @@ def _fill(launch: Launch, words: list[str]) -> None:
 
 def wrapped_python(launch: Launch, argv: list[str]) -> None:
     """A task-per-rank argv whose interpreter runs under a wrapper (``run_env.sh singularity exec
-    IMAGE python -u x.py``): the interpreter is everything up to the first python and its flags."""
+    IMAGE python -u x.py``): the interpreter is everything up to the first python and its flags. One
+    with no Python in it is a program each rank runs as it is (launcher srun)."""
     at = next((i for i, word in enumerate(argv) if PYTHON.match(word)), None)
     if at is None:
+        launch.launcher = "srun"
         return
     interpreter, rest = _interpreter(argv[at:])
     launch.launcher, launch.python, launch.module, launch.program, launch.args = (

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
-from clusterkit.load.script_launch import has_computed, normalise
+from clusterkit.load.script_launch import has_computed, normalise, wrapped_python
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
 from clusterkit.load.script_values import literal_args, literal_program, run_time, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
@@ -46,17 +46,21 @@ def map_launch(
     profile_python: list[str] | None,
 ) -> None:
     if not imported.generated:
-        process_model(launch, resources, header, imported)
+        process_model(launch, resources, header, variables, imported)
+    if launch.batch_shell:
+        out["process_model"] = "batch_launcher"
     out["launcher"] = launch.launcher
     if launch.launcher == "mpirun" and launch.python[-1:] == ["-u"]:
         launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
-    task: dict[str, Any] = {"script": literal_program(launch.program, variables, launch.line, imported)}
+    program = literal_program(launch.program, variables, launch.line, imported)
+    exec_as_is = launch.launcher == "srun" or launch.batch_shell  # task.program: no snapshot, no interpreter
+    task: dict[str, Any] = {"program" if exec_as_is else "script": program}
     if launch.module:
         task["module"] = True
-    per_rank = launch.launcher == "python"
-    args = literal_args(task["script"], launch.args, variables, launch.line, imported, per_rank)
+    per_rank = launch.launcher in ("python", "srun")
+    args = literal_args(program, launch.args, variables, launch.line, imported, per_rank)
     if args:
         task["args"] = args
     out["task"] = task
@@ -83,7 +87,7 @@ def map_launch(
             srun[SRUN_FIELDS[flag]] = int(value) if flag == "wait" and value.isdigit() else value
         elif flag in ("cpus-per-task", "c") and value and value.isdigit():
             resources.setdefault("cpus_per_task", int(value))
-        elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher == "python":
+        elif flag in ("ntasks-per-node",) and value and value.isdigit() and launch.launcher in ("python", "srun"):
             header.tasks_per_node = int(value)
         elif flag.startswith("container-") and _profile_container(imported, ("pyxis",), flag, value, out, launch.line):
             pass
@@ -101,7 +105,7 @@ def map_launch(
             imported.unmapped.append(Unmapped(launch.line, f"srun -{flag}", "an srun option not mapped", "srun.extra"))
     if extra:
         srun["extra"] = extra
-    if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
+    if launch.srun or launch.launcher != "mpirun" and not launch.batch_shell:  # their own srun takes no srun: options
         out["srun"] = srun
     # Apptainer is Singularity renamed: either command is a profile's of either name.
     runtime = launch.container_runtime
@@ -137,7 +141,7 @@ def map_launch(
             args.append(flag if value is None else f"{flag}={value}")
     if args:
         out["launcher_args"] = args
-    if launch.launcher == "python" and header.tasks_per_node and header.gpus_per_node is None:
+    if launch.launcher in ("python", "srun") and header.tasks_per_node and header.gpus_per_node is None:
         header.gpus_per_node = header.tasks_per_node
     if launch.launcher in ("mpirun",) and launch.srun:
         imported.unmapped.append(Unmapped(launch.line, "srun mpirun", "mpirun starts its own daemons", "launcher"))
@@ -221,37 +225,41 @@ def _owned(
         )
 
 
-def process_model(launch: Launch, resources: dict[str, Any], header: Header, imported: Imported) -> None:
-    """Where the recipe's launcher cannot start the processes the script starts, the nearest one
-    that runs the program as written (never an interpreter in front of a program that is no
-    Python script), and the difference listed: a program srun starts in several tasks per node
-    (``launcher: command`` runs it once per node), a program under mpirun that is no Python script
-    (clusterkit's mpirun line runs ``python -u``), a python in the batch shell (a front end such as
-    GPT-NeoX's deepy.py starts the ranks itself; ``launcher: python`` would start it in each task)."""
+def process_model(
+    launch: Launch, resources: dict[str, Any], header: Header, variables: dict[str, str], imported: Imported
+) -> None:
+    """The launcher that starts the processes the script starts, never an interpreter in front of a
+    program that is no Python script: a program srun starts in several tasks per node is one per
+    rank (``launcher: srun``, or ``python`` where a Python runs under a wrapper); a python in the
+    batch shell on several nodes or GPUs is a front end that starts the ranks itself (GPT-NeoX's
+    deepy.py), run there once (``process_model: batch_launcher``). Listed where none fits: a program
+    under mpirun that is no Python script (clusterkit's mpirun line runs ``python -u``), and srun
+    tasks per node that only the shell knows."""
     shown = " ".join([launch.program, *launch.args]).replace("\x00", "$(...)")[:80]
     if launch.launcher == "mpirun" and not launch.python and not launch.module and not launch.program.endswith(".py"):
         options = " ".join(f"{flag} {value or ''}".strip() for _, flag, value in launch.options).replace(
             "\x00", "$(...)"
         )
         why = "a program that is no Python script under mpirun (clusterkit's mpirun runs python): run once per node"
-        imported.unmapped.append(Unmapped(launch.line, f"mpirun {options} {shown}", why, "task.program (issue 31)"))
+        nearest = "task.program with launcher: srun (a task per rank)"
+        imported.unmapped.append(Unmapped(launch.line, f"mpirun {options} {shown}", why, nearest))
         launch.launcher, launch.options = "command", []
     elif launch.launcher == "python" and not launch.under_srun:
         nodes = resources.get("nodes") or 1
         if nodes > 1 or (header.gpus_per_node or 1) > 1 or (header.tasks_per_node or 1) > 1:
-            why = "a python program run once in the batch shell (it may start the ranks itself): run once per node"
-            imported.unmapped.append(Unmapped(launch.line, shown, why, "a front end in the batch shell (issue 31)"))
             interpreter = launch.python or ["python"]
             words = [*interpreter[1:], *(["-m"] if launch.module else []), launch.program, *launch.args]
             launch.launcher, launch.python, launch.module = "command", [], False
-            launch.program, launch.args = interpreter[0], words
+            launch.program, launch.args, launch.batch_shell = interpreter[0], words, True
     elif launch.launcher == "command":
         tasks = _tasks_per_node(launch, resources, header)
-        if tasks is None or tasks > 1:
-            count = "a number of tasks only the shell knows" if tasks is None else f"{tasks} tasks per node"
-            why = f"a program srun starts in {count}: launcher: command runs it once per node"
-            nearest = "launcher: python for a Python program; task.program with launcher: srun (issue 31)"
+        if tasks is None:
+            why = "a program srun starts in a number of tasks only the shell knows: launcher: command runs it once per node"
+            nearest = "task.program with launcher: srun, and resources.gpus_per_node"
             imported.unmapped.append(Unmapped(launch.line, shown, why, nearest))
+        elif tasks > 1:
+            wrapped_python(launch, [launch.program, *launch.args])  # srun runs it on each task: one per rank
+            launch.python = literal_args(launch.program, launch.python, variables, launch.line, imported, True)
 
 
 def _tasks_per_node(launch: Launch, resources: dict[str, Any], header: Header) -> int | None:

@@ -66,6 +66,11 @@ def resolve_snapshot(recipe: Recipe, source: SourceMap) -> tuple[CodeSnapshot | 
             "the built-in trainer's code is clusterkit itself and its settings are in job.json: "
             "there is no code of yours to copy (remove snapshot:)"
         )
+    if task.program is not None:
+        return refused(
+            "task.program is run as it is, from where it is (a snapshot copies a script's code "
+            "folder); remove snapshot:"
+        )
     if task.module:
         return refused(
             "a module task (task.module: true) is imported from the job's working directory, which a "

@@ -196,6 +196,8 @@ def summarize(loaded: LoadedRecipe) -> list[tuple[str, str]]:
     r, p = recipe.resources, recipe.parallelism
     unit = "GPUs" if profile.accelerator == "gpu" else "processes"
     task = f"trainer ({_model_label(loaded)})" if recipe.task.trainer else f"script {recipe.task.script}"
+    if recipe.task.program is not None:
+        task = f"program {recipe.task.program}"
     return [
         ("recipe", f"{recipe.name} ({loaded.path})"),
         ("cluster", f"{profile.name} ({profile.accelerator}, {recipe.network.profile} network)"),

@@ -10,6 +10,7 @@ from typing import IO, BinaryIO, Protocol
 
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import MiB, read_bounded
+from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.layout import (
     STREAMS,
     deepspeed_rank_log,
@@ -41,7 +42,8 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     run_dir = record.path
     if rank is None:
         return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
-    if record.launcher == "python":  # a task per rank: srun's per-task log is the rank's own
+    launcher = LAUNCHERS.get(record.launcher)
+    if launcher is not None and launcher.ranks == "task":  # a task per rank: srun's per-task log is the rank's own
         return [path for stream in STREAMS if (path := run_dir / node_log(record.job_id, rank, stream)).exists()]
     if record.launcher == "mpirun":  # --output-filename: <dir>/<job family>/rank.<R>/{stdout,stderr}
         return sorted((run_dir / mpirun_output(record.job_id)).glob(mpirun_rank_logs(rank)))

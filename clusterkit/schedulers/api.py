@@ -202,7 +202,10 @@ class SchedulerUnavailable(UserError, LookupError):
 # --after/--singleton). What a scheduler cannot do is data on its module: ``UNSUPPORTED`` (feature ->
 # why, formatted with the recipe) and ``MAX_NODES``, read here and nowhere else.
 JOB_FEATURES: dict[str, Callable[[LoadedRecipe, str | None], bool]] = {
-    "batch_launcher": lambda loaded, dependency: loaded.recipe.process_model == "batch_launcher",
+    # (a front end of yours, launcher command, runs the srun on its PATH: the local executor's stand-in too)
+    "batch_launcher": lambda loaded, dependency: (
+        loaded.recipe.process_model == "batch_launcher" and loaded.recipe.launcher != "command"
+    ),
     "dependency": lambda loaded, dependency: bool(dependency),
     "service": lambda loaded, dependency: loaded.recipe.service is not None,
     "pyxis": lambda loaded, dependency: bool(loaded.recipe.container and loaded.recipe.container.runtime == "pyxis"),

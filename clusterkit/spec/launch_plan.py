@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.spec import containers, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.profiling import nsys_wrapper
+from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.watchdog import seconds
 from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
@@ -110,8 +111,10 @@ def container(
     if box is None:
         return Container(Words(), Words(), ())
     if box.runtime == "pyxis":
-        srun = Words().given(f"--container-image={box.image}").runtime(
-            f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}"
+        srun = (
+            Words()
+            .given(f"--container-image={box.image}")
+            .runtime(f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}")
         )
         if box.workdir:
             srun.given(f"--container-workdir={box.workdir}")
@@ -123,7 +126,7 @@ def container(
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
     """What the ranks run: ``module`` (clusterkit's, given the job file), the built-in runner (under
     nsys with profile: kind nsys), or the recipe's script (from the code snapshot in the run
-    directory where there is one)."""
+    directory where there is one) or program."""
     job_file = Words().runtime(f"{RUN_DIR}/{layout.JOB_JSON}")
     task = recipe.task
     if module is not None:
@@ -132,7 +135,9 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
         nsys = recipe.profile is not None and recipe.profile.kind == "nsys"
         wrapper = nsys_wrapper() if nsys else Words()
         return Program(Words().add("clusterkit.runtime.runner"), True, job_file, wrapper)
-    entry = Words().add(task.script)  # type: ignore[arg-type]
+    # A program is run as written (a path relative to the submit directory, the job's working
+    # directory; a bare name from PATH), never from a snapshot (load.snapshot takes none for it).
+    entry = Words().add(task.program or task.script)  # type: ignore[arg-type]
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
@@ -173,6 +178,8 @@ def _ranks_step(
     """A step that starts the ranks: one task per node (or per rank) running the launcher's command,
     or, for a launcher in the batch shell, that launcher here."""
     launcher = LAUNCHERS[recipe.launcher]
+    if launcher.replaces_agent and run.module:  # clusterkit's own ranks (the preflight): the same tasks, in Python
+        launcher = LAUNCHERS["python"]
     kind = recipe.job_kind
     logs = (
         layout.node_log(layout.JOB_ID_PATTERN[kind], "%t", "out"),
@@ -180,13 +187,17 @@ def _ranks_step(
     )
     env = step_env(recipe)
     if recipe.process_model == BATCH_LAUNCHER:
-        rank = Program(
-            Words()
-            .runtime(f"{RUN_DIR}/{layout.SUPERVISOR_DIR}/__main__.py")
-            .add("rank", *(["--module"] if run.module else []))
-            .extend(run.entry),
-            False,
-            run.args,
+        rank = (
+            Program(
+                Words()
+                .runtime(f"{RUN_DIR}/{layout.SUPERVISOR_DIR}/__main__.py")
+                .add("rank", *(["--module"] if run.module else []))
+                .extend(run.entry),
+                False,
+                run.args,
+            )
+            if launcher.batch_ranks
+            else run
         )
         command = launcher.batch_command(recipe, rank)  # type: ignore[misc]
         srun = step_options(recipe, profile) if launcher.name == "deepspeed" else []
@@ -201,7 +212,7 @@ def _ranks_step(
             srun,
             logs=logs,
             env=env,
-            env_expand=late_env,
+            env_expand=late_env + tuple(name for name in env if placeholders(env[name])),
             ranks="none",
             agent=False,
             srun_flag="--launcher_args=" if srun else "",
@@ -220,17 +231,21 @@ def _ranks_step(
         env_expand=late_env,
         ranks=launcher.ranks,
         signal_to_launcher=launcher.signal_to_launcher,
+        replace=launcher.replaces_agent,
     )
 
 
 def step_env(recipe: ResolvedRecipe) -> dict[str, str]:
     """What a launch step's tasks are told of the layout beyond SLURM's own variables."""
-    if recipe.launcher == "command":  # your command starts the node's ranks
-        return {
+    if recipe.launcher == "command":  # your command starts the node's ranks (in the batch shell: all of them)
+        env = {
             "NNODES": str(recipe.resources.nodes),
             "GPUS_PER_NODE": str(recipe.ranks_per_node),
             "WORLD_SIZE": str(recipe.world_size),
         }
+        if recipe.process_model == BATCH_LAUNCHER:  # the training hosts, as the supervisor wrote them
+            env["CLUSTERKIT_HOSTFILE"] = f"{RUN_DIR}/{layout.HOSTFILE}"
+        return env
     if recipe.process_model == "task_per_gpu":
         return {"WORLD_SIZE": str(recipe.world_size), "LOCAL_WORLD_SIZE": str(recipe.ranks_per_node)}
     if recipe.launcher == "mpirun":  # its daemons' srun gets the node's CPUs (srun no longer inherits them)

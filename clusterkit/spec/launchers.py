@@ -85,6 +85,16 @@ class Launcher:
     ranks: str = "none"  # which rank variables the node agent sets (supervisor.plan.Step.ranks)
     signal_to_launcher: bool = False  # supervisor.plan.Step.signal_to_launcher
     wraps_ranks: bool = False  # its command puts Program.wrapper before each rank's interpreter
+    # Each task's program replaces the node agent (exec) once its rank variables are set: nothing of
+    # clusterkit's stays between srun's task and the program (supervisor.plan.Step.replace).
+    replaces_agent: bool = False
+    # Which of the task's forms it starts (recipe.Task): trainer, script, program (an executable,
+    # started as it is: no interpreter before it).
+    tasks: tuple[str, ...] = ("trainer", "script")
+    # In the batch shell: each rank it starts runs clusterkit's rank program (python supervisor rank
+    # ENTRY ...), which maps the rank's ids; False: a front end of the user's that starts its ranks
+    # itself is given the task as written.
+    batch_ranks: bool = True
 
     @property
     def process_model(self) -> str:
@@ -308,8 +318,32 @@ LAUNCHERS: dict[str, Launcher] = {
         # srun is the launcher: a task per rank, its ids mapped to RANK & co. by the node agent, and the
         # preemption signal left at its default so that the rank's framework can install its handler.
         Launcher("python", (TASK_PER_GPU,), None, {}, _python, ranks="task", signal_to_launcher=True, wraps_ranks=True),
-        # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment).
-        Launcher("command", (LAUNCHER_PER_NODE,), None, {}, _command, ranks="node"),
+        # Your command, once per node: it starts the node's ranks (NNODES, NODE_RANK, ... in its environment);
+        # or, process_model: batch_launcher, once in the batch shell, a front end that starts every rank.
+        Launcher(
+            "command",
+            (LAUNCHER_PER_NODE, BATCH_LAUNCHER),
+            None,
+            {},
+            _command,
+            batch_command=_command,
+            ranks="node",
+            tasks=("script", "program"),
+            batch_ranks=False,
+        ),
+        # srun is the launcher of task.program: a task per rank, whose node agent sets RANK & co. and
+        # then execs the program in its own place (a binary, a shell script, a JAX process).
+        Launcher(
+            "srun",
+            (TASK_PER_GPU,),
+            None,
+            {},
+            _command,
+            ranks="task",
+            signal_to_launcher=True,
+            replaces_agent=True,
+            tasks=("program",),
+        ),
         Launcher(
             "mpirun",
             (BATCH_LAUNCHER,),

@@ -93,14 +93,14 @@ Offload = Literal["none", "cpu", "nvme"]
 # none: clusterkit sets no network variable at all (the site's modules or container set them).
 NetworkProfileName = Literal["infiniband", "roce", "efa", "slingshot", "ethernet", "loopback", "none"]
 Precision = Literal["bf16", "fp16", "fp32"]
-# command: your own command on every node (it starts the ranks); see docs/guides/launchers.md.
+# command: your own command on every node (it starts the ranks); srun: task.program per rank (docs/guides/launchers.md).
 # mpirun: Open MPI's, once in the batch shell; it starts a daemon per node through srun, and the ranks.
 Launcher = Literal[tuple(LAUNCHERS)]  # one record each in spec.launchers
 Rendezvous = Literal["static", "c10d"]
 # How ranks start: one launcher per node that starts the node's ranks (torchrun, DeepSpeed), or one
-# srun task per GPU, srun being the launcher (python; RANK etc. mapped from SLURM's variables).
+# srun task per GPU, srun being the launcher (python, srun; RANK etc. mapped from SLURM's variables).
 # batch_launcher: one launcher runs in the batch shell and starts every rank through an srun step of
-# its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts).
+# its own (DeepSpeed's --launcher slurm; Open MPI's mpirun, whose daemons srun starts; your front end: command).
 ProcessModel = Literal["launcher_per_node", "task_per_gpu", "batch_launcher"]
 SbatchValue = Union[Line, int, bool]
 SbatchFlag = Annotated[str, Meta(pattern=SBATCH_FLAG_PATTERN)]
@@ -230,10 +230,11 @@ class TrainerTask(_Struct):
 
 
 class Task(_Struct):
-    """Exactly one of ``trainer`` (the built-in HF Trainer runner) and ``script``."""
+    """Exactly one of ``trainer`` (the built-in HF Trainer runner), ``script`` and ``program``."""
 
     trainer: TrainerTask | None = None
     script: NonEmptyLine | None = None
+    program: NonEmptyLine | None = None  # exec'd as it is per rank (launcher srun) or node (command); ./x or x on PATH
     module: bool = False
     args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] = field(default_factory=list)
     # For a script task: its parameter count, and/or its model's config (layers, heads, ...) so the

@@ -7,7 +7,7 @@ the job runs (the names and the expansion are the job's own: :mod:`clusterkit.su
 - ``{uid}``, ``{gid}``: the job's user and group ids (a docker container runs as them);
 - ``{node_rank}``, ``{hostname}``: on each node, in the launch step;
 - ``{rank}``, ``{local_rank}``: in each task (``$SLURM_PROCID``, ``$SLURM_LOCALID``), so only where
-  srun starts one task per rank (launcher: python); torchrun and DeepSpeed start the ranks
+  srun starts one task per rank (launcher: python or srun); torchrun and DeepSpeed start the ranks
   themselves, which read RANK and LOCAL_RANK from their environment.
 
 - ``{env:NAME}``: the variable NAME of the job's environment where the value is filled in (a

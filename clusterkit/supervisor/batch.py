@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -24,7 +25,7 @@ from . import hooks, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
-from .processes import signal_number
+from .processes import NOT_EXECUTABLE, NOT_FOUND, signal_number
 from .run_files import (
     EXIT_CODE,
     HANG_RECORD,
@@ -251,6 +252,10 @@ class Supervisor:
         except UnsetVariable as unset:
             print(unset_line(unset, step.name, socket.gethostname()), flush=True)
             return UNSET_VARIABLE
+        except OSError as exc:  # srun, or a launcher run here in the batch shell (a front end of yours)
+            what = exc.filename or step.argv[0]
+            print(f"clusterkit: cannot start {what!r}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            return NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
         try:
             if step is self.plan.launch and self.watcher is not None:
                 return self.watcher.watch(self.running)

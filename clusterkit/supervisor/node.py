@@ -10,6 +10,9 @@ node, or once per rank), which runs the step's program and stays its parent:
 - SIGTERM and SIGINT (the step being ended) are passed to the program, so that it can stop its own;
 - when the program ends, when and how is recorded (``ranks/node<N>.exit``): the earliest failure
   names the failing node for status and the retry.
+
+A step that says ``replace`` (task.program per rank) is the exception: once the variables and values
+are filled in, the agent execs the program in its own place, and none of the above applies after.
 """
 
 from __future__ import annotations
@@ -24,12 +27,11 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from . import pyspy
 from .plan import UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, expand, unset_line
-from .processes import descendants, exit_status, signal_catchers, signal_number
+from .processes import NOT_EXECUTABLE, NOT_FOUND, descendants, exit_status, signal_catchers, signal_number
 from .ranks import node_ids, runtime_values, task_ids
 from .run_files import node_exit
 from .stacks import STACKS_SIGNAL, sizes
 
-NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell reports a program it cannot start
 PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
 
 
@@ -58,6 +60,8 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
         print(unset_line(unset, step.name, environ.get("SLURMD_NODENAME", "this node")), file=sys.stderr, flush=True)
         _record_end(environ, UNSET_VARIABLE)
         return UNSET_VARIABLE
+    if step.replace:
+        return _replace_with(argv, env)
     preempt = signal_number(plan.recovery.signal)
     started: List[subprocess.Popen] = []  # the program, once it runs
     # The preemption signal, once it came (or before this task started: the supervisor says so):
@@ -101,14 +105,7 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
     try:
         started.append(subprocess.Popen(argv, env=env, preexec_fn=lambda: signal.signal(preempt, start_with)))
     except OSError as exc:
-        code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
-        print(
-            f"clusterkit: cannot start {argv[0]!r} on {env.get('SLURMD_NODENAME', 'this node')}: {exc.strerror or exc}",
-            file=sys.stderr,
-            flush=True,
-        )
-        _record_end(env, code)
-        return code
+        return _cannot_start(argv, env, exc)
     child = started[0]
     while True:
         try:
@@ -124,6 +121,34 @@ def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
                     child.pid, Path(folder), env.get("SLURM_NODEID", "-"), pyspy.answered_pids(Path(folder), request[1])
                 )
     code = exit_status(returncode)
+    _record_end(env, code)
+    return code
+
+
+def _replace_with(argv: List[str], env: Dict[str, str]) -> int:
+    """exec the program in this process's place (a task per rank running task.program): srun's task
+    is then the program itself, which gets srun's signals and whose exit is the task's. Returns only
+    when it cannot be started; nothing records its end (no process of clusterkit's is left)."""
+    # Python starts with SIGPIPE and SIGXFSZ ignored, and an ignored signal stays ignored across exec:
+    # the program gets them at their default, as from a shell. The preemption signal is at its default
+    # already (this process installed no handler), so a program arms its own.
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)  # a bare name from the task's PATH, a path with '/' as it is
+    except OSError as exc:
+        return _cannot_start(argv, env, exc)
+
+
+def _cannot_start(argv: List[str], env: Mapping[str, str], exc: OSError) -> int:
+    code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+    print(
+        f"clusterkit: cannot start {argv[0]!r} on {env.get('SLURMD_NODENAME', 'this node')}: {exc.strerror or exc}",
+        file=sys.stderr,
+        flush=True,
+    )
     _record_end(env, code)
     return code
 

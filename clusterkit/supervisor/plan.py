@@ -87,6 +87,9 @@ class Step:
     # DeepSpeed's and accelerate's ignore it, and their ranks install a handler to receive it).
     signal_to_launcher: bool = True
     agent: bool = True  # each task runs the node agent around argv (a bare check runs without)
+    # The node agent sets the task's variables and then execs argv in its own place (task.program per
+    # rank): the program is srun's task itself, with nothing of clusterkit's left around it.
+    replace: bool = False
     # A launcher in the batch shell that runs srun itself and takes its options as one argument
     # (DeepSpeed's --launcher_args): the flag, and the argv position the word goes to.
     srun_flag: str = ""

@@ -12,6 +12,8 @@ import os
 import signal
 from typing import Dict, Iterable, List, Optional
 
+NOT_FOUND, NOT_EXECUTABLE = 127, 126  # a program that cannot be started, as a shell reports it
+
 
 def _parents() -> Dict[int, int]:
     """pid -> parent pid of every process visible now."""
