@@ -41,7 +41,7 @@ def _argv_words(imported: Imported) -> list[str]:
     python = recipe.get("python", [])
     return [
         *([python] if isinstance(python, str) else python),
-        recipe["task"]["script"],
+        recipe["task"].get("script") or recipe["task"]["program"],
         *recipe["task"].get("args", []),
     ]
 
@@ -128,7 +128,8 @@ def test_the_launch_is_the_real_work_not_a_utility_step() -> None:
     """aws-nccl-tests-container: `mpirun -N 1 bash -c 'echo $(hostname)...'` then `srun
     "${ARGS[@]}" ... all_reduce_perf`: the test is the launch, not a post_run hook."""
     imported = _original("aws-nccl-tests-container")
-    assert imported.recipe["task"]["script"] == "/opt/nccl-tests/build/all_reduce_perf"
+    assert imported.recipe["launcher"] == "srun"  # 8 tasks per node: a program per rank
+    assert imported.recipe["task"]["program"] == "/opt/nccl-tests/build/all_reduce_perf"
     assert "post_run" not in imported.recipe.get("hooks", {})
     assert any("ARGS" in t for _, t in _listed(imported, "array"))
 
@@ -179,11 +180,17 @@ def test_a_program_that_is_a_positional_argument_is_not_written_literally() -> N
 # 5. per-rank programs
 
 
-def test_a_per_rank_program_under_srun_is_listed_as_once_per_node() -> None:
-    """llm.c: `srun -l -u bash -c "train_gpt2cu ... -pr \\$SLURM_PROCID"` with 8 tasks per node."""
+def test_a_per_rank_program_under_srun_is_a_program_per_rank() -> None:
+    """llm.c: `srun -l -u bash -c "train_gpt2cu ... -pn \\$SLURM_NTASKS -pr \\$SLURM_PROCID"` with 8
+    tasks per node: task.program per rank, no interpreter, SLURM_PROCID as {rank}; -pn's value is a
+    run-time one, so -pn goes with it (kept alone, it would take -pr as its value)."""
     imported = _original("llmc-multinode-fs")
-    assert imported.recipe["launcher"] == "command"
-    assert _listed(imported, "once per node")
+    assert imported.recipe["launcher"] == "srun" and "python" not in imported.recipe
+    task = imported.recipe["task"]
+    assert task["program"] == "/home/ubuntu/llm.c/train_gpt2cu" and "-pn" not in task["args"]
+    assert task["args"][task["args"].index("-pr") + 1] == "{rank}"
+    assert not _listed(imported, "once per node")
+    assert ("-pn $SLURM_NTASKS") in [text for _, text in _listed(imported, "left out")]
 
 
 def test_a_non_python_program_under_mpirun_gets_no_interpreter() -> None:
@@ -198,11 +205,13 @@ def test_a_non_python_program_under_mpirun_gets_no_interpreter() -> None:
 # 6. a front end in the batch shell
 
 
-def test_a_python_front_end_in_the_batch_shell_is_listed_not_multiplied() -> None:
-    """GPT-NeoX: `python3 deepy.py train.py cfg.yml` in the batch shell starts the ranks itself."""
+def test_a_python_front_end_in_the_batch_shell_runs_there_once_not_multiplied() -> None:
+    """GPT-NeoX: `python3 deepy.py train.py cfg.yml` in the batch shell starts the ranks itself: a
+    front end (launcher command in the batch shell), exactly as the script runs it."""
     imported = _original("gpt-neox-readme-slurm")
-    assert imported.recipe["launcher"] != "python"
-    assert [line for line, _ in _listed(imported, "batch shell")] == [20]
+    assert (imported.recipe["launcher"], imported.recipe["process_model"]) == ("command", "batch_launcher")
+    assert imported.recipe["task"]["program"] == "python3"
+    assert imported.recipe["task"]["args"][:2] == ["deepy.py", "train.py"]
 
 
 # 7. multi-line constructs

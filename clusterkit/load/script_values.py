@@ -62,6 +62,9 @@ def nearest_field(word: str) -> str:
     return "task.args or env"
 
 
+OPTION_WORD = re.compile(r"--?[A-Za-z][A-Za-z0-9_.-]*")
+
+
 def literal_args(
     program: str, words: list[str], variables: dict[str, str], line: int, imported: Imported, per_rank: bool
 ) -> list[str]:
@@ -80,7 +83,9 @@ def literal_args(
             continue
         shown = word.replace("\x00", "$(...)")
         paired = not WORDS_OF_ARGUMENTS.match(word) and not word.startswith("-")
-        if paired and out and out[-1].startswith("--") and "=" not in out[-1]:
+        # -x or --x: either may take this word as its value (llm.c's -pn $SLURM_NTASKS); kept alone it
+        # would take the next one. A flag that takes none goes with it too, listed beside it.
+        if paired and out and OPTION_WORD.fullmatch(out[-1]):
             shown = f"{out.pop()} {shown}"
         imported.unmapped.append(
             Unmapped(line, shown, "a run-time value in an argument: left out", nearest_field(word))
