@@ -12,7 +12,16 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, RecipeError
-from clusterkit.load import job_checks, launch_checks, model_checks, parallel_checks, profile_checks, sbatch_checks
+from clusterkit.load import (
+    job_checks,
+    launch_checks,
+    model_checks,
+    parallel_checks,
+    profile_checks,
+    sbatch_checks,
+    step_checks,
+)
+from clusterkit.load.job_checks import Report
 from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
@@ -130,7 +139,19 @@ def resolve_and_check(
     launch_checks.check_accelerate_config(recipe, found.error)
     launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
     launch_checks.check_cpus(resources, profile, process_model, found.error)
+    step_checks.check_steps(recipe, profile, found.error, found.warn, _check_step_task)
     return resolved, found.items
+
+
+class _Relayed(_Findings):
+    """Findings handed straight to other reports (a step's, at the step's keys)."""
+
+    def __init__(self, error: Report, warn: Report):  # noqa: D107
+        self.error, self.warn = error, warn  # type: ignore[method-assign]
+
+
+def _check_step_task(recipe: Recipe, error: Report, warn: Report) -> None:
+    _check_task(recipe, _Relayed(error, warn))
 
 
 def _check_task(recipe: Recipe, found: _Findings) -> None:

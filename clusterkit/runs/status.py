@@ -32,6 +32,8 @@ from clusterkit.spec.layout import (
     node_log,
     node_number,
 )
+from clusterkit.supervisor.job_steps import label
+from clusterkit.supervisor.run_files import STEPS_RECORD, json_objects, step_dir
 from clusterkit.supervisor.stragglers import straggler
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a run file may hold that no terminal should get
@@ -204,8 +206,24 @@ def _explained(record: RunRecord, status: JobStatus) -> JobStatus:
         reason = f"HUNG: {hang}" + (f"; {status.reason}" if status.reason else "")
         return dataclasses.replace(status, reason=reason)
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
-        return dataclasses.replace(status, failure=first_failure(record))
+        failure = "; ".join(filter(None, (_failed_step(record.path), first_failure(record))))
+        return dataclasses.replace(status, failure=failure or None)
     return status
+
+
+def _failed_step(run_dir: Path) -> str | None:
+    """A job of several steps: the run of a step that ended it (the last one that ended, failed or
+    stopped to be requeued) and where its logs are."""
+    ends = [entry for entry in json_objects(_text(run_dir / STEPS_RECORD)) if "exit_code" in entry]
+    last = ends[-1] if ends else None
+    if last is None or (last.get("exit_code") == 0 and not last.get("interrupted")):
+        return None
+    name, trial, repeat = str(last.get("step")), last.get("trial"), last.get("repeat")
+    if not isinstance(trial, int) or not isinstance(repeat, int):
+        return None  # not the supervisor's line
+    logs = step_dir(name, trial if repeat > 1 else None)
+    how = "was interrupted" if last.get("interrupted") else f"exited with {last.get('exit_code')}"
+    return _CONTROL.sub(" ", f"step {label(name, trial, repeat)} {how} (logs in {logs}/)")
 
 
 def _hang_record(run_dir: Path) -> str | None:

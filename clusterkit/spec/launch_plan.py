@@ -10,12 +10,16 @@ supervisor writes (:data:`STEP_LAYOUT`), the view :data:`STEP_OWNED` the recipe 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from clusterkit.spec import layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
+from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
@@ -24,9 +28,11 @@ from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, St
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
-    from clusterkit.spec.resolved import ResolvedRecipe
+    from clusterkit.spec.resolved import ResolvedRecipe, ResolvedStep
 
 RUN_DIR = "{run_dir}"
+# The steps the plan builds itself (a job of several steps may not name one of its own so).
+STEP_NAMES = ("launch", "preflight", "service", "image-check")
 _LOGS = "runs_dir (each node's log is in the run directory)"
 
 
@@ -230,6 +236,44 @@ def _ranks_step(
     )
 
 
+def as_step(recipe: ResolvedRecipe, step: ResolvedStep) -> ResolvedRecipe:
+    """The recipe as one of its steps runs: the step's task, launcher, options and nodes."""
+    return msgspec.structs.replace(
+        recipe,
+        task=step.task,
+        steps=None,
+        launcher=step.launcher,
+        process_model=step.process_model,
+        launcher_args=step.launcher_args,
+        srun=step.srun,
+        resources=msgspec.structs.replace(recipe.resources, nodes=step.nodes),
+    )
+
+
+def job_steps(
+    recipe: ResolvedRecipe, profile: ClusterProfile, box: Container, late_env: tuple[str, ...]
+) -> tuple[Step, ...]:
+    """A job of several steps: each built as the launch step would be for the recipe as the step
+    runs, with its logs in ``steps/<name>/`` (``steps/<name>/{trial}/`` for trials) and its env
+    values beside the recipe's (their run-time values filled in by the node agent)."""
+    built = []
+    for step in recipe.steps or []:
+        runs = as_step(recipe, step)
+        launch = _ranks_step(step.name, runs, profile, program(runs), box, late_env)
+        folder = layout.step_dir(step.name, "{trial}" if step.repeat > 1 else None)
+        env = {name: env_value(value) for name, value in step.env.items()}
+        built.append(
+            dataclasses.replace(
+                launch,
+                logs=(f"{folder}/{launch.logs[0]}", f"{folder}/{launch.logs[1]}"),
+                env={**launch.env, **env},
+                env_expand=(*launch.env_expand, *sorted(name for name, value in env.items() if placeholders(value))),
+                repeat=step.repeat,
+            )
+        )
+    return tuple(built)
+
+
 def step_env(recipe: ResolvedRecipe) -> dict[str, str]:
     """What a launch step's tasks are told of the layout beyond SLURM's own variables."""
     if recipe.launcher == "command":  # your command starts the node's ranks
@@ -251,7 +295,9 @@ def launch_plan(
     """The plan. ``late_env``: the names of env values that hold a node's or a rank's run-time
     values (the node agent fills them in); ``rank_files``: the rendered files the ranks read."""
     box = container(recipe, profile)
-    needs = image_needs(recipe)
+    # A job of several steps: the packages each step's launch needs.
+    each = [recipe, *(as_step(recipe, step) for step in recipe.steps or [])]
+    needs = sorted({need for runs in each for need in image_needs(runs)})
     image_check = None
     # Checked in the image before anything starts: the packages the launch imports, with the launch's
     # interpreter; where nothing is imported, only that the node agent's interpreter is there (pyxis).
@@ -331,4 +377,5 @@ def launch_plan(
         notify=Notify(recipe.notify.webhook_secret, tuple(recipe.notify.events), recipe.notify.format)
         if recipe.notify and recipe.notify.webhook_secret
         else None,
+        steps=job_steps(recipe, profile, box, late_env),
     )

@@ -321,6 +321,32 @@ class Service(_Struct):
     address_env: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] = "SERVICE_ADDR"
 
 
+# A step's env values: text, numbers or booleans (1/0), set for its tasks on top of the recipe's env.
+StepEnvValue = Union[EnvText, int, float, bool]
+
+
+class JobStep(_Struct):
+    """One of several steps run in order in the same allocation (``steps:``), each an srun step of
+    its own (e.g. data preparation, training, evaluation). The first step that fails ends the job
+    with its exit code; the steps after it do not run."""
+
+    name: Name  # in status and the logs: steps/<name>/ in the run directory
+    task: Task
+    # Default: the recipe's launcher. It must start the ranks as the recipe's does (one launcher per
+    # node, or a task per rank): the allocation's tasks per node are the recipe launcher's.
+    launcher: Launcher | None = None
+    # Default: the recipe's launcher_args where the step runs the recipe's launcher, else none.
+    launcher_args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] | None = None
+    srun: Srun | None = None  # this step's srun options instead of the recipe's srun:
+    env: dict[EnvName, StepEnvValue] = field(default_factory=dict)  # set for this step's tasks, beside env:
+    # On the first `nodes` training nodes (default: all of resources.nodes). The layout (dp, tp, ...,
+    # the built-in trainer) is the steps' on all nodes; a step on fewer runs a script.
+    nodes: PositiveInt | None = None
+    # Trials: the step run this many times in a row, {trial} (0, 1, ...) in task.args and env values
+    # telling each its number (e.g. --seed={trial}); each trial's logs in steps/<name>/<trial>/.
+    repeat: Annotated[int, Meta(ge=1, le=10_000)] = 1
+
+
 SweepValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
 
 
@@ -349,7 +375,10 @@ class Recipe(_Struct, kw_only=True):
     # $MASTER_ADDR:$MASTER_PORT; needs an endpoint the first node's agent can own).
     rendezvous: Rendezvous = "static"
     precision: Precision | None = None
-    task: Task
+    # Exactly one of task and steps. Default: none (a recipe gives task: or steps:).
+    task: Task = field(default_factory=Task)
+    # Several steps in one allocation, run in order (spec.recipe.JobStep); instead of task:.
+    steps: Annotated[list[JobStep], Meta(min_length=1, max_length=64)] | None = None
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
@@ -391,6 +420,36 @@ class Recipe(_Struct, kw_only=True):
 def process_model_of(recipe: Recipe) -> ProcessModel:
     """The recipe's process model as written, or its launcher's own."""
     return recipe.process_model or LAUNCHERS[recipe.launcher].process_model  # type: ignore[return-value]
+
+
+def training_step(recipe: Recipe) -> int:
+    """Which of the recipe's steps the layout (and job.json's task) is for: the one of the built-in
+    trainer, else the first on every training node."""
+    steps = recipe.steps or []
+    trainer = [index for index, step in enumerate(steps) if step.task.trainer is not None]
+    full = [index for index, step in enumerate(steps) if step.nodes in (None, recipe.resources.nodes)]
+    return (trainer or full or [0])[0]
+
+
+def step_recipe(recipe: Recipe, step: JobStep) -> Recipe:
+    """The recipe as one of its steps runs: the step's task, launcher, launcher_args, srun and nodes
+    (the recipe's where the step leaves them), its env instead of the recipe's (each step's checks
+    read it; the recipe's own are checked once)."""
+    launcher = step.launcher or recipe.launcher
+    same = launcher == recipe.launcher
+    return msgspec.structs.replace(
+        recipe,
+        task=step.task,
+        steps=None,
+        launcher=launcher,
+        process_model=recipe.process_model if same else None,
+        rendezvous=recipe.rendezvous if launcher == "torchrun" else "static",
+        accelerate=recipe.accelerate if launcher == "accelerate" else AccelerateSettings(),
+        launcher_args=step.launcher_args if step.launcher_args is not None else recipe.launcher_args if same else [],
+        srun=step.srun or recipe.srun,
+        env=dict(step.env),
+        resources=msgspec.structs.replace(recipe.resources, nodes=step.nodes or recipe.resources.nodes),
+    )
 
 
 def tasks_per_node(process_model: str, gpus_per_node: int) -> int:

@@ -64,6 +64,7 @@ def runtime_values(environ: Mapping[str, str]) -> Dict[str, str]:
         "hostname": environ.get("SLURMD_NODENAME") or socket.gethostname(),
         "rank": environ.get("SLURM_PROCID"),
         "local_rank": environ.get("SLURM_LOCALID"),
+        "trial": environ.get("CLUSTERKIT_TRIAL"),  # set by the supervisor for each step of several
     }
     return {name: value for name, value in known.items() if value is not None}
 
