@@ -147,6 +147,26 @@ TRAINER_RECIPE = {
     "runs_dir": "runs",
 }
 
+# A job of several steps (steps:): a step's name, task, launcher_args, srun and env are its own fields.
+STEPS_RECIPE = {
+    "name": "fuzzsteps",
+    "cluster": "profile.yaml",
+    "launcher": "torchrun",
+    "resources": {"nodes": 2, "gpus_per_node": 2, "time": "10"},
+    "steps": [
+        {"name": "prep", "nodes": 1, "task": {"script": "prep.py", "args": ["--out", "{run_dir}/d"]}},
+        {
+            "name": "train",
+            "task": {"script": "train.py", "args": ["--x"]},
+            "launcher_args": ["--max-restarts=0"],
+            "srun": {"label": True, "extra": {"comment": "c"}},
+        },
+        {"name": "eval", "repeat": 2, "task": {"script": "eval.py", "args": ["--seed={trial}"]}, "env": {"S": "e"}},
+    ],
+    "runs_dir": "runs",
+}
+BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "steps": STEPS_RECIPE}
+
 
 def hostile_tokens(canary: str) -> list[str]:
     return [
@@ -196,7 +216,7 @@ class Case:
     target: str  # "recipe" or "profile"
     path: tuple
     value: str
-    base: str  # "script" or "trainer"
+    base: str  # a key of BASES: "script", "trainer" or "steps"
     via_set: bool  # through --set instead of the file (recipe fields only)
 
 
@@ -206,7 +226,7 @@ def cases(canary: str) -> st.SearchStrategy[Case]:
         st.just("recipe"),
         st.sampled_from(RECIPE_FIELDS),
         hostile_strings(canary),
-        st.sampled_from(["script", "trainer"]),
+        st.sampled_from(sorted(BASES)),
         st.booleans(),
     )
     profile_case = st.builds(
@@ -214,7 +234,7 @@ def cases(canary: str) -> st.SearchStrategy[Case]:
         st.just("profile"),
         st.sampled_from(PROFILE_FIELDS),
         hostile_strings(canary),
-        st.sampled_from(["script", "trainer"]),
+        st.sampled_from(sorted(BASES)),
         st.just(False),
     )
     return st.one_of(recipe_case, profile_case)
@@ -284,7 +304,7 @@ def check_case(case: Case, canary: Path, shellcheck: bool = True) -> str:
     """Run one case; returns "refused" or "executed". Raises AssertionError if the promise breaks."""
     work = Path(tempfile.mkdtemp(prefix="ck-hostile-"))
     try:
-        recipe = json.loads(json.dumps(SCRIPT_RECIPE if case.base == "script" else TRAINER_RECIPE))
+        recipe = json.loads(json.dumps(BASES[case.base]))
         profile = json.loads(json.dumps(PROFILE))
         overrides: list[str] = []
         if case.target == "profile":
@@ -370,3 +390,10 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     for arg in resolved["task"]["args"]:
         if "{run_dir}" not in arg:
             assert arg in program_words, (case, arg)
+    steps = resolved["steps"] or []
+    for step in steps:  # each step's program was started, its words exact (the stub appends each call's)
+        for arg in step["task"]["args"]:
+            if "{" not in arg:
+                assert arg in program_words, (case, step["name"], arg)
+    for key, value in (steps[-1]["env"] if steps else {}).items():  # the last call is the last step's
+        assert program_env.get(key) == str(value), (case, key)
