@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from clusterkit import load_recipe, render_job
-from clusterkit.supervisor.plan import expand, load_plan
+from clusterkit.supervisor import steps
+from clusterkit.supervisor.plan import Service, expand, load_plan
 from conftest import REPO, run_cli
 from launch_plans import plan_of
 from test_supervisor import FakeJob, _plan, _step, _supervise
@@ -114,6 +115,13 @@ def test_a_step_launcher_of_the_same_process_model_is_fine(tmp_path: Path) -> No
 def test_what_steps_cannot_carry_yet_is_refused_with_why(tmp_path: Path, fields: dict, key: str) -> None:
     line = _error(tmp_path, _steps(**fields))
     assert f": {key}: " in line and "steps" in line, line
+
+
+def test_a_chain_of_steps_is_refused(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_write(tmp_path, _steps())), "--chain", "2", "--dry-run")
+    assert done.returncode == 2 and done.stderr.strip().endswith(
+        "--chain: each link would run every step again; not with steps: yet"
+    )
 
 
 def test_trial_outside_steps_is_refused(tmp_path: Path) -> None:
@@ -256,6 +264,16 @@ def test_a_requeued_job_goes_on_from_the_step_that_was_preempted(tmp_path: Path)
     other_job = FakeJob({}, {"SLURM_JOB_ID": "5151"})  # another job in this run dir completed nothing
     _supervise(tmp_path, _plan(**_three(tmp_path)), other_job)
     assert [name for name, _, _ in other_job.started] == ["prep", "train", "eval", "eval"]
+
+
+def test_a_service_serves_every_step_and_stops_after_the_last(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(steps, "answers", lambda host, port, timeout_s=1.0: (host, port) == ("n3", 9))
+    service = Service(step=_step("service", hosts="service", nodes=1), port=9, ready_timeout_s=60, address_env="ADDR")
+    job = FakeJob({"service": "sleep 30", "eval": "exit 4"})
+    code, _ = _supervise(tmp_path, _plan(service=service, service_nodes=1, **_three(tmp_path)), job)
+    assert code == 4 and [name for name, _, _ in job.started] == ["service", "prep", "train", "eval"]
+    assert {env["ADDR"] for name, _, env in job.started[1:]} == {"n3:9"}
+    assert next(argv for name, argv, _ in job.started if name == "train")[4] == "--nodelist=n1,n2"
 
 
 # --- end to end ----------------------------------------------------------------------------------
