@@ -14,9 +14,10 @@ from clusterkit.errors import Finding, RecipeError
 from clusterkit.load import job_checks, launch_checks
 from clusterkit.load.job_checks import Report
 from clusterkit.load.yaml_source import KeyPath, SourceMap
+from clusterkit.spec.job_steps import step_recipe, training_step
 from clusterkit.spec.launch_plan import STEP_NAMES
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of, step_recipe, training_step
+from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
 from clusterkit.spec.runtime_values import placeholders
 
 TRIAL = "trial"
@@ -37,6 +38,8 @@ def with_training_task(recipe: Recipe, source: SourceMap) -> Recipe:
     """With steps: the recipe whose task is its training step's, which the layout checks, the
     estimate and job.json read. Both ``task:`` and ``steps:`` is an error."""
     if recipe.steps is None:
+        if not source.written(("task",)):  # a default Task() stands for none written: say what is missing
+            raise RecipeError(Finding(source.default, ("task",), "required key 'task' is missing (or give steps:)"))
         return recipe
     if source.written(("task",)):
         raise RecipeError(

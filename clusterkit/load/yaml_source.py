@@ -68,8 +68,9 @@ class SourceMap:
         self._locations[path] = location
 
     def written(self, path: KeyPath) -> bool:
-        """Whether ``path`` itself was written (in a file or an override), not only an ancestor."""
-        return tuple(path) in self._locations
+        """Whether ``path`` or a key below it was written (in a file or an override), not only an ancestor."""
+        n = len(path)
+        return any(key[:n] == tuple(path) for key in self._locations)
 
     def drop_below(self, path: KeyPath) -> None:
         """Forget locations under ``path`` (the value there was replaced whole)."""

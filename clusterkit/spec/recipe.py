@@ -15,6 +15,7 @@ from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
+from clusterkit.spec.preemption import Preemption
 from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
@@ -209,8 +210,7 @@ class ModelSpec(_Struct):
     config: dict[str, Any] | NonEmptyLine | None = None
     pretrained: NonEmptyLine | None = None
     tokenizer: NonEmptyLine | None = None
-    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is
-    # installed, else sdpa.
+    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is installed, else sdpa.
     attention: Literal["sdpa", "flash_attention_2", "eager"] | None = None
 
 
@@ -260,31 +260,6 @@ class AccelerateSettings(_Struct):
     # in the run directory), or this one of yours (relative to the recipe); either way the layout
     # flags (machines, processes, rank, main process) come from clusterkit on the command line.
     config: NonEmptyLine | None = None
-
-
-class Preemption(_Struct):
-    # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
-    # which NCCL may claim (submitit moved to USR2 for that reason). false: no --signal is asked
-    # for, so a job stopped by its time limit gets no chance to checkpoint first.
-    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] | bool = "USR2"
-    grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
-    max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
-    # Retry automatically after a failure (a rank or node died) up to this many times: a new job,
-    # excluding the node the failure began on, continues the run directory from its newest complete
-    # checkpoint (retries.jsonl records each). 0 = never.
-    max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
-    # Restarts of the launch on a spare node within the same job (resources.spare_nodes); default:
-    # one per spare. Each drops the node the failure began on.
-    max_restarts: Annotated[int, Meta(ge=0, le=1024)] | None = None
-    # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
-    # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
-    requeue: bool | Literal["auto", "site"] = "auto"
-
-    @property
-    def handled_signal(self) -> str:
-        """The signal the job's shells and ranks handle (checkpoint, pass on): with signal: false
-        SLURM is asked for none, but ``scancel --signal=USR2 --batch`` still works."""
-        return self.signal if isinstance(self.signal, str) else "USR2"
 
 
 class Preflight(_Struct):
@@ -375,9 +350,7 @@ class Recipe(_Struct, kw_only=True):
     # $MASTER_ADDR:$MASTER_PORT; needs an endpoint the first node's agent can own).
     rendezvous: Rendezvous = "static"
     precision: Precision | None = None
-    # Exactly one of task and steps. Default: none (a recipe gives task: or steps:).
-    task: Task = field(default_factory=Task)
-    # Several steps in one allocation, run in order (spec.recipe.JobStep); instead of task:.
+    task: Task = field(default_factory=Task)  # or, for several steps in one allocation, steps: (JobStep)
     steps: Annotated[list[JobStep], Meta(min_length=1, max_length=64)] | None = None
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
@@ -422,37 +395,6 @@ def process_model_of(recipe: Recipe) -> ProcessModel:
     return recipe.process_model or LAUNCHERS[recipe.launcher].process_model  # type: ignore[return-value]
 
 
-def training_step(recipe: Recipe) -> int:
-    """Which of the recipe's steps the layout (and job.json's task) is for: the one of the built-in
-    trainer, else the first on every training node."""
-    steps = recipe.steps or []
-    trainer = [index for index, step in enumerate(steps) if step.task.trainer is not None]
-    full = [index for index, step in enumerate(steps) if step.nodes in (None, recipe.resources.nodes)]
-    return (trainer or full or [0])[0]
-
-
-def step_recipe(recipe: Recipe, step: JobStep) -> Recipe:
-    """The recipe as one of its steps runs: the step's task, launcher, launcher_args, srun and nodes
-    (the recipe's where the step leaves them), its env instead of the recipe's (each step's checks
-    read it; the recipe's own are checked once)."""
-    launcher = step.launcher or recipe.launcher
-    same = launcher == recipe.launcher
-    return msgspec.structs.replace(
-        recipe,
-        task=step.task,
-        steps=None,
-        launcher=launcher,
-        process_model=recipe.process_model if same else None,
-        rendezvous=recipe.rendezvous if launcher == "torchrun" else "static",
-        accelerate=recipe.accelerate if launcher == "accelerate" else AccelerateSettings(),
-        launcher_args=step.launcher_args if step.launcher_args is not None else recipe.launcher_args if same else [],
-        srun=step.srun or recipe.srun,
-        env=dict(step.env),
-        resources=msgspec.structs.replace(recipe.resources, nodes=step.nodes or recipe.resources.nodes),
-    )
-
-
 def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
-    """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or by
-    a launcher in the batch shell)."""
+    """srun tasks per node: the node's launcher, or one task per rank (started by srun or a batch launcher)."""
     return 1 if process_model == "launcher_per_node" else gpus_per_node

@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.job_steps import step_recipe, training_step
 from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.profiling import Profiling
@@ -50,9 +51,7 @@ from clusterkit.spec.recipe import (
     Task,
     _Struct,
     process_model_of,
-    step_recipe,
     tasks_per_node,
-    training_step,
 )
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
@@ -139,7 +138,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     launcher_args: list[str]
     rendezvous: Rendezvous
     precision: Precision
-    task: Task  # with steps: the training step's (spec.recipe.training_step)
+    task: Task  # with steps: the training step's (spec.job_steps.training_step)
     steps: list[ResolvedStep] | None
     network: ResolvedNetwork
     deepspeed: DeepSpeedSettings
