@@ -187,6 +187,16 @@ def test_the_plan_has_each_step_with_its_layout_logs_env_and_trials(tmp_path: Pa
     assert seed in eval_.expand and expand(eval_.argv[seed], {"trial": "2"}) == "--seed=2"
 
 
+def test_the_dry_run_shows_each_step_in_order(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_write(tmp_path, _steps())), "--dry-run")
+    shown = [
+        line for line in done.stderr.splitlines() if line.startswith(("# prep:", "# train:", "# eval:", "# launch:"))
+    ]
+    assert [line.split(":")[0] for line in shown] == ["# prep", "# train", "# eval"], done.stderr
+    assert shown[0].startswith("# prep: 1 x 1 task(s) per node: ")
+    assert shown[2].startswith("# eval: 2 x 1 task(s) per node, 3 trials: ") and "'--seed={trial}'" in shown[2]
+
+
 def test_each_step_gets_its_own_srun_options(tmp_path: Path) -> None:
     body = _steps(srun={"label": True})
     body["steps"][2]["srun"] = {"cpu_bind": "none"}
