@@ -149,6 +149,7 @@ def test_the_built_in_trainer_is_the_training_step_and_job_json_holds_its_task(t
     [
         (lambda s: s[1].update(repeat=2), "steps[1].repeat", "each trial would resume the one before"),
         (lambda s: s[2].update(task={"trainer": TRAINER}, repeat=1), "steps[2].task.trainer", "only one step can run"),
+        (lambda s: s[1].update(nodes=1), "steps[1].nodes", "the built-in trainer trains with the recipe's layout"),
     ],
 )
 def test_the_built_in_trainer_step_is_one_whole_run(tmp_path: Path, change, key: str, message: str) -> None:

@@ -146,7 +146,7 @@ def resolve_and_check(
 class _Relayed(_Findings):
     """Findings handed straight to other reports (a step's, at the step's keys)."""
 
-    def __init__(self, error: Report, warn: Report):  # noqa: D107
+    def __init__(self, error: Report, warn: Report):
         self.error, self.warn = error, warn  # type: ignore[method-assign]
 
 

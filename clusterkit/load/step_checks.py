@@ -100,11 +100,6 @@ def check_steps(
         if step.task.trainer is not None:
             if index != training:
                 error(at + ("task", "trainer"), "only one step can run the built-in trainer (job.json holds one task)")
-            elif runs.resources.nodes != recipe.resources.nodes:
-                error(
-                    at + ("nodes",),
-                    "the built-in trainer trains with the recipe's layout, on all resources.nodes: leave nodes out",
-                )
             if step.repeat > 1:
                 error(
                     at + ("repeat",),
@@ -112,7 +107,13 @@ def check_steps(
                     "resume the one before; repeat a script task instead",
                 )
         if index == training and runs.resources.nodes != recipe.resources.nodes:
-            error(at + ("nodes",), "a job of several steps needs a step on all resources.nodes (the layout's)")
+            trainer = step.task.trainer is not None
+            error(
+                at + ("nodes",),
+                "the built-in trainer trains with the recipe's layout, on all resources.nodes: leave nodes out"
+                if trainer
+                else "a job of several steps needs a step on all resources.nodes (the layout's)",
+            )
 
         found = _AtStep(at, error, warn)
         if index != training:  # the training step's task is the recipe's, checked as such
