@@ -287,6 +287,38 @@ def test_a_service_serves_every_step_and_stops_after_the_last(tmp_path: Path, mo
     assert next(argv for name, argv, _ in job.started if name == "train")[4] == "--nodelist=n1,n2"
 
 
+@pytest.mark.parametrize(
+    ("lines", "state", "reason", "failure"),
+    [
+        ([{"step": "train", "trial": 0, "repeat": 1}], "RUNNING", "step train running", None),
+        ([{"step": "eval", "trial": 1, "repeat": 3}], "RUNNING", "step eval trial 1 (of 3) running", None),
+        (
+            [{"step": "eval", "trial": 2, "repeat": 3, "exit_code": 5}],
+            "FAILED",
+            None,
+            "step eval trial 2 (of 3) exited with 5 (logs in steps/eval/2/)",
+        ),
+        (
+            [{"step": "train\x1b[31m", "trial": 0, "repeat": 1, "exit_code": 1}],
+            "FAILED",
+            None,
+            "step train [31m exited",
+        ),
+        ([{"step": "x", "trial": "0; rm", "repeat": 1, "exit_code": 1}], "FAILED", None, None),  # not the supervisor's
+        ([{"step": "train", "trial": 0, "repeat": 1, "exit_code": 0}], "RUNNING", None, None),  # between two steps
+    ],
+)
+def test_status_says_which_step_runs_or_failed(tmp_path: Path, lines, state: str, reason, failure) -> None:
+    from clusterkit.runs.record import RunRecord
+    from clusterkit.runs.status import JobStatus, explained
+
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"cut')
+    record = RunRecord("7", "steps", "local", str(tmp_path), "r.yaml", 0.0, 2, 1, "python")
+    found = explained(record, JobStatus(state, 5 if state == "FAILED" else None))
+    assert found.reason == reason
+    assert (found.failure or "").startswith(failure or "") and (failure is not None) == (found.failure is not None)
+
+
 # --- end to end ----------------------------------------------------------------------------------
 
 
