@@ -127,6 +127,9 @@ class SubmitChoices:
     after: Sequence[str] = ()  # job ids, array tasks 123_4 or run directories
     after_type: str = "afterok"
     singleton: bool = False
+    # The script's arguments, after task.args (the CLI's words after --), each passed as it is.
+    # None: none (a resume keeps the earlier run's); a list replaces them.
+    args: Sequence[str] | None = None
 
 
 def prepare(
@@ -159,8 +162,15 @@ def prepare(
         after=tuple(choices.after),
         after_type=choices.after_type,
         singleton=choices.singleton,
+        args=None if choices.args is None else _program_args(choices.args),
     )
     return prepare_request(options, extra, one_job)
+
+
+def _program_args(args: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(args, str):  # a text would be taken as its characters
+        raise UsageError(f"args: give a list of arguments, not the text {args!r}")
+    return tuple(args)
 
 
 def dry_run(

@@ -42,6 +42,10 @@ SHELL_ON_PURPOSE = {("setup",), ("hooks",)}  # shell written on purpose, run as 
 PROGRAM_FIELDS = {("python",), ("python", 0), ("host_python",), ("container", "python")}
 ONE_LINE_ERROR = re.compile(r"^[^\n]+: \S.*$")
 JOB_ID = "4242"
+# {env:NAME} is filled in where the job runs (task args, env values, the container's image and mounts):
+# the job's environment sets NAME to this hostile value, which must arrive as text, in one pass.
+ENV_REFERENCE, ENV_NAME = "{env:CK_HOSTILE}", "CK_HOSTILE"
+ENV_VALUE = "$(touch CANARY/env)`touch CANARY/env2`'\"\n{env:HOME}{run_dir}*"
 
 
 def _accepts_str(info: Any) -> bool:
@@ -203,6 +207,7 @@ def hostile_tokens(canary: str) -> list[str]:
         "x=y,z",
         "#",
         "!",
+        ENV_REFERENCE,
     ]
 
 
@@ -213,7 +218,7 @@ def hostile_strings(canary: str) -> st.SearchStrategy[str]:
 
 @dataclass(frozen=True)
 class Case:
-    target: str  # "recipe" or "profile"
+    target: str  # "recipe", "profile" or "args" (the words after render's --: the script's arguments)
     path: tuple
     value: str
     base: str  # a key of BASES: "script", "trainer" or "steps"
@@ -237,7 +242,10 @@ def cases(canary: str) -> st.SearchStrategy[Case]:
         st.sampled_from(sorted(BASES)),
         st.just(False),
     )
-    return st.one_of(recipe_case, profile_case)
+    args_case = st.builds(
+        Case, st.just("args"), st.just(("--",)), hostile_strings(canary), st.just("script"), st.just(False)
+    )
+    return st.one_of(recipe_case, profile_case, args_case)
 
 
 def _put(data: dict, path: tuple, value: str) -> None:
@@ -311,7 +319,7 @@ def check_case(case: Case, canary: Path, shellcheck: bool = True) -> str:
             _put(profile, case.path, case.value)
         elif case.via_set and _set_argument(case.path, case.value):
             overrides.append(_set_argument(case.path, case.value))  # type: ignore[arg-type]
-        else:
+        elif case.target == "recipe":
             _put(recipe, case.path, case.value)
         # Escaped (allow_unicode=False): a raw NEL or U+2028 would be folded by YAML itself, and the
         # point is that the hostile value reaches the loader exactly.
@@ -321,6 +329,8 @@ def check_case(case: Case, canary: Path, shellcheck: bool = True) -> str:
         argv = ["render", str(work / "recipe.yaml"), "-o", str(out)]
         for override in overrides:
             argv += ["--set", override]
+        if case.target == "args":
+            argv += ["--", case.value]
         stdout, stderr = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = main(argv)
@@ -360,6 +370,7 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
         "SLURM_JOB_NODELIST": "127.0.0.[1-2]",
         "SLURM_NNODES": "2",
         "LANG": "C.UTF-8",
+        ENV_NAME: ENV_VALUE.replace("CANARY", str(canary)),
     }
     resolved = yaml.safe_load((script.parent / "recipe.resolved.yaml").read_text())
     run_dir = (sandbox / resolved["runs_dir"] / resolved["name"] / JOB_ID).resolve()
@@ -383,17 +394,21 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     program_env = dict(
         item.split("=", 1) for item in (records / "python3.env").read_bytes().decode().split("\0") if "=" in item
     )
+
+    def filled_in(text: str) -> str:
+        return text.replace(ENV_REFERENCE, env[ENV_NAME])
+
     for key, value in {**resolved["env"], **resolved["network"]["env"]}.items():
         if isinstance(value, str):
-            assert program_env.get(key) == value, (case, key)
+            assert program_env.get(key) == filled_in(value), (case, key)
     program_words = (records / "python3.argv").read_bytes().decode().split("\0")
     for arg in resolved["task"]["args"]:
         if "{run_dir}" not in arg:
-            assert arg in program_words, (case, arg)
+            assert filled_in(arg) in program_words, (case, arg)
     steps = resolved["steps"] or []
     for step in steps:  # each step's program was started, its words exact (the stub appends each call's)
         for arg in step["task"]["args"]:
             if "{" not in arg:
-                assert arg in program_words, (case, step["name"], arg)
+                assert filled_in(arg) in program_words, (case, step["name"], arg)
     for key, value in (steps[-1]["env"] if steps else {}).items():  # the last call is the last step's
         assert program_env.get(key) == str(value), (case, key)

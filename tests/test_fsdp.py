@@ -57,8 +57,8 @@ def test_fsdp_on_the_cpu_dev_profile_stops_at_validate(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "fsdp, parallelism, message",
     [
-        ({}, {"zero_stage": 2}, "FSDP2 replaces DeepSpeed here"),
-        ({"shard_size": 3}, {}, "parallelism.fsdp.shard_size: 3 must divide the 16 ranks"),
+        ({}, {"zero_stage": 2}, "FSDP2 replaces DeepSpeed"),
+        ({"shard_size": 3}, {}, "parallelism.fsdp.shard_size: 3 must divide the 16 data-parallel ranks"),
         ({"auto_wrap": "Llama Layer"}, {}, "parallelism.fsdp.auto_wrap"),
     ],
 )

@@ -107,6 +107,32 @@ def test_cases_found_by_fuzzing(case: Case) -> None:
     check_case(case, CANARY)
 
 
+# The script's arguments after `--` (issue 31) and {env:NAME} filled in where the job runs (the job's
+# environment sets CK_HOSTILE to a hostile value: hostile_fields.ENV_VALUE).
+ARGS_AND_SITE_VALUES = [
+    (Case("args", ("--",), "$(touch CANARY/a)`touch CANARY/b`;touch CANARY/c", "script", False), "executed"),
+    (Case("args", ("--",), "--set\n'\"\\ *é", "script", False), "executed"),
+    (Case("args", ("--",), "a\x00b", "script", False), "refused"),  # no argument can hold a NUL
+    (Case("args", ("--",), "{env:CK_HOSTILE}", "script", False), "executed"),
+    (Case("recipe", ("task", "args", 0), "--x={env:CK_HOSTILE}/y", "script", True), "executed"),
+    (Case("recipe", ("env", "x"), "a{env:CK_HOSTILE}b", "script", False), "executed"),
+    (Case("recipe", ("env", "x"), "{env:CK_HOSTILE", "script", False), "refused"),  # malformed
+    (Case("profile", ("container", "image"), "{env:CK_HOSTILE}/img.sqsh", "script", False), "executed"),
+    (Case("profile", ("container", "mounts", 0), "{env:CK_HOSTILE}:/data", "script", False), "executed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "outcome"),
+    ARGS_AND_SITE_VALUES,
+    ids=[f"{c.target}:{c.path[-1]}:{c.value!r}" for c, _ in ARGS_AND_SITE_VALUES],
+)
+def test_arguments_and_site_values_are_text(case: Case, outcome: str) -> None:
+    value = case.value.replace("CANARY", str(CANARY))
+    assert check_case(Case(case.target, case.path, value, case.base, case.via_set), CANARY) == outcome
+    assert sorted(CANARY.iterdir()) == []
+
+
 def test_module_names_are_values_not_shell() -> None:
     value = f"mod$(touch {CANARY}/module);touch {CANARY}/module2"
     assert check_case(Case("profile", ("modules", 0), value, "script", False), CANARY) == "executed"

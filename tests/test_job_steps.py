@@ -63,7 +63,7 @@ def _error(tmp_path: Path, body: dict) -> str:
 def test_task_and_steps_together_are_one_line(tmp_path: Path) -> None:
     line = _error(tmp_path, {**_steps(), "task": {"script": PROBE}})
     assert line.endswith(
-        "task: give either task: (a job of one step) or steps: (several, each with its task), not both"
+        "task: give either task: (a job of one step) or steps: (several, each with its own task and task.args), not both"
     )
     written = (tmp_path / "steps.yaml").read_text().splitlines().index("task:") + 1
     assert f":{written}: task:" in line  # where task: is written
@@ -117,6 +117,15 @@ def test_what_steps_cannot_carry_yet_is_refused_with_why(tmp_path: Path, fields:
     assert f": {key}: " in line and "steps" in line, line
 
 
+def test_arguments_after_dashes_are_refused_for_steps(tmp_path: Path) -> None:
+    done = run_cli("render", str(_write(tmp_path, _steps())), "-o", str(tmp_path / "out"), "--", "--extra")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.strip() == (
+        "the arguments after --: task.args: give either task: (a job of one step) or steps: (several, each with "
+        "its own task and task.args), not both"
+    )
+
+
 def test_a_chain_of_steps_is_refused(tmp_path: Path) -> None:
     done = run_cli("submit", str(_write(tmp_path, _steps())), "--chain", "2", "--dry-run")
     assert done.returncode == 2 and done.stderr.strip().endswith(
@@ -129,6 +138,8 @@ def test_trial_outside_steps_is_refused(tmp_path: Path) -> None:
     assert "task.args[0]: {trial} is the trial number of a step" in _error(tmp_path, body)
     body = {"name": "one", "cluster": "dev", "task": {"script": PROBE}, "env": {"S": "{trial}"}}
     assert "env.S: {trial} is the trial number" in _error(tmp_path, body)
+    body = {"name": "one", "cluster": "dev", "task": {"script": PROBE}, "launcher_args": ["--x={trial}"]}
+    assert "launcher_args[0]: {trial} is the trial number" in _error(tmp_path, body)
 
 
 TRAINER = {"model": {"config": {"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 32}}}

@@ -422,6 +422,40 @@ def test_launcher_args_reach_torchrun_and_deepspeed_quoted(tmp_path: Path) -> No
     assert list(ds.argv[-3:]) == ["--autotuning", "run", SNAPSHOT_SCRIPT]
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "accelerate"])
+def test_launcher_args_take_a_nodes_run_time_values(tmp_path: Path, launcher: str) -> None:
+    """{hostname} and {node_rank} in launcher_args are filled in on each node (torchrun --role, a
+    per-node log name); other braces stay as written."""
+    args = ["--role=trainer-{hostname}", "--x={node_rank}-{x}"]
+    step = plan_of(render_job(load_recipe(_recipe(tmp_path, launcher=launcher, launcher_args=args)))).launch
+    argv = task_argv(step, "/runs/r1")
+    at = argv.index("--role=trainer-node2")
+    assert argv[at : at + 2] == ["--role=trainer-node2", "--x=1-{x}"]
+
+
+@pytest.mark.parametrize("value", ["{rank}", "{local_rank}"])
+def test_a_ranks_run_time_value_in_launcher_args_is_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(RecipeError, match=rf"launcher_args\[1\]: \{{{value[1:-1]}\}} is known only in a task per rank"):
+        load_recipe(_recipe(tmp_path, launcher_args=["--role", f"r{value}"]))
+    with pytest.raises(RecipeError, match=r"launcher_args\[0\]: \{hostname\} is known only"):
+        load_recipe(_recipe(tmp_path, launcher="mpirun", launcher_args=["--tag={hostname}"]))
+
+
+def test_torchrun_role_per_node_reaches_the_ranks(tmp_path: Path) -> None:
+    """Real processes: torchrun's --role from launcher_args, with each node's own hostname in it,
+    is the ROLE_NAME its ranks see."""
+    recipe = _recipe(tmp_path, runs_dir=str(tmp_path / "runs"), launcher_args=["--role=t-{hostname}-{node_rank}"])
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "opts").iterdir())
+    seen = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert len(seen) == 4
+    for rank in seen:
+        env = rank["env"]
+        assert env["ROLE_NAME"] == f"t-{env['SLURMD_NODENAME']}-{env['GROUP_RANK']}", env["ROLE_NAME"]
+    assert {rank["env"]["ROLE_NAME"] for rank in seen} == {"t-127.0.0.1-0", "t-127.0.0.2-1"}
+
+
 @pytest.mark.parametrize(
     "launcher, word, field",
     [
@@ -550,9 +584,10 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
     [
         (
             "distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\n",
-            "distributed_type 'DEEPSPEED' is not supported with launcher: accelerate yet",
+            "distributed_type DEEPSPEED contradicts the recipe's layout (MULTI_GPU: the built-in runner starts "
+            "DeepSpeed or FSDP itself",
         ),
-        ("distributed_type: FSDP\n", "distributed_type 'FSDP' is not supported"),
+        ("distributed_type: FSDP\n", "distributed_type FSDP contradicts the recipe's layout"),
         (None, "cannot read the accelerate config"),
         ("a: [1\n", "cannot read the accelerate config"),
     ],
@@ -560,7 +595,8 @@ def test_accelerate_gets_the_layout_on_its_command_line_and_a_rendered_config(tm
 def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
     tmp_path: Path, text: str | None, message: str
 ) -> None:
-    """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type."""
+    """Found porting public scripts: with --multi_gpu, accelerate ignores the config's distributed_type;
+    the built-in runner's DeepSpeed and FSDP are its own (tests/test_accelerate_layouts.py: a script's)."""
     own = tmp_path / "acc.yaml"
     if text is not None:
         own.write_text(text)
@@ -574,7 +610,7 @@ def test_an_accelerate_config_asking_for_what_would_silently_not_run_is_refused(
     [
         (
             ["launcher=accelerate", "parallelism.zero_stage=2"],
-            "parallelism.zero_stage: launcher: accelerate with ZeRO is not supported yet",
+            "parallelism.zero_stage: the built-in runner starts ZeRO itself, not under accelerate's DEEPSPEED type",
         ),
         (
             ["launcher=accelerate", "launcher_args=[--num_processes=8]"],

@@ -37,6 +37,7 @@ def submit_choices(args: argparse.Namespace):
         after=tuple(job for text in getattr(args, "after", None) or () for job in text.split(",")),
         after_type=getattr(args, "after_type", "afterok"),
         singleton=getattr(args, "singleton", False),
+        args=getattr(args, "program_args", None),
     )
 
 
@@ -132,6 +133,23 @@ def with_overrides(p: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override a recipe value (YAML syntax), e.g. --set resources.nodes=4; repeatable",
     )
+
+
+def with_program_args(p: argparse.ArgumentParser) -> None:
+    """``RECIPE -- ARGS...``: the words after the first ``--`` are the script's arguments, after
+    task.args, whatever they look like (cli.parser.Parser); call it after the command's options."""
+    p.after_dashes = "program_args"  # type: ignore[attr-defined]
+    # argparse's usage line cannot say the words after "--".
+    p.usage = p.format_usage().removeprefix("usage: ").rstrip() + " [-- ARGS ...]"
+
+
+def program_args(args: argparse.Namespace) -> list:
+    """The overrides the words after ``--`` make (none where none were given)."""
+    if not getattr(args, "program_args", None):
+        return []
+    from clusterkit.load.loader import program_args_override
+
+    return [program_args_override(args.program_args)]
 
 
 def with_host_keys(p: argparse.ArgumentParser) -> None:

@@ -36,6 +36,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "render": (
         "clusterkit render recipes/tiny-gpt2-cpu.yaml -o tiny-job   # then read tiny-job/job.sbatch",
         "clusterkit render recipes/llama-7b-zero3-ib.yaml --set resources.nodes=4 --set resources.time=120",
+        "clusterkit render recipes/script-site-hooks.yaml -o job -- --lr 3e-4   # the script's arguments, in plan.json",
     ),
     "plan": (
         "clusterkit plan recipes/llama-7b-zero3-ib.yaml",
@@ -53,9 +54,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "submit": (
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --follow",
-        "clusterkit submit recipes/llama-7b-zero3-ib.yaml --dry-run",
         "clusterkit submit recipes/tiny-gpt2-cpu.yaml --test-only   # when would it start? queues nothing",
         "clusterkit submit --resume runs/llama-7b-zero3/4242 --set resources.time=2-00:00:00",
+        "clusterkit submit recipes/script-site-hooks.yaml --dry-run -- --lr 3e-4   # after --: the script's arguments",
     ),
     "sweep": (
         "clusterkit sweep recipes/tiny-gpt2-cpu.yaml --grid task.trainer.args.learning_rate=1e-3,3e-4 --follow",

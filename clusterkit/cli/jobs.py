@@ -22,6 +22,7 @@ from clusterkit.cli.common import (
     with_json,
     with_local_target,
     with_overrides,
+    with_program_args,
 )
 from clusterkit.spec.layout import METRICS, PREFLIGHT_RESULT
 
@@ -281,6 +282,7 @@ def _where_to_submit(p: argparse.ArgumentParser) -> None:
     )
     with_overrides(p)
     with_host_keys(p)
+    with_program_args(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,10 +13,12 @@ from clusterkit.cli.common import (
     EXIT_USAGE,
     print_json,
     print_table,
+    program_args,
     template_dirs,
     whole_number,
     with_json,
     with_overrides,
+    with_program_args,
 )
 
 if TYPE_CHECKING:
@@ -110,7 +112,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from clusterkit import __version__, api
     from clusterkit.render.output_dir import write_render
 
-    loaded = api.load_recipe(args.recipe, args.set)
+    loaded = api.load_recipe(args.recipe, [*(args.set or ()), *program_args(args)])
     job = api.render_job(loaded, template_dirs=template_dirs(args))
     out_dir = write_render(
         job.files, Path(args.output or f"render/{job.name}"), f"clusterkit {__version__} render of {loaded.path}"
@@ -189,6 +191,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     with_json(p)
     with_overrides(p)
+    with_program_args(p)
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("plan", help="per-GPU memory estimate, strategy advice and the best layouts for this cluster")

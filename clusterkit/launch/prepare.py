@@ -12,7 +12,14 @@ from pathlib import Path
 import msgspec
 
 from clusterkit.errors import UsageError, printable
-from clusterkit.load.loader import LoadedRecipe, Override, cluster_override, load_recipe
+from clusterkit.load.loader import (
+    LoadedRecipe,
+    Override,
+    cluster_override,
+    is_program_args,
+    load_recipe,
+    program_args_override,
+)
 from clusterkit.load.sweep import load_sweep
 from clusterkit.render.job import render_job
 from clusterkit.render.sweep import render_sweep
@@ -40,6 +47,9 @@ class SubmitOptions:
     after: tuple[str, ...] = ()  # --after: jobs (ids, array tasks <id>_<i>, or run dirs) to start after
     after_type: str = "afterok"  # afterok, afterany or afternotok
     singleton: bool = False  # --singleton: one job of this name (and user) at a time
+    # The words after `--`: the script's arguments, after task.args. None: none given (a --resume
+    # keeps the earlier run's); given, they replace the earlier run's.
+    args: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,8 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
         # The earlier run's recipe and overrides, then this command's, then where to resume from
         # (for a run submitted over SSH: its run directory on the cluster, and over SSH again).
         recipe = recipe or earlier.recipe
-        overrides = [*earlier.overrides, *overrides]
+        kept = [o for o in earlier.overrides if options.args is None or not is_program_args(o)]
+        overrides = [*kept, *overrides]
         if options.from_scratch:
             notes.append(
                 f"clusterkit: --from-scratch: running {printable(options.resume)} again from step 0 "
@@ -89,6 +100,8 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
         raise UsageError("give a RECIPE, or --resume RUN_DIR")
     if options.cluster:
         overrides.append(cluster_override(options.cluster))  # type: ignore[arg-type]
+    if options.args:
+        overrides.append(program_args_override(options.args))  # type: ignore[arg-type]
     loaded = load_recipe(recipe, [*overrides, *extra])
     if one_job and loaded.recipe.sweep:
         raise UsageError(

@@ -13,6 +13,7 @@ import msgspec
 
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.load import (
+    accelerate_checks,
     job_checks,
     launch_checks,
     model_checks,
@@ -100,7 +101,7 @@ def resolve_and_check(
     Returns the resolved recipe (none when the layout does not add up, an error then says why) and
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
-    _check_task(recipe, found)
+    _check_task(recipe, found.error, found.warn)
     parallel_checks.check_trainer_parallelism(recipe, model_config, model_checks.model_config_key(recipe), found.error)
     process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
@@ -136,69 +137,64 @@ def resolve_and_check(
     launch_checks.check_container(recipe, profile, found.error, found.profile_error)
     launch_checks.check_service(recipe, found.error)
     launch_checks.check_launcher(recipe, found.error)
-    launch_checks.check_accelerate_config(recipe, found.error)
+    if resolved is not None:
+        accelerate_checks.check_accelerate_config(resolved, found.error)
     launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
     launch_checks.check_cpus(resources, profile, process_model, found.error)
-    step_checks.check_steps(recipe, profile, found.error, found.warn, _check_step_task)
+    step_checks.check_steps(recipe, profile, found.error, found.warn, _check_task)
     return resolved, found.items
 
 
-class _Relayed(_Findings):
-    """Findings handed straight to other reports (a step's, at the step's keys)."""
-
-    def __init__(self, error: Report, warn: Report):
-        self.error, self.warn = error, warn  # type: ignore[method-assign]
-
-
-def _check_step_task(recipe: Recipe, error: Report, warn: Report) -> None:
-    _check_task(recipe, _Relayed(error, warn))
-
-
-def _check_task(recipe: Recipe, found: _Findings) -> None:
+def _check_task(recipe: Recipe, error: Report, warn: Report) -> None:
     task = recipe.task
     if (task.trainer is None) == (task.script is None):
-        found.error(("task",), "give exactly one of task.trainer (built-in HF Trainer runner) and task.script")
+        error(("task",), "give exactly one of task.trainer (built-in HF Trainer runner) and task.script")
         return
     if task.trainer is None:
         if task.script is not None and task.module and not all(p.isidentifier() for p in task.script.split(".")):
-            found.error(("task", "script"), "with module: true, script must be a dotted module name")
+            error(("task", "script"), "with module: true, script must be a dotted module name")
         return
     if task.args:
-        found.error(("task", "args"), "task.args is for task.script; use task.trainer.args for TrainingArguments")
+        # Located at the first argument: the recipe's, or the first after `submit RECIPE --`.
+        error(
+            ("task", "args", 0),
+            "task.args (and the arguments after --) go to task.script's program; the built-in Trainer "
+            "runner takes none: set TrainingArguments in task.trainer.args (--set task.trainer.args.learning_rate=3e-4)",
+        )
     model = task.trainer.model
     if (model.config is None) == (model.pretrained is None):
-        found.error(
+        error(
             ("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained"
         )
     dataset = task.trainer.dataset
     if dataset.type != "synthetic" and dataset.path is None:
-        found.error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
+        error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
     for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
         if key in task.trainer.args:
-            found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
-    _check_training_arguments(task.trainer.args, found)
+            error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
+    _check_training_arguments(task.trainer.args, error, warn)
 
 
-def _check_training_arguments(args: dict[str, Any], found: _Findings) -> None:
+def _check_training_arguments(args: dict[str, Any], error: Report, warn: Report) -> None:
     """Every task.trainer.args key must be a TrainingArguments field, and a value its field can
     take (read without importing transformers)."""
     if not args:
         return
     fields = training_arguments()
     if isinstance(fields, str):
-        found.warn(("task", "trainer", "args"), f"unchecked ({fields})")
+        warn(("task", "trainer", "args"), f"unchecked ({fields})")
         return
     for key in sorted(set(args) - set(RECIPE_OWNED_TRAINER_ARGS)):
         if key in fields:
             problem = misfit(args[key], fields[key])
             if problem:
-                found.error(("task", "trainer", "args", key), problem)
+                error(("task", "trainer", "args", key), problem)
             continue
         from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
 
         close = get_close_matches(key, sorted(fields), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
+        error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 
 
 def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _Findings) -> ResolvedParallelism | None:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import Header, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
-from clusterkit.load.script_options import VARIABLE, map_launch, owner_of, substitute
+from clusterkit.load.script_options import map_launch, owner_of
+from clusterkit.load.script_steps import launch_index, other_launches
 from clusterkit.load.script_text import COMPUTED, LINE_LIMIT, Command, ScriptText, Unmapped, split_commands, words_of
+from clusterkit.load.script_values import VARIABLE, defaults_of, substitute
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, read_bounded
 from clusterkit.spec.recipe import NAME_PATTERN
 
@@ -47,6 +49,8 @@ class Imported:
     env_lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     profile: ClusterProfile | None = None
     uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
+    plain: dict[str, Command] = field(default_factory=dict)  # NAME=value (not exported), for later lines
+    defaults: dict[str, str] = field(default_factory=dict)  # `: "${NAME:=value}"`: value unless the submitter's
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -68,7 +72,8 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     commands = [
         c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own
     ]
-    launch_at = _launch_index(commands, script)
+    launch_at = None if script.generated else launch_index(commands)
+    imported.unmapped += other_launches(commands, launch_at)
     for index, command in enumerate(commands):
         if index == launch_at:
             if not script.generated:
@@ -81,34 +86,6 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
         imported.launch = _plan_launch(script, recipe, imported)
     _build(imported, recipe, variables, profile_python, script)
     return imported
-
-
-def _launch_index(commands: list[Command], script: ScriptText) -> int | None:
-    """The launch: the last command that starts a known launcher, else the last srun."""
-    if script.generated:
-        return None
-    srun = [i for i, c in enumerate(commands) if any(p[:1] == ["srun"] for p in split_commands(c.words))]
-    # A python command in the batch shell with an srun line after it is a helper run once, not
-    # the launch (BLOOM's tr11-176B-ml.slurm: its srun launch reads the launcher from variables).
-    found = [
-        i
-        for i, c in enumerate(commands)
-        if _launches(c.words) and not (i not in srun and srun and srun[-1] > i and _batch_python(c.words))
-    ]
-    return found[-1] if found else (srun[-1] if srun else None)
-
-
-def _launches(words: list[str]) -> bool:
-    for part in split_commands(words):
-        launch = parse_launch(0, part)
-        if launch is not None and launch.launcher != "command":
-            return True
-    return False
-
-
-def _batch_python(words: list[str]) -> bool:
-    launch = parse_launch(0, split_commands(words)[-1])
-    return launch is not None and launch.launcher == "python"
 
 
 def _launch_words(command: Command, imported: Imported) -> list[str]:
@@ -154,20 +131,24 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
             _remember(words, variables, imported.uncertain)
         return
     if command.computed and imported.generated:  # a rendered script's setup line, as its recipe wrote it
-        recipe["setup"].append(command.text)
+        recipe["setup"].append((command.line, command.text))
         imported.kept.append(line)
         return
     if command.computed and assignment:
         imported.unmapped.append(Unmapped(line, command.text, "a computed value ($(...) or backticks)"))
+        if "=" in words[0]:
+            _plain(command, imported)
         _remember(words, variables, imported.uncertain)  # its computed part marked
         return
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
             return
     first = words[0]
+    if first == ":":
+        imported.defaults.update(defaults_of(words[1:], variables))
     if first == "set" and all(w.startswith(("-", "+")) or w == "pipefail" for w in words[1:]):
         if "x" in "".join(w for w in words[1:] if w.startswith("-")):
-            recipe["setup"].append(command.text)
+            recipe["setup"].append((command.line, command.text))
             imported.kept.append(line)
         else:
             imported.mapped.append(line)  # clusterkit's batch shell runs under set -euo pipefail
@@ -176,7 +157,7 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
         imported.mapped.append(line)
         return
     if first in SETUP_COMMANDS and not after:
-        recipe["setup"].append(command.text)
+        recipe["setup"].append((command.line, command.text))
     else:
         recipe["hooks"]["post_run" if after else "pre_launch"].append(command.text)
     imported.kept.append(line)
@@ -230,12 +211,45 @@ def _environment(words: list[str], command: Command, recipe: dict, variables: di
             recipe["env"][name] = literal
         if name not in imported.uncertain:  # else its value is the shell's to decide: a run-time value
             variables[name] = literal
+    if not exported:
+        _plain(command, imported)
     if as_setup and exported:
-        recipe["setup"].append(command.text)  # a run-time value: exact as a setup line
+        recipe["setup"].append((command.line, command.text))  # a run-time value: exact as a setup line
         imported.kept.append(command.line)
     else:
         imported.mapped.append(command.line)
     return True
+
+
+def _plain(command: Command, imported: Imported) -> None:
+    """A shell variable's assignment (``NAME=value``, not exported), kept as a setup line where a
+    line the recipe keeps reads it."""
+    if len(split_commands(command.words)) == 1:
+        for word in command.words:
+            name, equals, _ = word.partition("=")
+            if equals and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) and owner_of(name) is None:
+                imported.plain[name] = command  # not MASTER_ADDR & co: the job sets those itself
+
+
+def _read_plain(recipe: dict, imported: Imported) -> list[str]:
+    """The setup lines, with each plain assignment a kept line (setup, hook, env value) reads put
+    in before them, in the script's order (a computed one is then kept, not listed)."""
+    texts = [text for _, text in recipe["setup"]] + [t for hooks in recipe["hooks"].values() for t in hooks]
+    texts += [str(value) for value in recipe["env"].values() if value is not None]
+    needed: dict[int, Command] = {}
+    names = {m.group(1) or m.group(2) for text in texts for m in VARIABLE.finditer(text)}
+    while names:
+        name = names.pop()
+        command = imported.plain.get(name)
+        if command is not None and command.line not in needed and not imported.generated:
+            needed[command.line] = command
+            names |= {m.group(1) or m.group(2) for m in VARIABLE.finditer(command.text)}
+    have = {line for line, _ in recipe["setup"]}
+    added = [(line, c.text) for line, c in needed.items() if line not in have]
+    imported.unmapped = [u for u in imported.unmapped if not (u.line in needed and u.text == needed[u.line].text)]
+    imported.kept += [line for line, _ in added]
+    imported.mapped = [line for line in imported.mapped if line not in needed]
+    return [text for _, text in sorted(recipe["setup"] + added, key=lambda entry: entry[0])]
 
 
 def _path_edit(name: str, value: str) -> dict[str, str] | None:
@@ -299,7 +313,8 @@ def _build(
     out: dict[str, Any] = {"name": name}
     resources = dict(header.resources)
     if launch is None:
-        imported.unmapped.append(Unmapped(0, "", "no launch line found", "task.script (and launcher)"))
+        why = "no launch line found (steps of utilities only, or the work inside a loop or conditional)"
+        imported.unmapped.append(Unmapped(0, "", why, "task.script (and launcher)"))
         out["launcher"] = "command"
         out["task"] = {"script": "true"}
     else:
@@ -315,6 +330,7 @@ def _build(
     _owned_env(env, out, imported)
     if not script.generated and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = None  # clusterkit's default, not the script's
+    recipe["setup"] = _read_plain(recipe, imported)
     for key in ("env", "setup"):
         if recipe[key]:
             out[key] = recipe[key]

@@ -7,17 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
-from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, Srun, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
-from clusterkit.spec.runtime_values import NODE, TASK, WHEN, placeholders
+from clusterkit.spec.runtime_values import NODE, TASK, malformed_env, placeholders, when
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:
@@ -39,11 +36,17 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
             ("task", "module"),
             "launcher: command runs task.script as a program; for a Python module use launcher: python or torchrun",
         )
-    if launcher == "accelerate" and recipe.parallelism.zero_stage > 0:
+    if launcher == "accelerate" and recipe.parallelism.zero_stage > 0 and recipe.task.trainer is not None:
         error(
             ("parallelism", "zero_stage"),
-            "launcher: accelerate with ZeRO is not supported yet (clusterkit renders "
-            "accelerate's MULTI_GPU config); use launcher: deepspeed or torchrun for ZeRO",
+            "the built-in runner starts ZeRO itself, not under accelerate's DEEPSPEED type; "
+            "use launcher: deepspeed or torchrun for its ZeRO (a script under accelerate gets it)",
+        )
+    if launcher == "accelerate" and recipe.task.trainer is None and recipe.deepspeed.config is not None:
+        error(
+            ("deepspeed", "config"),
+            "under launcher: accelerate a script's DeepSpeed settings are accelerate's (its "
+            "deepspeed_config); give them in accelerate.config (deepspeed_config_file) instead",
         )
     if recipe.accelerate.config is not None and launcher != "accelerate":
         error(("accelerate", "config"), f"accelerate.config is read by launcher: accelerate, not by {launcher}")
@@ -70,28 +73,6 @@ def check_launcher(recipe: Recipe, error: Report) -> None:
                 ("launcher_args", index),
                 f"{word.split('=', 1)[0]} is written by clusterkit for {launcher}; set {field} instead",
             )
-
-
-def check_accelerate_config(recipe: Recipe, error: Report) -> None:
-    """Your accelerate config must be readable, and ask for what clusterkit launches: it passes
-    --multi_gpu, with which accelerate ignores the config's distributed_type, so a DEEPSPEED or
-    FSDP config would silently train as plain data parallelism."""
-    path = recipe.accelerate.config
-    if path is None:
-        return
-    key = ("accelerate", "config")
-    try:
-        config = yaml.safe_load(read_bounded(path, CONFIG_LIMIT, "an accelerate config").decode("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputFileError) as exc:
-        error(key, f"cannot read the accelerate config {path}: {getattr(exc, 'strerror', None) or exc}")
-        return
-    kind = config.get("distributed_type", "MULTI_GPU") if isinstance(config, dict) else None
-    if kind not in ("MULTI_GPU", "MULTI_CPU", "NO"):
-        error(
-            key,
-            f"{path}: distributed_type {kind!r} is not supported with launcher: accelerate yet (clusterkit "
-            "launches MULTI_GPU data parallelism); for ZeRO use launcher: deepspeed or torchrun",
-        )
 
 
 def check_process_model(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
@@ -235,12 +216,9 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
 
 
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
-    """``{rank}`` and ``{local_rank}`` are known only in a task per rank: where a launcher starts the
-    ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in them to fill the value in."""
-    model = process_model_of(recipe)
-    if model == "task_per_gpu":
-        return
-    late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
+    """Each ``{env:...}`` names a variable; ``{rank}`` and ``{local_rank}`` are known only in a task
+    per rank: where a launcher starts the ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in
+    them to fill the value in."""
 
     def texts(value: object) -> list[str]:
         if isinstance(value, EnvEdit):
@@ -248,6 +226,8 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         return [value] if isinstance(value, str) else []
 
     places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    # A launcher's own flags: per node ({node_rank}, {hostname}) where it runs once per node.
+    places += [(error, ("launcher_args", index), arg) for index, arg in enumerate(recipe.launcher_args)]
     for report, base, env in (
         (error, ("env",), recipe.env),
         (error, ("network", "env"), recipe.network.env),
@@ -255,10 +235,28 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         (profile_error, ("network_env",), profile.network_env),
     ):
         places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
+    for report, key, text in [*places, *_container_texts(recipe, profile, error, profile_error)]:
+        if (bad := malformed_env(text)) is not None:
+            report(key, f"{bad} names no environment variable: write {{env:NAME}}, NAME letters, digits and _")
+    model = process_model_of(recipe)
+    if model == "task_per_gpu":
+        return
+    late = (TASK,) if model == "launcher_per_node" else (TASK, NODE)  # nothing of clusterkit's runs per node there
     for report, key, text in places:
-        if per_rank := sorted(name for name in placeholders(text) if WHEN[name] in late):
+        if per_rank := sorted(name for name in placeholders(text) if when(name) in late):
             report(
                 key,
                 f"{{{per_rank[0]}}} is known only in a task per rank (launcher: python); launcher "
                 f"{recipe.launcher} starts the ranks itself: read {per_rank[0].upper()} from the environment in the script",
             )
+
+
+def _container_texts(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> list:
+    """The container's values that may hold run-time values (``{env:SCRATCH}/images/x.sqsh``)."""
+    box = profile.container
+    places: list = [(error, ("container_image",), recipe.container_image)] if recipe.container_image else []
+    if box is not None:
+        places += [(profile_error, ("container", "image"), box.image)]
+        places += [(profile_error, ("container", "mounts", index), mount) for index, mount in enumerate(box.mounts)]
+        places += [(profile_error, ("container", "workdir"), box.workdir)] if box.workdir else []
+    return places

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors
+from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors, UsageError
 from clusterkit.load import checks, model_checks, step_checks
 from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
@@ -60,10 +60,52 @@ class Override:
     key_path: KeyPath
     value: Any
     given_as: str | None = None  # the option that gave it, as an error's location (--cluster X); None: --set
+    append: bool = False  # a list's items added after the list's own (``key.path+=[...]``)
 
     def __str__(self) -> str:
         """``key.path=value``, with the value as JSON (which YAML reads back as the same value)."""
-        return ".".join(map(str, self.key_path)) + "=" + json.dumps(self.value)
+        return ".".join(map(str, self.key_path)) + ("+=" if self.append else "=") + _yaml_json(self.value)
+
+
+# What YAML reads as written in a double-quoted scalar (its printable set, without its line breaks);
+# anything else is escaped. JSON's own \ud83d\ude00 for a character above U+FFFF is no YAML escape.
+_NOT_YAML_PRINTABLE = re.compile(
+    "[^\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _yaml_json(value: Any) -> str:
+    """``value`` as JSON that YAML reads back as the same value, every character included."""
+    return _NOT_YAML_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
+
+
+# The words after ``--`` of submit, sweep and render: the script's arguments, after task.args.
+PROGRAM_ARGS = ("task", "args")
+PROGRAM_ARGS_GIVEN_AS = "the arguments after --"
+
+
+def program_args_override(args: typing.Sequence[str]) -> Override:
+    """``submit RECIPE -- ARGS...``: ARGS appended to task.args, each word as it is (one more input
+    of the resolved recipe: the dry run shows what the job runs, the run record keeps it)."""
+    if isinstance(args, str) or not all(isinstance(arg, str) for arg in args):
+        raise UsageError(f"program arguments: give a list of texts, not {args!r}")
+    for index, arg in enumerate(args, 1):
+        if "\0" in arg:
+            raise UsageError(
+                f"{PROGRAM_ARGS_GIVEN_AS}: argument {index} holds a NUL character, which no program's argument can"
+            )
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the command line could not decode, kept as lone surrogates
+            raise UsageError(f"{PROGRAM_ARGS_GIVEN_AS}: argument {index} is not UTF-8 text") from None
+    return Override(PROGRAM_ARGS, list(args), PROGRAM_ARGS_GIVEN_AS, append=True)
+
+
+def is_program_args(override: str | Override) -> bool:
+    """Whether ``override`` (as a run record keeps it, or typed) is the arguments after ``--``."""
+    if isinstance(override, Override):
+        return override.append and override.key_path == PROGRAM_ARGS
+    return override.startswith(".".join(PROGRAM_ARGS) + "+=")
 
 
 def cluster_override(reference: str) -> Override:
@@ -255,9 +297,10 @@ def parse_override(override: str) -> tuple[KeyPath, Any, SourceMap]:
 
 def _apply_override(data: dict, source: SourceMap, override: str | Override) -> None:
     if isinstance(override, Override):
-        key_path, value = override.key_path, override.value
+        key_path, value, append = override.key_path, override.value, override.append
     else:
-        key_path, value, value_source = parse_override(override)
+        append = is_program_args(override)  # the one appending override a record keeps as text
+        key_path, value, value_source = parse_override(override.replace("+=", "=", 1) if append else override)
         source.warnings.extend(value_source.warnings)
     given_as = override.given_as if isinstance(override, Override) else None
     location = Location(given_as or f"{OVERRIDE_PREFIX}{override}")
@@ -279,6 +322,9 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
             raise RecipeError(Finding(location, key_path[: depth + 1], "cannot set a key inside a non-mapping value"))
         node = node.setdefault(part, {})
     last = key_path[-1]
+    if append:
+        _append(node, last, value, source, key_path, location)
+        return
     if isinstance(node, list) and isinstance(last, int) and last < len(node):
         node[last] = value
     elif isinstance(node, dict):
@@ -287,6 +333,21 @@ def _apply_override(data: dict, source: SourceMap, override: str | Override) -> 
         raise RecipeError(Finding(location, key_path, "cannot set a key inside a non-mapping value"))
     source.drop_below(key_path)
     source.set(key_path, location)
+
+
+def _append(node: Any, last: Any, value: Any, source: SourceMap, key_path: KeyPath, location: Location) -> None:
+    """The items of ``value`` after those of the list at ``key_path`` (none yet: a new list); each
+    new item is located at ``location``, the list's own keep theirs."""
+    current = node.get(last) if isinstance(node, dict) else None
+    if current is None:
+        current = []
+    if not isinstance(node, dict) or not isinstance(current, list) or not isinstance(value, list):
+        raise RecipeError(Finding(location, key_path, "adds items to a list; this is no list"))
+    node[last] = [*current, *value]
+    if not current:
+        source.set(key_path, location)
+    for index in range(len(current), len(current) + len(value)):
+        source.set(key_path + (index,), location)
 
 
 def load_profile(

@@ -17,25 +17,41 @@ AUTOTP_ZERO_STAGES = (0, 1, 2)
 
 
 def check_fsdp(recipe: Recipe, profile: ClusterProfile, world: int, error: Report) -> None:
-    """FSDP2 is the built-in runner's, on GPUs, instead of ZeRO and tp. On CPU accelerate refuses it
-    or silently wraps the model in plain DDP, so it is refused here rather than run as something else."""
+    """FSDP2 instead of ZeRO: the built-in runner's (GPU profiles), or a script's, which reads the layout
+    from CLUSTERKIT_FSDP_* (or gets it from accelerate's FSDP config under launcher: accelerate). On CPU
+    accelerate refuses FSDP or silently wraps the model in plain DDP, so the runner and accelerate are
+    refused there rather than run as something else; a script applying FSDP2 itself runs on gloo."""
     fsdp, key = recipe.parallelism.fsdp, ("parallelism", "fsdp")
     if fsdp is None:
         return
-    if recipe.task.trainer is None:
-        error(key, "parallelism.fsdp configures the built-in runner; a script sets up FSDP itself")
-    if profile.accelerator == "cpu":
+    p, trainer = recipe.parallelism, recipe.task.trainer is not None
+    if profile.accelerator == "cpu" and (trainer or recipe.launcher == "accelerate"):
         error(
             key,
-            f"FSDP2 cannot run on CPU (cluster profile {profile.name!r}): accelerate's FSDP needs GPUs and "
+            f"FSDP2 cannot run on CPU (cluster profile {profile.name!r}) under "
+            f"{'the built-in runner' if trainer else 'launcher: accelerate'}: accelerate's FSDP needs GPUs and "
             "on CPU falls back to plain DDP; for sharded data parallelism here use zero_stage: 3",
         )
-    if recipe.parallelism.zero_stage or recipe.parallelism.tp > 1 or recipe.launcher == "deepspeed":
+    if p.zero_stage or recipe.launcher == "deepspeed" or recipe.deepspeed.enabled:
+        error(key, "FSDP2 replaces DeepSpeed: leave zero_stage at 0 and the launcher torchrun, accelerate or python")
+    if trainer and p.tp > 1:
+        error(key, "the built-in runner's FSDP2 shards over every rank: leave tp at 1")
+    if recipe.launcher == "accelerate" and not trainer:
+        for degree, what in (("pp", "pipeline"), ("ep", "expert")):
+            if getattr(p, degree) > 1:
+                error(
+                    ("parallelism", degree),
+                    f"accelerate's FSDP config has no {what} parallelism (its parallelism_config: dp, tp, cp); "
+                    f"set {degree}: 1, or use launcher: torchrun and apply it in the script",
+                )
+    # FSDP shards over the data-parallel ranks: the world less tp, pp and cp (all of it for the runner).
+    split = p.tp * p.pp * p.cp
+    dp = world // split if world % split == 0 else world
+    if fsdp.shard_size is not None and (fsdp.shard_size > dp or dp % fsdp.shard_size):
         error(
-            key, "FSDP2 replaces DeepSpeed here: leave zero_stage at 0, tp at 1 and the launcher torchrun or accelerate"
+            key + ("shard_size",),
+            f"{fsdp.shard_size} must divide the {dp} data-parallel ranks (the rest are HSDP replicas)",
         )
-    if fsdp.shard_size is not None and (fsdp.shard_size > world or world % fsdp.shard_size):
-        error(key + ("shard_size",), f"{fsdp.shard_size} must divide the {world} ranks (the rest are HSDP replicas)")
 
 
 def check_trainer_parallelism(recipe: Recipe, model_config: dict[str, Any] | None, key: tuple, error: Report) -> None:

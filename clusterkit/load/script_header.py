@@ -51,6 +51,7 @@ def header_options(directives: list[Command]) -> tuple[dict[str, str | None], di
             at += 1
             if word.startswith("--"):
                 flag, equals, value = word[2:].partition("=")
+                flag = full_option(flag)
                 options[flag] = value if equals else None
             elif word.startswith("-") and len(word) > 1:
                 flag = SHORT.get(word[1], word[1])
@@ -68,6 +69,21 @@ def header_options(directives: list[Command]) -> tuple[dict[str, str | None], di
     return options, lines
 
 
+def full_option(flag: str) -> str:
+    """sbatch's long option ``flag`` abbreviates (``err`` -> ``error``: sbatch takes any unambiguous
+    prefix, an exact name first); ``flag`` itself where it is a name, a plugin's or ambiguous."""
+    if flag in SBATCH_OPTIONS:
+        return flag
+    found = [name for name in SBATCH_OPTIONS if name.startswith(flag)] if flag else []
+    return found[0] if len(found) == 1 else flag
+
+
+def ambiguous(flag: str) -> list[str]:
+    """The sbatch options ``flag`` abbreviates where it names more than one (sbatch refuses it)."""
+    found = sorted(name for name in SBATCH_OPTIONS if name.startswith(flag)) if flag not in SBATCH_OPTIONS else []
+    return found if len(found) > 1 else []
+
+
 def read_header(directives: list[Command]) -> Header:
     header = Header()
     header.options, header.lines = header_options(directives)
@@ -76,6 +92,12 @@ def read_header(directives: list[Command]) -> Header:
         line = header.lines.get(flag, 0)
         if not re.match(SBATCH_FLAG_PATTERN, flag):
             header.unmapped.append(Unmapped(line, f"-{flag}", "no sbatch option name sbatch reads", "resources:"))
+        elif ambiguous(flag):
+            shown = f"--{flag}" + ("" if value is None else f"={value}")
+            why = (
+                f"an abbreviation sbatch finds ambiguous (--{', --'.join(ambiguous(flag)[:4])}): it refuses the script"
+            )
+            header.unmapped.append(Unmapped(line, shown, why, "resources: (the full option name)"))
         elif value is not None and COMPUTED in value:
             header.unmapped.append(Unmapped(line, f"--{flag}", "a computed value", _field(flag)))
         elif flag in DERIVED_SBATCH and not _mapped(header, flag, value, line):

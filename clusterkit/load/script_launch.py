@@ -32,6 +32,7 @@ LAUNCHER_BARE = {
 CONTAINER_BARE = frozenset(
     "--nv --rocm --nvccli --cleanenv -e --contain -c --containall -C --writable-tmpfs --no-home --no-mount".split()
 )
+OPTIONS_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\])?\}|[A-Za-z_][A-Za-z0-9_]*)")
 MPIRUN_TWO_VALUES = frozenset({"mca", "gmca"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 DEEPSPEED_MODULES = frozenset({"deepspeed.launcher.runner"})
@@ -54,6 +55,7 @@ class Launch:
     redirections: list[str] = field(default_factory=list)
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
+    under_srun: bool = False  # started by srun (a task each), not in the batch shell
 
 
 def normalise(flag: str) -> str:
@@ -107,13 +109,15 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
         under_srun = True  # with or without options of its own
     container, words = _container(words)
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
-        return _inner(line, words[2], srun, prefix_env, redirections)
-    kind = launcher_of(words)
-    if kind is None:
-        if not srun and not words:
-            return None
-        kind = "command"
+        inner = _inner(line, words[2], srun, prefix_env, redirections)
+        if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
+            inner.container = container
+        return inner
+    if not words:  # `srun --flag` with no command: nothing launched
+        return None
+    kind = launcher_of(words) or "command"
     launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
+    launch.under_srun = under_srun
     _fill(launch, words)
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 
@@ -219,8 +223,14 @@ def _container(words: list[str]) -> tuple[str | None, list[str]]:
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     options: list[tuple[str, str | None]] = []
     at = 0
-    while at < len(words) and words[at].startswith("-"):
+    variable: tuple[int, int] | None = None  # (option index, word index) of the first `$VAR` taken as options
+    while at < len(words) and (words[at].startswith("-") or _variable_options(words, at)):
         word = words[at]
+        if word.startswith("$"):
+            variable = (len(options), at) if variable is None else variable
+            options.append((word, None))
+            at += 1
+            continue
         if word.startswith("--"):
             flag, equals, value = word[2:].partition("=")
             if equals or flag in SRUN_BARE or flag == "kill-on-bad-exit":
@@ -238,7 +248,15 @@ def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[
         else:
             options.append((word[1:], None))
             at += 1
+    if at >= len(words) and variable is not None:  # `srun $BIN -x`: nothing after it, so $BIN is the program
+        return options[: variable[0]], words[variable[1] :]
     return options, words[at:]
+
+
+def _variable_options(words: list[str], at: int) -> bool:
+    """``srun "${ARGS[@]}" --mpi=pmix ...``, ``srun ${AUTO_RESUME} -l ...``: a variable (or array)
+    before more options is taken as srun options only the shell knows, not as the program."""
+    return bool(OPTIONS_VARIABLE.fullmatch(words[at])) and at + 1 < len(words) and words[at + 1].startswith("-")
 
 
 def _env_prefix(words: list[str]) -> tuple[dict[str, str], list[str]]:

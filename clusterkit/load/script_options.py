@@ -4,13 +4,13 @@ the srun options (``srun:``), the interpreter, the program and its arguments."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
+from clusterkit.load.script_values import literal_args, literal_program, run_time, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from clusterkit.load.script_header import Header
     from clusterkit.load.script_launch import Launch
 
-SLURM_VALUES = {"SLURM_JOB_ID": "{job_id}", "SLURM_JOBID": "{job_id}", "SLURM_NODEID": "{node_rank}"}
-VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 STEP_DROPPED = {
     "nodes", "N", "ntasks", "n", "ntasks-per-node", "nodelist", "w", "output", "o", "error", "e", "open-mode",
     "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem",
@@ -33,6 +31,8 @@ SRUN_FIELDS = {
     "m": "distribution",
     "cpu-bind": "cpu_bind",
 }
+CONTAINER = "the cluster profile's container: (container_image)"
+CONTAINER_PROGRAMS = frozenset("shifter singularity apptainer enroot docker podman ch-run charliecloud".split())
 PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "no": "fp32"}
 
 
@@ -45,29 +45,40 @@ def map_launch(
     imported: Imported,
     profile_python: list[str] | None,
 ) -> None:
+    if not imported.generated:
+        process_model(launch, resources, header, imported)
     out["launcher"] = launch.launcher
     if launch.launcher == "mpirun" and launch.python[-1:] == ["-u"]:
         launch.python = launch.python[:-1]  # clusterkit's mpirun line writes -u itself
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
-    program = substitute(launch.program, variables)
-    if "$" in program or has_computed([program]):
-        imported.unmapped.append(
-            Unmapped(launch.line, program.replace("\x00", "$(...)"), "a run-time value in the program", "task.script")
-        )
-    task: dict[str, Any] = {"script": program.replace("\x00", "$(...)")}
+    task: dict[str, Any] = {"script": literal_program(launch.program, variables, launch.line, imported)}
     if launch.module:
         task["module"] = True
-    if launch.args:
-        task["args"] = literal_args(launch.args, variables, launch.line, imported)
+    per_rank = launch.launcher == "python"
+    args = literal_args(task["script"], launch.args, variables, launch.line, imported, per_rank)
+    if args:
+        task["args"] = args
     out["task"] = task
     srun: dict[str, Any] = {"kill_on_bad_exit": False}  # SLURM's default, where the script gives none
     extra: dict[str, Any] = {}
     for flag, value in launch.srun:
-        if flag == "kill-on-bad-exit" or flag == "K":
+        if flag.startswith("$"):  # srun "${ARGS[@]}" --mpi=pmix ...: options only the shell knows
+            imported.unmapped.append(
+                Unmapped(launch.line, f"srun {flag}", "srun options from a shell variable or array", "srun.extra")
+            )
+        elif flag == "kill-on-bad-exit" or flag == "K":
             srun["kill_on_bad_exit"] = value not in ("0",)
         elif flag in ("label", "l"):
             srun["label"] = True
+        elif (
+            flag not in STEP_DROPPED
+            and (flag not in STEP_OWNED or flag in SRUN_FIELDS)
+            and value
+            and run_time(value := substitute(value, variables))
+        ):
+            shown = f"srun --{flag}={value}".replace("\x00", "$(...)")
+            imported.unmapped.append(Unmapped(launch.line, shown, "a run-time value in an srun option", "srun.extra"))
         elif flag in SRUN_FIELDS and value:
             srun[SRUN_FIELDS[flag]] = int(value) if flag == "wait" and value.isdigit() else value
         elif flag in ("cpus-per-task", "c") and value and value.isdigit():
@@ -79,10 +90,6 @@ def map_launch(
         elif flag in STEP_DROPPED or flag in STEP_OWNED:
             imported.unmapped.append(
                 Unmapped(launch.line, f"srun --{flag}", "clusterkit's launch step sets it", "resources / runs_dir")
-            )
-        elif value is not None and ("$" in value or has_computed([value])):
-            imported.unmapped.append(
-                Unmapped(launch.line, f"srun --{flag}", "a run-time value in an srun option", "srun.extra")
             )
         elif len(flag) > 1:
             extra[flag] = True if value is None else value
@@ -96,12 +103,15 @@ def map_launch(
         srun["extra"] = extra
     if launch.srun or launch.launcher != "mpirun":  # mpirun's own srun takes no srun: options
         out["srun"] = srun
-    if launch.container is not None and not _profile_container(
-        imported, "apptainer", "container-image", launch.container, out, launch.line
+    image = None if launch.container is None else substitute(launch.container, variables)
+    if image is not None and (
+        run_time(image) or not _profile_container(imported, "apptainer", "container-image", image, out, launch.line)
     ):
-        imported.unmapped.append(
-            Unmapped(launch.line, f"apptainer exec ... {launch.container}", "a container", "a profile's container:")
-        )
+        why = "a container the recipe cannot name: the program would run outside it"
+        imported.unmapped.append(Unmapped(launch.line, f"apptainer/singularity ... {image}", why, CONTAINER))
+    if launch.launcher == "command" and launch.program.rsplit("/", 1)[-1] in CONTAINER_PROGRAMS:
+        why = "a container runtime as the program: kept as written, the recipe's container fields do not see it"
+        imported.unmapped.append(Unmapped(launch.line, launch.program, why, CONTAINER))
     _around(launch, out, variables, imported)
     args: list[str] = []
     defaults = set(LAUNCHERS[launch.launcher].defaults) if imported.generated else set()
@@ -208,36 +218,54 @@ def _owned(
         )
 
 
-def substitute(
-    value: str, variables: dict[str, str], keep_self: str | None = None, budget: list[int] | None = None
-) -> str:
-    """``value`` with the script's own variables read in, at most LINE_LIMIT characters of them
-    (V2="$V1 $V1" doubles each line), or what is left of ``budget`` (shared by the words of one
-    line); a variable past that stays as written: a run-time value."""
-    left = budget if budget is not None else [LINE_LIMIT]
+def process_model(launch: Launch, resources: dict[str, Any], header: Header, imported: Imported) -> None:
+    """Where the recipe's launcher cannot start the processes the script starts, the nearest one
+    that runs the program as written (never an interpreter in front of a program that is no
+    Python script), and the difference listed: a program srun starts in several tasks per node
+    (``launcher: command`` runs it once per node), a program under mpirun that is no Python script
+    (clusterkit's mpirun line runs ``python -u``), a python in the batch shell (a front end such as
+    GPT-NeoX's deepy.py starts the ranks itself; ``launcher: python`` would start it in each task)."""
+    shown = " ".join([launch.program, *launch.args]).replace("\x00", "$(...)")[:80]
+    if launch.launcher == "mpirun" and not launch.python and not launch.module and not launch.program.endswith(".py"):
+        options = " ".join(f"{flag} {value or ''}".strip() for _, flag, value in launch.options).replace(
+            "\x00", "$(...)"
+        )
+        why = "a program that is no Python script under mpirun (clusterkit's mpirun runs python): run once per node"
+        imported.unmapped.append(Unmapped(launch.line, f"mpirun {options} {shown}", why, "task.program (issue 31)"))
+        launch.launcher, launch.options = "command", []
+    elif launch.launcher == "python" and not launch.under_srun:
+        nodes = resources.get("nodes") or 1
+        if nodes > 1 or (header.gpus_per_node or 1) > 1 or (header.tasks_per_node or 1) > 1:
+            why = "a python program run once in the batch shell (it may start the ranks itself): run once per node"
+            imported.unmapped.append(Unmapped(launch.line, shown, why, "a front end in the batch shell (issue 31)"))
+            interpreter = launch.python or ["python"]
+            words = [*interpreter[1:], *(["-m"] if launch.module else []), launch.program, *launch.args]
+            launch.launcher, launch.python, launch.module = "command", [], False
+            launch.program, launch.args = interpreter[0], words
+    elif launch.launcher == "command":
+        tasks = _tasks_per_node(launch, resources, header)
+        if tasks is None or tasks > 1:
+            count = "a number of tasks only the shell knows" if tasks is None else f"{tasks} tasks per node"
+            why = f"a program srun starts in {count}: launcher: command runs it once per node"
+            nearest = "launcher: python for a Python program; task.program with launcher: srun (issue 31)"
+            imported.unmapped.append(Unmapped(launch.line, shown, why, nearest))
 
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in variables or name == keep_self or len(variables[name]) > left[0]:
-            return match.group(0)
-        left[0] -= len(variables[name])
-        return variables[name]
 
-    return VARIABLE.sub(one, value)
-
-
-def literal_args(words: list[str], variables: dict[str, str], line: int, imported: Imported) -> list[str]:
-    """Program arguments with the script's own literal variables and SLURM's ids filled in; a word
-    still reading a shell variable is listed (arguments reach the program literally)."""
-    out, budget, known = [], [LINE_LIMIT], {**variables, **SLURM_VALUES}
-    for word in words:
-        value = substitute(word, known, budget=budget)
-        if "$" in value or has_computed([value]):
-            imported.unmapped.append(
-                Unmapped(line, word.replace("\x00", "$(...)"), "a run-time value in an argument", "task.args or env")
-            )
-        out.append(value.replace("\x00", "$(...)"))
-    return out
+def _tasks_per_node(launch: Launch, resources: dict[str, Any], header: Header) -> int | None:
+    """How many tasks per node the launch's srun starts (its options, else the header's); None
+    where a run-time value decides."""
+    options = dict(launch.srun)
+    per_node = options.get("ntasks-per-node")
+    tasks = options.get("ntasks", options.get("n"))
+    nodes = options.get("nodes", options.get("N")) or str(resources.get("nodes") or 1)
+    for value in (per_node, tasks, nodes):
+        if value is not None and not value.isdigit():
+            return None
+    if per_node is not None:
+        return int(per_node)
+    if tasks is not None:
+        return -(-int(tasks) // max(1, int(nodes)))
+    return header.tasks_per_node or 1
 
 
 def owned_flag(launcher: str, name: str) -> bool:

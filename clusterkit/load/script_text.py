@@ -129,6 +129,7 @@ def _read_lines(script: ScriptText, lines: list[str]) -> None:
             continue
         in_header = False
         words, index, text = _words_spanning(logical, index, text)
+        words, index, text = _array_spanning(logical, index, text, words)
         stripped = text.strip()
         if words is None:
             first = stripped.split("\n", 1)[0]
@@ -164,6 +165,23 @@ def _words_spanning(logical: list[tuple[int, str]], index: int, text: str) -> tu
         text += "\n" + logical[index][1]
         index += 1
     return None, index, text
+
+
+def _array_spanning(
+    logical: list[tuple[int, str]], index: int, text: str, words: list[str] | None
+) -> tuple[list[str] | None, int, str]:
+    """``NAME=(`` with its ``)`` on a later line: one command over all its lines (up to SPAN_LIMIT),
+    so that the array stays whole; ``words`` as they were otherwise."""
+    opens = words is not None and any(
+        word.endswith("=") and at + 1 < len(words) and words[at + 1] == "(" for at, word in enumerate(words)
+    )
+    for _ in range(SPAN_LIMIT if opens else 0):
+        if words is None or words.count("(") <= words.count(")") or index >= len(logical):
+            break
+        text += "\n" + logical[index][1]
+        index += 1
+        words = words_of(text)
+    return words, index, text
 
 
 def words_of(text: str) -> list[str] | None:

@@ -42,11 +42,15 @@ def with_training_task(recipe: Recipe, source: SourceMap) -> Recipe:
             raise RecipeError(Finding(source.default, ("task",), "required key 'task' is missing (or give steps:)"))
         return recipe
     if source.written(("task",)):
+        # Only task.args (the arguments after `submit RECIPE --`): say where they came from.
+        only_args = not any(source.written(("task", key)) for key in ("script", "trainer", "module"))
+        at = ("task", "args") if only_args and source.written(("task", "args")) else ("task",)
         raise RecipeError(
             Finding(
-                source.locate(("task",)),
-                ("task",),
-                "give either task: (a job of one step) or steps: (several, each with its task), not both",
+                source.locate(at),
+                at,
+                "give either task: (a job of one step) or steps: (several, each with its own task and task.args), "
+                "not both",
             )
         )
     return msgspec.structs.replace(recipe, task=recipe.steps[training_step(recipe)].task)
@@ -174,6 +178,7 @@ def _check_combinations(recipe: Recipe, error: Report) -> None:
 def _check_trial_values(recipe: Recipe, error: Report) -> None:
     """``{trial}`` is a step's: in a recipe without steps nothing fills it in."""
     texts: list[tuple[KeyPath, str]] = [(("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
+    texts += [(("launcher_args", index), arg) for index, arg in enumerate(recipe.launcher_args)]
     for base, env in ((("env",), recipe.env), (("network", "env"), recipe.network.env)):
         for name, value in env.items():
             parts = [value.prepend, value.append] if isinstance(value, EnvEdit) else [value]

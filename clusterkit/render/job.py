@@ -27,7 +27,9 @@ from clusterkit.render.tracking_env import tracking_env
 from clusterkit.spec import layout as run_layout
 from clusterkit.spec.accelerate_config import accelerate_config
 from clusterkit.spec.deepspeed_config import deepspeed_config
+from clusterkit.spec.fsdp_config import fsdp_env
 from clusterkit.spec.launch_plan import launch_plan
+from clusterkit.spec.launchers import accelerate_type
 from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.spec.runtime_values import expanded_late
@@ -136,15 +138,16 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
     resolved = msgspec.to_builtins(recipe)
     files: dict[str, str] = {}
     if recipe.launcher == "accelerate" and recipe.accelerate.config is None:
-        files[run_layout.ACCELERATE_CONFIG] = yaml.safe_dump(accelerate_config(recipe), sort_keys=True)
-    if recipe.uses_deepspeed:
+        files[run_layout.ACCELERATE_CONFIG] = yaml.safe_dump(accelerate_config(recipe, profile), sort_keys=True)
+    # Under accelerate a script's DeepSpeed settings are in accelerate's own config (accelerate_config.yaml).
+    if recipe.uses_deepspeed and not (recipe.launcher == "accelerate" and accelerate_type(recipe) == "DEEPSPEED"):
         files[run_layout.DEEPSPEED_CONFIG] = (
             json.dumps(deepspeed_config(recipe, profile), indent=2, sort_keys=True) + "\n"
         )
     files[run_layout.JOB_JSON] = (
         json.dumps(msgspec.to_builtins(JobFile(recipe=recipe, profile=profile)), sort_keys=True) + "\n"
     )
-    env_vars = network_env(recipe, profile, tracking_env(recipe))
+    env_vars = network_env(recipe, profile, tracking_env(recipe) + fsdp_env(recipe))
     plan = launch_plan(recipe, profile, late_env=_late_env(env_vars), rank_files=tuple(sorted(files)))
     files[run_layout.LAUNCH_PLAN] = plan.to_json()
     files.update(supervisor_files())  # a copy: the cached dict stays as it is

@@ -25,6 +25,7 @@ from clusterkit.spec.layout import (
     RANK_LOGS,
     RESTARTS,
     TORCHRUN_ERROR_FILES,
+    batch_log,
     mpirun_output,
     mpirun_rank_logs,
     node_dir,
@@ -254,6 +255,9 @@ def _preempted_record(run_dir: Path) -> dict | None:
     return stopped if isinstance(stopped, dict) else None
 
 
+# The node agent's lines when it cannot start the program (clusterkit.supervisor.node).
+_AGENT_REFUSAL = re.compile(r"^clusterkit: ((?:\{env:\w+\} in the |cannot start ).*)$", re.M)
+_SUPERVISOR_REFUSAL = re.compile(r"^clusterkit: (\{env:\w+\} in the .*)$", re.M)  # an unset {env:NAME} it fills in
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[\d+\]:\n(?P<block>(?:  .*\n?)+)")
 
 
@@ -308,6 +312,14 @@ def first_failure(record: RunRecord) -> str | None:
     if refused:
         return refused
     node = _failing_node(run_dir)
+    if node is not None:
+        refused = _AGENT_REFUSAL.findall(_tail(record.path / node_log(record.job_id, node, "err")))
+        if refused:  # the node agent did not start the program: its line says why
+            return f"node {node}{_hostname(record, node)}: {refused[-1]}"
+    else:  # no node started: the supervisor's own line, in the batch shell's log
+        refused = _SUPERVISOR_REFUSAL.findall(_tail(record.path / batch_log(record.job_id, "out")))
+        if refused:
+            return refused[-1]
     if node is not None and record.launcher == "torchrun":
         cause = _root_cause(record, node)
         if cause:

@@ -113,11 +113,11 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
     if box.runtime == "pyxis":
         srun = (
             Words()
-            .add(f"--container-image={box.image}")
+            .given(f"--container-image={box.image}")
             .runtime(f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}")
         )
         if box.workdir:
-            srun.add(f"--container-workdir={box.workdir}")
+            srun.given(f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
     gpus = {"nvidia": ["--nv"], "amd": ["--rocm"]}.get(profile.gpu_vendor, []) if profile.accelerator == "gpu" else []
     prefix = (
@@ -126,8 +126,8 @@ def container(recipe: ResolvedRecipe, profile: ClusterProfile) -> Container:
         .runtime("".join(mount + "," for mount in box.mounts) + RUN_DIR)
     )
     if box.workdir:
-        prefix.add("--pwd", box.workdir)
-    return Container(Words(), prefix.add(box.image), ())
+        prefix.add("--pwd").given(box.workdir)
+    return Container(Words(), prefix.given(box.image), ())
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
@@ -146,10 +146,7 @@ def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
     if recipe.snapshot is not None:  # an array task's copy is in the array's directory, one up
         up = "/.." if recipe.job_kind == "array" else ""
         entry = Words().runtime(f"{RUN_DIR}{up}/{layout.SNAPSHOT_DIR}/{recipe.snapshot.script}")
-    args = Words()
-    for arg in task.args:
-        (args.runtime if placeholders(arg) else args.add)(arg)
-    return Program(entry, task.module, args)
+    return Program(entry, task.module, Words().given(*task.args))
 
 
 def image_needs(recipe: ResolvedRecipe) -> list[str]:

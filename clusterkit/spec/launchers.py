@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from clusterkit.spec.runtime_values import placeholders
+
 if TYPE_CHECKING:
     from clusterkit.spec.resolved import ResolvedRecipe
 
@@ -35,6 +37,13 @@ class Words:
         """Words with run-time values to fill in."""
         self.expand += range(len(self.words), len(self.words) + len(words))
         self.words += words
+        return self
+
+    def given(self, *words: str) -> Words:
+        """Words as the recipe gives them (task.args, launcher_args): those holding a run-time value
+        marked for the job to fill in, the rest literal."""
+        for word in words:
+            (self.runtime if placeholders(word) else self.add)(word)
         return self
 
     def extend(self, other: Words) -> Words:
@@ -98,7 +107,7 @@ def _torchrun(recipe: ResolvedRecipe, program: Program) -> Words:
         words.add("--rdzv-backend=c10d").runtime("--rdzv-endpoint={master_addr}:{master_port}", "--rdzv-id={job_id}")
     else:
         words.runtime("--master-addr={master_addr}", "--master-port={master_port}")
-    words.add("--tee=3", *recipe.launcher_args)
+    words.add("--tee=3").given(*recipe.launcher_args)
     if program.wrapper.words:  # torchrun starts each rank as the wrapper's command, which runs python
         return words.add("--no-python").extend(program.wrapper).add(*recipe.python).extend(program.words("-m"))
     return words.extend(program.words("-m"))
@@ -115,7 +124,29 @@ def _deepspeed(recipe: ResolvedRecipe, program: Program) -> Words:
         words.add(f"--include={recipe.deepspeed.include}")
     if recipe.deepspeed.exclude:
         words.add(f"--exclude={recipe.deepspeed.exclude}")
-    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).extend(program.words("--module"))
+
+
+# accelerate's distributed_type -> what clusterkit adds for it on the command line. DEEPSPEED and FSDP
+# are read from the config file (checked against the recipe at validate): a --use_deepspeed or
+# --use_fsdp flag would make accelerate skip the file's parallelism_config (HSDP, tp, cp). DeepSpeed's
+# per-node launcher is torchrun (standard), never pdsh over ssh.
+ACCELERATE_TYPE_FLAGS = {
+    "MULTI_GPU": ("--multi_gpu",),
+    "DEEPSPEED": ("--deepspeed_multinode_launcher=standard",),
+    "FSDP": (),
+}
+
+
+def accelerate_type(recipe: ResolvedRecipe) -> str:
+    """What accelerate runs for the recipe's layout: a script's ZeRO as DEEPSPEED, its
+    parallelism.fsdp as FSDP, else MULTI_GPU (torch.distributed data parallelism). The built-in
+    runner starts DeepSpeed and FSDP itself, from its TrainingArguments, so it stays MULTI_GPU."""
+    if recipe.task.trainer is not None:
+        return "MULTI_GPU"
+    if recipe.uses_deepspeed:
+        return "DEEPSPEED"
+    return "FSDP" if recipe.parallelism.fsdp is not None else "MULTI_GPU"
 
 
 def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -129,14 +160,14 @@ def _accelerate(recipe: ResolvedRecipe, program: Program) -> Words:
     else:
         words.runtime("--config_file={run_dir}/accelerate_config.yaml")
     words.add(
-        "--multi_gpu",
+        *ACCELERATE_TYPE_FLAGS[accelerate_type(recipe)],
         f"--num_machines={recipe.resources.nodes}",
         f"--num_processes={recipe.world_size}",
         "--same_network",
         "--rdzv_backend=static",
     )
     words.runtime("--main_process_ip={master_addr}", "--main_process_port={master_port}")
-    return words.add("--tee=3", *recipe.launcher_args).extend(program.words("--module"))
+    return words.add("--tee=3").given(*recipe.launcher_args).extend(program.words("--module"))
 
 
 def _python(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -152,7 +183,7 @@ def _deepspeed_batch(recipe: ResolvedRecipe, program: Program) -> Words:
     rank, each running ``python -u <rank program> ...``; the srun options are added by the plan."""
     words = Words().add(*recipe.python, "-m", "deepspeed.launcher.runner", "--launcher=slurm", "--no_ssh_check")
     words.runtime("--hostfile={run_dir}/hostfile", "--master_addr={master_addr}", "--master_port={master_port}")
-    return words.add(*recipe.launcher_args).extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).extend(program.words("--module"))
 
 
 def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
@@ -173,7 +204,7 @@ def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
         )
         .runtime("{run_dir}/" + RANKS_DIR + "/mpirun-{job_id}")
     )
-    return words.add(*recipe.launcher_args, *recipe.python, "-u").extend(program.words("--module"))
+    return words.given(*recipe.launcher_args).add(*recipe.python, "-u").extend(program.words("--module"))
 
 
 _TORCHRUN_OWNED = {
@@ -199,15 +230,31 @@ _ACCELERATE_OWNED = {
     "main-process-ip": _LAYOUT,
     "main-process-port": "master_port",
     "config-file": "accelerate.config",
-    "multi-gpu": _LAYOUT,
     "same-network": _LAYOUT,
     "rdzv-backend": _LAYOUT,
     "log-dir": _LOGS,
     "module": "task.module",
     "mixed-precision": "precision",
-    "use-deepspeed": "parallelism.zero_stage (with launcher: deepspeed)",
-    "zero-stage": "parallelism.zero_stage (with launcher: deepspeed)",
-    "use-fsdp": "nothing yet: not supported",
+    "use-deepspeed": "parallelism.zero_stage",
+    "deepspeed-multinode-launcher": _LAYOUT,
+    "zero-stage": "parallelism.zero_stage",
+    "offload-optimizer-device": "parallelism.offload_optimizer",
+    "offload-param-device": "parallelism.offload_params",
+    "use-fsdp": "parallelism.fsdp",
+    "fsdp-version": "parallelism.fsdp",
+    "fsdp-reshard-after-forward": "parallelism.fsdp.reshard_after_forward",
+    "fsdp-sharding-strategy": "parallelism.fsdp",
+    "fsdp-offload-params": "parallelism.fsdp.cpu_offload",
+    "fsdp-activation-checkpointing": "parallelism.fsdp.activation_checkpointing",
+    "fsdp-state-dict-type": "parallelism.fsdp.state_dict",
+    "fsdp-transformer-layer-cls-to-wrap": "parallelism.fsdp.auto_wrap",
+    "parallelism-config-dp-shard-size": "parallelism.fsdp.shard_size",
+    "parallelism-config-dp-replicate-size": "parallelism.fsdp.shard_size",
+    "parallelism-config-tp-size": "parallelism.tp",
+    "parallelism-config-cp-size": "parallelism.cp",
+    "use-parallelism-config": "parallelism.fsdp",
+    "deepspeed-config-file": "accelerate.config (its deepspeed_config.deepspeed_config_file)",
+    "multi-gpu": _LAYOUT,
     "cpu": "the cluster profile (accelerator)",
     "no-python": "launcher: command",
     "tee": "nothing: each rank's output is kept",

@@ -172,9 +172,9 @@ class Hooks(_Struct):
 
 
 class Fsdp(_Struct):
-    """FSDP2 for the built-in runner (GPU profiles only): parameters, gradients and optimizer states
-    sharded over ``shard_size`` ranks; with fewer than all ranks, HSDP replicates those shards
-    (world / shard_size replicas)."""
+    """FSDP2: parameters, gradients and optimizer states sharded over ``shard_size`` data-parallel ranks
+    (fewer than all: HSDP, dp / shard_size replicas). The built-in runner's (GPU only), or a script's:
+    read as CLUSTERKIT_FSDP_*, or as accelerate's FSDP config under launcher: accelerate (GPU only)."""
 
     shard_size: PositiveInt | None = None  # default: every rank (full shard)
     # The transformer block class to wrap (e.g. LlamaDecoderLayer); default: the model's own
@@ -201,7 +201,7 @@ class Parallelism(_Struct):
     micro_batch_size: PositiveInt | None = None
     global_batch_size: Annotated[int, Meta(ge=1, le=100000000)] | None = None
     gradient_accumulation_steps: PositiveInt | None = None
-    fsdp: Fsdp | None = None  # the built-in runner's FSDP2 instead of DDP/ZeRO
+    fsdp: Fsdp | None = None  # FSDP2 instead of DDP/ZeRO (the built-in runner's, or a script's)
 
 
 class ModelSpec(_Struct):
@@ -257,8 +257,8 @@ class DeepSpeedSettings(_Struct):
 
 class AccelerateSettings(_Struct):
     # launcher: accelerate reads a config file clusterkit renders from the recipe (accelerate_config.yaml
-    # in the run directory), or this one of yours (relative to the recipe); either way the layout
-    # flags (machines, processes, rank, main process) come from clusterkit on the command line.
+    # in the run directory), or this one of yours (relative to the recipe; its type, ZeRO and FSDP settings
+    # checked against parallelism); the layout flags (machines, processes, rank, main process) win over it.
     config: NonEmptyLine | None = None
 
 
@@ -317,8 +317,8 @@ class JobStep(_Struct):
     # On the first `nodes` training nodes (default: all of resources.nodes). The layout (dp, tp, ...,
     # the built-in trainer) is the steps' on all nodes; a step on fewer runs a script.
     nodes: PositiveInt | None = None
-    # Trials: the step run this many times in a row, {trial} (0, 1, ...) in task.args and env values
-    # telling each its number (e.g. --seed={trial}); each trial's logs in steps/<name>/<trial>/.
+    # Trials: the step run this many times in a row, {trial} (0, 1, ...) in task.args, launcher_args and
+    # env values telling each its number (e.g. --seed={trial}); each trial's logs in steps/<name>/<trial>/.
     repeat: Annotated[int, Meta(ge=1, le=10_000)] = 1
 
 

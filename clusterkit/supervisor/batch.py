@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import hooks, job_steps, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
-from .plan import PLAN_FORMAT, LaunchPlan, Step
+from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
 from .processes import signal_number
 from .run_files import (
     EXIT_CODE,
@@ -257,7 +258,11 @@ class Supervisor:
     def _run(self, step: Step, told: Optional[Dict[str, str]] = None) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
         env = dict(self.env, **(told or {}), **({"CLUSTERKIT_PREEMPTED": "1"} if self.preempted else {}))
-        self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
+        try:
+            self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
+        except UnsetVariable as unset:
+            print(unset_line(unset, step.name, socket.gethostname()), flush=True)
+            return UNSET_VARIABLE
         try:
             if step is self.plan.launch and self.watcher is not None:
                 return self.watcher.watch(self.running)
@@ -269,7 +274,11 @@ class Supervisor:
         service = self.plan.service
         if service is None:
             return None
-        running = start(self.plan, service.step, self.job, self.hosts, str(self.run_dir), self.env)
+        try:
+            running = start(self.plan, service.step, self.job, self.hosts, str(self.run_dir), self.env)
+        except UnsetVariable as unset:
+            print(unset_line(unset, service.step.name, socket.gethostname()), flush=True)
+            return False
         host = step_hosts(self.plan, service.step, self.hosts)[0]
         address = f"{host}:{service.port}"
         self.env[service.address_env] = address

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from . import pyspy
-from .plan import LaunchPlan, Step, expand
+from .plan import UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, expand, unset_line
 from .processes import descendants, exit_status, signal_catchers, signal_number
 from .ranks import node_ids, runtime_values, task_ids
 from .run_files import node_exit
@@ -51,8 +51,13 @@ def task_argv(step: Step, environ: Mapping[str, str]) -> List[str]:
 
 
 def run_task(plan: LaunchPlan, step: Step, environ: Mapping[str, str]) -> int:
-    env = task_environment(step, environ)
-    argv = task_argv(step, env)
+    try:
+        env = task_environment(step, environ)
+        argv = task_argv(step, env)
+    except UnsetVariable as unset:
+        print(unset_line(unset, step.name, environ.get("SLURMD_NODENAME", "this node")), file=sys.stderr, flush=True)
+        _record_end(environ, UNSET_VARIABLE)
+        return UNSET_VARIABLE
     preempt = signal_number(plan.recovery.signal)
     started: List[subprocess.Popen] = []  # the program, once it runs
     # The preemption signal, once it came (or before this task started: the supervisor says so):

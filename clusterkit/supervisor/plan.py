@@ -22,12 +22,45 @@ BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port", "trial")
 NODE_VALUES = ("node_rank", "hostname")
 TASK_VALUES = ("rank", "local_rank")
 RUNTIME_VALUES = BATCH_VALUES + NODE_VALUES + TASK_VALUES
-_PLACEHOLDER = re.compile(r"\{(" + "|".join(RUNTIME_VALUES) + r")\}")
+# ``{env:NAME}``: the variable NAME of the environment where the value is filled in (the node agent's
+# task, or the supervisor for what it runs itself); :func:`.ranks.runtime_values` lists them as "env:NAME".
+ENV_PREFIX = "env:"
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(RUNTIME_VALUES) + "|" + ENV_PREFIX + ENV_NAME + r")\}")
+
+
+UNSET_VARIABLE = 2  # the exit code of a step whose {env:NAME} names a variable not set where it runs
+
+
+class UnsetVariable(ValueError):
+    """An ``{env:NAME}`` whose variable is not set where it is filled in: the job cannot run as written."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def unset_line(error: UnsetVariable, step: str, host: str) -> str:
+    """The line a job's log gets where an ``{env:NAME}`` cannot be filled in (the job then fails)."""
+    return (
+        f"clusterkit: {{env:{error.name}}} in the {step} step: the variable {error.name} is not set on {host}; "
+        "set it in the job's environment (env:, the cluster profile's env or setup:) or drop the {env:...}"
+    )
 
 
 def expand(text: str, values: Dict[str, str]) -> str:
-    """``text`` with each ``{name}`` of ``values`` replaced, in one pass; other braces stay."""
-    return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), text)
+    """``text`` with each ``{name}`` of ``values`` replaced, in one pass; other braces stay. An
+    ``{env:NAME}`` not in ``values`` raises :class:`UnsetVariable` (every variable set is there)."""
+
+    def value(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if name in values:
+            return values[name]
+        if name.startswith(ENV_PREFIX):
+            raise UnsetVariable(name[len(ENV_PREFIX) :])
+        return match.group(0)
+
+    return _PLACEHOLDER.sub(value, text)
 
 
 @dataclasses.dataclass(frozen=True)

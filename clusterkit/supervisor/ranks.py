@@ -11,6 +11,8 @@ import socket
 import sys
 from typing import Dict, List, Mapping, Optional
 
+from .plan import ENV_PREFIX
+
 # (rank, local rank, world size, local world size) as each MPI launcher names them. Under mpirun the
 # SLURM_* task variables are the per-node daemon's (SLURM_PROCID is the node's number), so these win.
 MPI_IDS = (
@@ -54,7 +56,8 @@ def node_ids(environ: Mapping[str, str]) -> Dict[str, str]:
 
 def runtime_values(environ: Mapping[str, str]) -> Dict[str, str]:
     """Every run-time value this process knows, for :func:`.plan.expand`: the job's (exported by the
-    supervisor) and, in a step's task, the node's and the task's (from srun's variables)."""
+    supervisor), in a step's task the node's and the task's (from srun's variables), and each
+    variable of ``environ`` as ``env:NAME``."""
     known = {
         "job_id": environ.get("CLUSTERKIT_JOB_ID"),  # an array task's is <array id>_<task id>
         "run_dir": environ.get("RUN_DIR"),
@@ -66,7 +69,9 @@ def runtime_values(environ: Mapping[str, str]) -> Dict[str, str]:
         "local_rank": environ.get("SLURM_LOCALID"),
         "trial": environ.get("CLUSTERKIT_TRIAL"),  # set by the supervisor for each step of several
     }
-    return {name: value for name, value in known.items() if value is not None}
+    values = {ENV_PREFIX + name: value for name, value in environ.items()}
+    values.update((name, value) for name, value in known.items() if value is not None)
+    return values
 
 
 def run_as_rank(argv: List[str]) -> None:

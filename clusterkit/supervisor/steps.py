@@ -16,7 +16,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from .environment import JobEnvironment
-from .plan import BATCH_VALUES, LaunchPlan, Step, expand
+from .plan import BATCH_VALUES, ENV_PREFIX, LaunchPlan, Step, expand
 from .processes import descendants, exit_status, signal_catchers
 from .ranks import runtime_values
 from .run_files import LAUNCH_PLAN, SUPERVISOR_DIR
@@ -109,10 +109,9 @@ def start(
             argv.insert(
                 step.srun_at, step.srun_flag + " ".join(shlex.quote(w) for w in srun_options(step, run_dir, values))
             )
-        env = dict(
-            environ,
-            **{name: (expand(value, values) if name in step.env_expand else value) for name, value in step.env.items()},
-        )
+        # The step's own values and the recipe's env values (exported by the batch shell) that hold run-time values.
+        env = dict(environ, **step.env)
+        env.update((name, expand(env[name], values)) for name in step.env_expand if name in env)
     else:
         argv = srun_argv(plan, step, hosts, run_dir, values, [sys.executable])
         env = dict(environ, **step.env)  # srun exports it to the tasks; the agent fills in run-time values
@@ -120,8 +119,13 @@ def start(
 
 
 def _batch_values(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The job's run-time values, from the variables the supervisor exported."""
-    return {name: value for name, value in runtime_values(environ).items() if name in BATCH_VALUES}
+    """The job's run-time values, from the variables the supervisor exported, and its environment's
+    variables (``{env:NAME}``)."""
+    return {
+        name: value
+        for name, value in runtime_values(environ).items()
+        if name in BATCH_VALUES or name.startswith(ENV_PREFIX)
+    }
 
 
 def answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
