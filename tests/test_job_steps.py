@@ -74,7 +74,6 @@ def test_task_and_steps_together_are_one_line(tmp_path: Path) -> None:
     [
         (lambda s: s[1].update(name="prep"), "steps[1].name", "another step is named prep"),
         (lambda s: s[0].update(name="launch"), "steps[0].name", "launch names a step clusterkit runs itself"),
-        (lambda s: s[2].update(launcher="torchrun"), "steps[2].launcher", "every step's launcher must start them"),
         (lambda s: s[0].update(nodes=3), "steps[0].nodes", "at most resources.nodes (2)"),
         (lambda s: [step.update(nodes=1) for step in s], "steps[0].nodes", "needs a step on all resources.nodes"),
         (lambda s: s[2]["task"].update(script=None), "steps[2].task", "give exactly one of task.trainer"),
@@ -101,6 +100,18 @@ def test_a_step_launcher_of_the_same_process_model_is_fine(tmp_path: Path) -> No
         ("torchrun", "launcher_per_node", 2),
         ("torchrun", "launcher_per_node", 2),
     ]
+
+
+def test_a_step_may_start_fewer_tasks_per_node_than_the_allocation_not_more(tmp_path: Path) -> None:
+    body = _steps(launcher="torchrun", resources={"nodes": 2, "gpus_per_node": 2, "time": "5"})
+    body["steps"][2]["launcher"] = "python"  # a task per rank: 2 per node, the allocation has 1
+    assert ": steps[2].launcher: launcher python starts a task per rank (task_per_gpu)" in _error(tmp_path, body)
+    body = _steps(resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"})  # python: 2 per node
+    body["steps"][0]["launcher"] = "command"  # once per node, with the node's CPUs
+    plan = plan_of(render_job(load_recipe(_write(tmp_path, body))))
+    prep, train, _ = plan.steps
+    assert (prep.tasks_per_node, train.tasks_per_node) == (1, 2)
+    assert "--cpus-per-task=2" in prep.srun and "--cpus-per-task=1" in train.srun
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.job_steps import step_recipe, training_step
 from clusterkit.spec.launch_plan import STEP_NAMES
 from clusterkit.spec.profile import ClusterProfile
-from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of
+from clusterkit.spec.recipe import EnvEdit, Recipe, process_model_of, tasks_per_node
 from clusterkit.spec.runtime_values import placeholders
 
 TRIAL = "trial"
@@ -92,12 +92,13 @@ def check_steps(
             error(at + ("name",), f"{step.name} names a step clusterkit runs itself; choose another name")
         names.add(step.name)
         runs = step_recipe(recipe, step)
-        if process_model_of(runs) != model:
+        gpus = recipe.resources.gpus_per_node or profile.gpus_per_node
+        if tasks_per_node(process_model_of(runs), gpus) > tasks_per_node(model, gpus):
             error(
                 at + ("launcher",),
-                f"launcher {runs.launcher} starts the ranks as {process_model_of(runs)}, the recipe's "
-                f"{recipe.launcher} as {model}: the allocation's tasks per node are the recipe launcher's, "
-                "so every step's launcher must start them the same way",
+                f"launcher {runs.launcher} starts a task per rank ({process_model_of(runs)}), the recipe's "
+                f"{recipe.launcher} one per node ({model}): the allocation's tasks per node are the recipe "
+                "launcher's, so a step's launcher may start as many or fewer (give the recipe that launcher)",
             )
         if runs.resources.nodes > recipe.resources.nodes:
             error(at + ("nodes",), f"at most resources.nodes ({recipe.resources.nodes}), the training nodes")

@@ -234,8 +234,10 @@ def _ranks_step(
 
 
 def as_step(recipe: ResolvedRecipe, step: ResolvedStep) -> ResolvedRecipe:
-    """The recipe as one of its steps runs: the step's task, launcher, options and nodes."""
-    return msgspec.structs.replace(
+    """The recipe as one of its steps runs: the step's task, launcher, options and nodes. A step
+    with fewer tasks per node than the allocation (a program once per node beside a task per rank)
+    gets the node's CPUs shared among its tasks."""
+    runs = msgspec.structs.replace(
         recipe,
         task=step.task,
         steps=None,
@@ -245,6 +247,8 @@ def as_step(recipe: ResolvedRecipe, step: ResolvedStep) -> ResolvedRecipe:
         srun=step.srun,
         resources=msgspec.structs.replace(recipe.resources, nodes=step.nodes),
     )
+    cpus = recipe.resources.cpus_per_task * (recipe.tasks_per_node // runs.tasks_per_node)
+    return msgspec.structs.replace(runs, resources=msgspec.structs.replace(runs.resources, cpus_per_task=cpus))
 
 
 def job_steps(

@@ -307,8 +307,8 @@ class JobStep(_Struct):
 
     name: Name  # in status and the logs: steps/<name>/ in the run directory
     task: Task
-    # Default: the recipe's launcher. It must start the ranks as the recipe's does (one launcher per
-    # node, or a task per rank): the allocation's tasks per node are the recipe launcher's.
+    # Default: the recipe's launcher. It may start fewer tasks per node than the recipe's (once per node
+    # beside a task per rank, with the node's CPUs), not more: the allocation's are the recipe launcher's.
     launcher: Launcher | None = None
     # Default: the recipe's launcher_args where the step runs the recipe's launcher, else none.
     launcher_args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] | None = None
