@@ -162,6 +162,26 @@ TRAINER_RECIPE = {
 FRONT_END_RECIPE = {**PROGRAM_RECIPE, "launcher": "command", "process_model": "batch_launcher", "preflight": False}
 BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "program": PROGRAM_RECIPE, "front_end": FRONT_END_RECIPE}
 
+# A job of several steps (steps:): a step's name, task, launcher_args, srun and env are its own fields.
+STEPS_RECIPE = {
+    "name": "fuzzsteps",
+    "cluster": "profile.yaml",
+    "launcher": "torchrun",
+    "resources": {"nodes": 2, "gpus_per_node": 2, "time": "10"},
+    "steps": [
+        {"name": "prep", "nodes": 1, "task": {"script": "prep.py", "args": ["--out", "{run_dir}/d"]}},
+        {
+            "name": "train",
+            "task": {"script": "train.py", "args": ["--x"]},
+            "launcher_args": ["--max-restarts=0"],
+            "srun": {"label": True, "extra": {"comment": "c"}},
+        },
+        {"name": "eval", "repeat": 2, "task": {"script": "eval.py", "args": ["--seed={trial}"]}, "env": {"S": "e"}},
+    ],
+    "runs_dir": "runs",
+}
+BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "steps": STEPS_RECIPE}
+
 
 def hostile_tokens(canary: str) -> list[str]:
     return [
@@ -213,6 +233,7 @@ class Case:
     path: tuple
     value: str
     base: str  # "script", "trainer", "program" or "front_end" (BASES)
+    base: str  # a key of BASES: "script", "trainer" or "steps"
     via_set: bool  # through --set instead of the file (recipe fields only)
 
 
@@ -398,3 +419,10 @@ def _execute(script: Path, work: Path, canary: Path, case: Case, shellcheck: boo
     for arg in resolved["task"]["args"]:
         if "{run_dir}" not in arg:
             assert filled_in(arg) in program_words, (case, arg)
+    steps = resolved["steps"] or []
+    for step in steps:  # each step's program was started, its words exact (the stub appends each call's)
+        for arg in step["task"]["args"]:
+            if "{" not in arg:
+                assert filled_in(arg) in program_words, (case, step["name"], arg)
+    for key, value in (steps[-1]["env"] if steps else {}).items():  # the last call is the last step's
+        assert program_env.get(key) == str(value), (case, key)

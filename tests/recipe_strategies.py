@@ -25,6 +25,7 @@ RECIPE_KEYS = [
     "python",
     "resume_from",
     "description",
+    "steps",
 ]
 NESTED_KEYS = [
     "nodes",
@@ -127,6 +128,14 @@ VALID = {
     "env": {"A": "1"},
     "setup": ["true"],
 }
+# The same job as several steps (steps:): the built-in trainer's, and a script's trials on one node.
+VALID_STEPS = {
+    **{key: value for key, value in VALID.items() if key != "task"},
+    "steps": [
+        {"name": "prep", "nodes": 1, "task": {"script": "prep.py", "args": ["--seed={trial}"]}, "repeat": 2},
+        {"name": "train", "task": VALID["task"], "env": {"S": "{trial}"}},
+    ],
+}
 PATHS = [
     (),
     ("resources",),
@@ -160,7 +169,7 @@ def _mutate(recipe: dict, mutations: list) -> dict:
 
 mutation = st.tuples(st.sampled_from(PATHS), st.sampled_from(RECIPE_KEYS + NESTED_KEYS), st.one_of(values, deep))
 # A valid recipe with a few random changes: reaches every check and the renderer.
-recipes = st.builds(_mutate, st.just(VALID), st.lists(mutation, min_size=0, max_size=3))
+recipes = st.builds(_mutate, st.sampled_from([VALID, VALID_STEPS]), st.lists(mutation, min_size=0, max_size=3))
 # Any structure at all, the recipe file's whole content.
 anything = st.one_of(values, deep)
 profiles = st.builds(

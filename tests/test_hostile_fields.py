@@ -40,6 +40,12 @@ def test_every_one_line_field_is_found() -> None:
         ("resources", "extra_sbatch", "x"),
         ("env", KEY),
         ("python",),
+        ("steps", 0, "name"),
+        ("steps", 0, "task", "args", 0),
+        ("steps", 0, "launcher_args", 0),
+        ("steps", 0, "env", KEY),
+        ("steps", 0, "env", "x"),
+        ("steps", 0, "srun", "extra", "x"),
     ]:
         assert path in RECIPE_FIELDS, path
     for path in [("partition",), ("account",), ("runs_dir",), ("modules", 0), ("container", "image")]:
@@ -80,6 +86,20 @@ FOUND_BY_FUZZING = [
     Case("recipe", ("task", "args", 0), "\r", "script", False),  # the check itself read "\r" back as "\n"
     Case("recipe", ("env", "x"), "a\rb", "script", True),
 ]
+
+
+# A job of several steps: a step's own fields, hostile (in a step's env, {trial} is expanded late);
+# each reaches its program exactly, nothing runs.
+STEP_CASES = [
+    Case("recipe", path, value.replace("CANARY", str(CANARY)), "steps", False)
+    for path in (("steps", 0, "task", "args", 0), ("steps", 0, "launcher_args", 0), ("steps", 0, "env", "x"))
+    for value in ("$(touch CANARY/s);`touch CANARY/b`'\"", "{trial}\\{run_dir} %j ~ -", "a\rb")
+]
+
+
+@pytest.mark.parametrize("case", STEP_CASES, ids=lambda case: ".".join(map(str, case.path)) + repr(case.value)[:12])
+def test_hostile_values_in_a_step(case: Case) -> None:
+    assert check_case(case, CANARY) == "executed"
 
 
 @pytest.mark.parametrize("case", FOUND_BY_FUZZING, ids=lambda case: ".".join(map(str, case.path)))

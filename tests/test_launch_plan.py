@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from clusterkit import load_recipe, render_job
-from clusterkit.spec.launch_plan import STEP_LAYOUT, STEP_OWNED, launch_plan
+from clusterkit.spec.launch_plan import launch_plan
 from clusterkit.spec.launchers import LAUNCHERS, Program, Words
 from clusterkit.spec.sbatch_header import WRITTEN, header_options
+from clusterkit.spec.step_options import STEP_LAYOUT, STEP_OWNED
 from clusterkit.supervisor import steps
 from conftest import RECIPES
 from launch_plans import plan_of

@@ -90,9 +90,16 @@ def plan_lines(files) -> list[str]:
     if LAUNCH_PLAN not in files:
         return []
     plan = load_plan(files[LAUNCH_PLAN])
-    steps = [plan.image_check, plan.service.step if plan.service else None, plan.preflight, plan.launch]
+    # A job of several steps runs them (in order) instead of the launch.
+    steps = [
+        plan.image_check,
+        plan.service.step if plan.service else None,
+        plan.preflight,
+        *(plan.steps or [plan.launch]),
+    ]
     return [
         f"# {step.name}: {step.nodes} x {step.tasks_per_node} task(s) per node"
+        + (f", {step.repeat} trials" if step.repeat > 1 else "")
         + (" in the batch shell" if step.hosts == "batch" else "")
         + f": {shlex.join(step.argv)}"
         for step in steps

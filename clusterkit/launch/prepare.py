@@ -150,6 +150,8 @@ def _chained(loaded: LoadedRecipe, links: int, overrides: Sequence[str | Overrid
     does not requeue itself (max_requeues 0): the next link is its continuation."""
     if loaded.recipe.sweep or loaded.recipe.array:
         raise UsageError(f"{loaded.path}: --chain continues one run; this recipe is a sweep or a job array")
+    if loaded.recipe.steps:
+        raise UsageError(f"{loaded.path}: --chain: each link would run every step again; not with steps: yet")
     if loaded.recipe.preemption.max_retries:
         raise UsageError(
             f"{loaded.path}: --chain: a chain's next link already continues a failed one; "

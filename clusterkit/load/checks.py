@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,12 @@ from clusterkit.load import (
     parallel_checks,
     profile_checks,
     sbatch_checks,
+    step_checks,
+    task_checks,
 )
-from clusterkit.load.trainer_args import misfit, training_arguments
 from clusterkit.load.yaml_source import KeyPath, SourceMap
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
 from clusterkit.spec.deepspeed_config import BATCH_KEYS, base_config, deepspeed_config, overridden_keys
-from clusterkit.spec.layout import DEEPSPEED_CONFIG
 from clusterkit.spec.network import DEBUG_ENV
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Parallelism, Recipe, process_model_of
@@ -38,19 +37,6 @@ from clusterkit.spec.resolved import (
     resolve_resources,
     resolved_parallelism,
 )
-
-# TrainingArguments the recipe owns: setting them in task.trainer.args would contradict the layout.
-RECIPE_OWNED_TRAINER_ARGS = {
-    "per_device_train_batch_size": "parallelism.micro_batch_size",
-    "gradient_accumulation_steps": "parallelism.gradient_accumulation_steps",
-    "deepspeed": f"parallelism.zero_stage (clusterkit renders {DEEPSPEED_CONFIG})",
-    "bf16": "precision",
-    "fp16": "precision",
-    "output_dir": "runs_dir (each run writes into its own run directory)",
-    "use_cpu": "the cluster profile's accelerator",
-    "local_rank": "the launcher (it sets LOCAL_RANK)",
-    "ddp_timeout": "collective_timeout (the runner's ddp_timeout and a script's $CLUSTERKIT_COLLECTIVE_TIMEOUT_S)",
-}
 
 
 def read_deepspeed_overrides(recipe: Recipe, source: SourceMap) -> Recipe:
@@ -100,7 +86,7 @@ def resolve_and_check(
     Returns the resolved recipe (none when the layout does not add up, an error then says why) and
     all findings (errors and warnings), so one pass reports every problem at once."""
     found = _Findings(source, profile_source)
-    _check_task(recipe, found)
+    task_checks.check_task(recipe, found.error, found.warn)
     parallel_checks.check_trainer_parallelism(recipe, model_config, model_checks.model_config_key(recipe), found.error)
     process_model = process_model_of(recipe)
     resources = resolve_resources(recipe.resources, profile, process_model)
@@ -140,81 +126,8 @@ def resolve_and_check(
         accelerate_checks.check_accelerate_config(resolved, found.error)
     launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)
     launch_checks.check_cpus(resources, profile, process_model, found.error)
+    step_checks.check_steps(recipe, profile, found.error, found.warn)
     return resolved, found.items
-
-
-def _check_task(recipe: Recipe, found: _Findings) -> None:
-    task = recipe.task
-    if [task.trainer, task.script, task.program].count(None) != 2:
-        found.error(
-            ("task",),
-            "give exactly one of task.trainer (built-in HF Trainer runner), task.script and task.program",
-        )
-        return
-    if task.program is not None:
-        _check_program(task.program, task.module, found)
-        return
-    if task.trainer is None:
-        if task.script is not None and task.module and not all(p.isidentifier() for p in task.script.split(".")):
-            found.error(("task", "script"), "with module: true, script must be a dotted module name")
-        return
-    if task.args:
-        # Located at the first argument: the recipe's, or the first after `submit RECIPE --`.
-        found.error(
-            ("task", "args", 0),
-            "task.args (and the arguments after --) go to task.script's program; the built-in Trainer "
-            "runner takes none: set TrainingArguments in task.trainer.args (--set task.trainer.args.learning_rate=3e-4)",
-        )
-    model = task.trainer.model
-    if (model.config is None) == (model.pretrained is None):
-        found.error(
-            ("task", "trainer", "model"), "give exactly one of model.config (dict or config.json) and model.pretrained"
-        )
-    dataset = task.trainer.dataset
-    if dataset.type != "synthetic" and dataset.path is None:
-        found.error(("task", "trainer", "dataset", "path"), f"a {dataset.type} dataset needs a path")
-    for key, owner in sorted(RECIPE_OWNED_TRAINER_ARGS.items()):
-        if key in task.trainer.args:
-            found.error(("task", "trainer", "args", key), f"set by clusterkit from {owner}; remove it here")
-    _check_training_arguments(task.trainer.args, found)
-
-
-def _check_program(program: str, module: bool, found: _Findings) -> None:
-    """A program is exec'd as it is: a path (relative to the submit directory) or a name on PATH."""
-    if module:
-        found.error(("task", "module"), "task.program is an executable, run as it is; module: true is for task.script")
-    if program.startswith("~"):
-        found.error(("task", "program"), f"{program}: no shell runs it, so '~' is not your home; write the full path")
-    elif "/" not in program and any(character.isspace() for character in program):
-        found.error(("task", "program"), f"{program!r} is one executable's name; give its arguments in task.args")
-    elif "/" not in program and os.path.lexists(program):  # (an unreadable name is simply not here)
-        found.error(
-            ("task", "program"),
-            f"{program} is looked up on the nodes' PATH, not taken from here; "
-            f"for the file in this folder write ./{program}",
-        )
-
-
-def _check_training_arguments(args: dict[str, Any], found: _Findings) -> None:
-    """Every task.trainer.args key must be a TrainingArguments field, and a value its field can
-    take (read without importing transformers)."""
-    if not args:
-        return
-    fields = training_arguments()
-    if isinstance(fields, str):
-        found.warn(("task", "trainer", "args"), f"unchecked ({fields})")
-        return
-    for key in sorted(set(args) - set(RECIPE_OWNED_TRAINER_ARGS)):
-        if key in fields:
-            problem = misfit(args[key], fields[key])
-            if problem:
-                found.error(("task", "trainer", "args", key), problem)
-            continue
-        from difflib import get_close_matches  # an error's suggestion; a valid recipe needs no difflib
-
-        close = get_close_matches(key, sorted(fields), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        found.error(("task", "trainer", "args", key), f"unknown TrainingArguments key '{key}'{hint}")
 
 
 def _resolve_parallelism(p: Parallelism, resources: ResolvedResources, found: _Findings) -> ResolvedParallelism | None:

@@ -12,12 +12,12 @@ from msgspec.structs import replace
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV, Report, read_by_programs
 from clusterkit.load.slurm_options import SRUN_OPTIONS
 from clusterkit.spec import containers
-from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import EnvEdit, Recipe, Srun, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.runtime_values import BATCH, NODE, TASK, malformed_env, placeholders, when
+from clusterkit.spec.step_options import STEP_OWNED
 
 
 def check_launcher(recipe: Recipe, error: Report) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from clusterkit.errors import Finding, Location, RecipeError, RecipeErrors, UsageError
-from clusterkit.load import checks, model_checks
+from clusterkit.load import checks, model_checks, step_checks
 from clusterkit.load.convert import convert
 from clusterkit.load.hub_cache import hub_cache_findings
 from clusterkit.load.paths import CLUSTER_PREFIX, OVERRIDE_PREFIX, resolve_local_paths
@@ -127,7 +127,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
         _apply_override(data, source, override)
     fill_recipe_defaults(data, source)
     data.pop("extends", None)
-    recipe = convert(data, Recipe, source)
+    recipe = step_checks.with_training_task(convert(data, Recipe, source), source)
     profile, profile_path, profile_source = load_profile(recipe.cluster, path.parent, source.locate(("cluster",)))
     recipe, path_findings = resolve_local_paths(recipe, source)
     model_config = model_checks.read_model_config(recipe, source)
@@ -139,6 +139,7 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = (
     findings = source.warnings + profile_source.warnings + path_findings + snapshot_findings + findings
     if resolved is not None:
         findings += hub_cache_findings(resolved, profile, source)
+    findings = step_checks.relocated(findings, recipe, source)
     errors = [f for f in findings if f.severity == "error"]
     # No resolved recipe comes without an error saying why.
     if errors or resolved is None:

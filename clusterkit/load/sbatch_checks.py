@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from clusterkit.load.job_checks import Report
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
-from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.recipe import Recipe, process_model_of, tasks_per_node
 from clusterkit.spec.resolved import ResolvedResources
 from clusterkit.spec.sbatch_header import WRITTEN
+from clusterkit.spec.step_options import STEP_OWNED
 
 # #SBATCH options extra_sbatch may not set -> the recipe field that sets each: those clusterkit writes
 # (spec.sbatch_header's table), and those that would undo the layout it writes.

@@ -12,8 +12,8 @@ from clusterkit.load.script_launch import has_computed, normalise, wrapped_pytho
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
 from clusterkit.load.script_values import literal_args, literal_program, run_time, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
-from clusterkit.spec.launch_plan import STEP_OWNED
 from clusterkit.spec.launchers import LAUNCHERS
+from clusterkit.spec.step_options import STEP_OWNED
 
 if TYPE_CHECKING:
     from clusterkit.load.import_script import Imported

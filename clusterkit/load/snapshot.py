@@ -61,6 +61,11 @@ def resolve_snapshot(recipe: Recipe, source: SourceMap) -> tuple[CodeSnapshot | 
     def refused(message: str) -> tuple[None, list[Finding]]:
         return None, [Finding(source.locate(KEY), KEY, message)] if explicit else []
 
+    if recipe.steps is not None:
+        return refused(
+            "a snapshot copies one script's code, and a job of several steps runs a script per step: "
+            "not with steps: yet (remove snapshot:)"
+        )
     if task.trainer is not None:
         return refused(
             "the built-in trainer's code is clusterkit itself and its settings are in job.json: "

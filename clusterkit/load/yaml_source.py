@@ -67,6 +67,11 @@ class SourceMap:
     def set(self, path: KeyPath, location: Location) -> None:
         self._locations[path] = location
 
+    def written(self, path: KeyPath) -> bool:
+        """Whether ``path`` or a key below it was written (in a file or an override), not only an ancestor."""
+        n = len(path)
+        return any(key[:n] == tuple(path) for key in self._locations)
+
     def drop_below(self, path: KeyPath) -> None:
         """Forget locations under ``path`` (the value there was replaced whole)."""
         n = len(path)
@@ -180,7 +185,8 @@ class _Builder:
             raise RecipeError(Finding(location, path, f"invalid value: {exc}")) from None
         plain = not node.style  # libyaml says '' for a plain scalar, PyYAML None
         # The script gets the text written: 3.10, not 3.1; yes, not True (also in an edit's prepend/append).
-        if path[:-1] in _ENV_MAPPINGS or path[:-2] in _ENV_MAPPINGS and path[-1] in ("prepend", "append"):
+        step_env = len(path) == 4 and path[0] == "steps" and path[2] == "env"  # a step's env (spec.recipe.JobStep)
+        if step_env or path[:-1] in _ENV_MAPPINGS or path[:-2] in _ENV_MAPPINGS and path[-1] in ("prepend", "append"):
             if value is None and node.value in ("null", "Null", "NULL", "~") and path[:-1] in _ENV_MAPPINGS:
                 return None  # unset the variable (one a cluster profile sets, too)
             if value is None:

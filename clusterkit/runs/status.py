@@ -33,6 +33,8 @@ from clusterkit.spec.layout import (
     node_log,
     node_number,
 )
+from clusterkit.supervisor.job_steps import label
+from clusterkit.supervisor.run_files import STEPS_RECORD, json_objects, step_dir
 from clusterkit.supervisor.stragglers import straggler
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a run file may hold that no terminal should get
@@ -205,8 +207,33 @@ def _explained(record: RunRecord, status: JobStatus) -> JobStatus:
         reason = f"HUNG: {hang}" + (f"; {status.reason}" if status.reason else "")
         return dataclasses.replace(status, reason=reason)
     if status.state in (FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, UNKNOWN):
-        return dataclasses.replace(status, failure=first_failure(record))
+        failure = "; ".join(filter(None, (_failed_step(record.path), first_failure(record))))
+        return dataclasses.replace(status, failure=failure or None)
+    running = _last_step(record.path) if status.state == RUNNING and not status.reason else None
+    if running is not None and "exit_code" not in running[1]:  # a job of several steps: which one runs
+        return dataclasses.replace(status, reason=f"step {running[0]} running")
     return status
+
+
+def _last_step(run_dir: Path) -> tuple[str, dict] | None:
+    """A job of several steps: its last run of a step as ``steps.jsonl`` has it (its label, and the
+    start record, or the end record once it ended)."""
+    records = json_objects(_text(run_dir / STEPS_RECORD))
+    last = records[-1] if records else None
+    if last is None or not isinstance(last.get("trial"), int) or not isinstance(last.get("repeat"), int):
+        return None  # none, or not the supervisor's line
+    return _CONTROL.sub(" ", label(str(last.get("step")), last["trial"], last["repeat"])), last
+
+
+def _failed_step(run_dir: Path) -> str | None:
+    """The run of a step that ended the job (failed, or stopped to be requeued) and where its logs are."""
+    found = _last_step(run_dir)
+    if found is None or "exit_code" not in found[1] or (found[1]["exit_code"] == 0 and not found[1].get("interrupted")):
+        return None
+    name, last = found
+    logs = _CONTROL.sub(" ", step_dir(str(last["step"]), last["trial"] if last["repeat"] > 1 else None))
+    how = "was interrupted" if last.get("interrupted") else f"exited with {last['exit_code']}"
+    return f"step {name} {how} (logs in {logs}/)"
 
 
 def _hang_record(run_dir: Path) -> str | None:

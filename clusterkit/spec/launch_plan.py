@@ -2,90 +2,39 @@
 job runs (the image check, the service, the preflight, the launch) with its hosts, tasks per node,
 command and environment, and what the job does about preemption and failures. Render writes it as
 ``plan.json`` and the job's supervisor (:mod:`clusterkit.supervisor`) carries it out; every count
-the job uses comes from here.
-
-The options the launch step's srun gets are a table (:data:`STEP_OPTIONS`) and, with the layout the
-supervisor writes (:data:`STEP_LAYOUT`), the view :data:`STEP_OWNED` the recipe checks read.
+the job uses comes from here. The srun options a step gets are :mod:`clusterkit.spec.step_options`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from clusterkit.spec import containers, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
+from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
+from clusterkit.spec.step_options import step_options
 from clusterkit.spec.watchdog import seconds
 from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
-    from clusterkit.spec.resolved import ResolvedRecipe
+    from clusterkit.spec.resolved import ResolvedRecipe, ResolvedStep
 
 RUN_DIR = "{run_dir}"
-_LOGS = "runs_dir (each node's log is in the run directory)"
-
-
-@dataclass(frozen=True)
-class StepOption:
-    flag: str
-    field: str
-    value: Callable[[ResolvedRecipe, ClusterProfile], Any]  # None: not given; True: the flag alone
-
-
-STEP_OPTIONS: tuple[StepOption, ...] = (
-    StepOption("kill-on-bad-exit", "srun.kill_on_bad_exit", lambda r, p: 1 if r.srun.kill_on_bad_exit else 0),
-    # Given explicitly: since SLURM 22.05 srun no longer inherits it from the allocation, and a node's
-    # launcher, ranks and data loaders would share one core.
-    StepOption("cpus-per-task", "resources.cpus_per_task", lambda r, p: r.resources.cpus_per_task),
-    # The profile's GPU binding goes only to a step whose every task is one rank.
-    StepOption(
-        "gpu-bind",
-        "the cluster profile's task_gpu_bind",
-        lambda r, p: p.task_gpu_bind if r.process_model != "launcher_per_node" else None,
-    ),
-    StepOption("wait", "srun.wait", lambda r, p: r.srun.wait),
-    StepOption("mpi", "srun.mpi", lambda r, p: r.srun.mpi),
-    StepOption("distribution", "srun.distribution", lambda r, p: r.srun.distribution),
-    StepOption("cpu-bind", "srun.cpu_bind", lambda r, p: r.srun.cpu_bind),
-    StepOption("label", "srun.label", lambda r, p: True if r.srun.label else None),
-)
-# What the supervisor gives every step (clusterkit.supervisor.steps.srun_argv) -> the field behind it.
-STEP_LAYOUT = {
-    "nodes": "resources.nodes",
-    "ntasks": "resources.nodes and process_model",
-    "ntasks-per-node": "process_model (a launcher task per node, or a task per rank)",
-    "nodelist": "resources.nodes (training on the allocation's first nodes, a service on the last)",
-    "output": _LOGS,
-    "error": _LOGS,
-    "open-mode": "nothing: the node logs are appended to",
-}
-STEP_OWNED = {**STEP_LAYOUT, **{option.flag: option.field for option in STEP_OPTIONS}}
-
+# The steps the plan builds itself (a job of several steps may not name one of its own so).
+STEP_NAMES = ("launch", "preflight", "service", "image-check")
 # The check run in the image before anything starts: the Python packages the launch needs, by name.
 IMAGE_CHECK = (
     "import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
     "missing and sys.exit('clusterkit: the container image has no Python package ' + ', '.join(missing))"
 )
-
-
-def step_options(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[str]:
-    """The launch step's srun options (and the preflight's), then the recipe's srun.extra."""
-    words = []
-    for option in STEP_OPTIONS:
-        value = option.value(recipe, profile)
-        if value is not None:
-            words.append(f"--{option.flag}" if value is True else f"--{option.flag}={value}")
-    words += [
-        f"--{flag}" if value is True else f"--{flag}={value}"
-        for flag, value in sorted(recipe.srun.extra.items())
-        if value is not False
-    ]
-    return words
 
 
 @dataclass(frozen=True)
@@ -235,6 +184,48 @@ def _ranks_step(
     )
 
 
+def as_step(recipe: ResolvedRecipe, step: ResolvedStep) -> ResolvedRecipe:
+    """The recipe as one of its steps runs: the step's task, launcher, options and nodes. A step
+    with fewer tasks per node than the allocation (a program once per node beside a task per rank)
+    gets the node's CPUs shared among its tasks."""
+    runs = msgspec.structs.replace(
+        recipe,
+        task=step.task,
+        steps=None,
+        launcher=step.launcher,
+        process_model=step.process_model,
+        launcher_args=step.launcher_args,
+        srun=step.srun,
+        resources=msgspec.structs.replace(recipe.resources, nodes=step.nodes),
+    )
+    cpus = recipe.resources.cpus_per_task * (recipe.tasks_per_node // runs.tasks_per_node)
+    return msgspec.structs.replace(runs, resources=msgspec.structs.replace(runs.resources, cpus_per_task=cpus))
+
+
+def job_steps(
+    recipe: ResolvedRecipe, profile: ClusterProfile, box: Container, late_env: tuple[str, ...]
+) -> tuple[Step, ...]:
+    """A job of several steps: each built as the launch step would be for the recipe as the step
+    runs, with its logs in ``steps/<name>/`` (``steps/<name>/{trial}/`` for trials) and its env
+    values beside the recipe's (their run-time values filled in by the node agent)."""
+    built = []
+    for step in recipe.steps or []:
+        runs = as_step(recipe, step)
+        launch = _ranks_step(step.name, runs, profile, program(runs), box, late_env)
+        folder = layout.step_dir(step.name, "{trial}" if step.repeat > 1 else None)
+        env = {name: env_value(value) for name, value in step.env.items()}
+        built.append(
+            dataclasses.replace(
+                launch,
+                logs=(f"{folder}/{launch.logs[0]}", f"{folder}/{launch.logs[1]}"),
+                env={**launch.env, **env},
+                env_expand=(*launch.env_expand, *sorted(name for name, value in env.items() if placeholders(value))),
+                repeat=step.repeat,
+            )
+        )
+    return tuple(built)
+
+
 def step_env(recipe: ResolvedRecipe) -> dict[str, str]:
     """What a launch step's tasks are told of the layout beyond SLURM's own variables."""
     if recipe.launcher == "command":  # your command starts the node's ranks (in the batch shell: all of them)
@@ -274,7 +265,9 @@ def launch_plan(
     ``env_names``: every variable the job's environment lines set (a docker container is given each)."""
     passed = container_env(recipe, env_names)
     box = container(recipe, profile, "launch", passed)
-    needs = image_needs(recipe)
+    # A job of several steps: the packages each step's launch needs.
+    each = [recipe, *(as_step(recipe, step) for step in recipe.steps or [])]
+    needs = sorted({need for runs in each for need in image_needs(runs)})
     image_check = None
     # Checked in the image before anything starts: the packages the launch imports, with the launch's
     # interpreter; where nothing is imported, only that the node agent's interpreter is there (pyxis).
@@ -359,4 +352,5 @@ def launch_plan(
         notify=Notify(recipe.notify.webhook_secret, tuple(recipe.notify.events), recipe.notify.format)
         if recipe.notify and recipe.notify.webhook_secret
         else None,
+        steps=job_steps(recipe, profile, box, late_env),
     )

@@ -35,11 +35,14 @@ from clusterkit.supervisor.run_files import (  # noqa: F401
     STACKS_DIR,
     STACKS_SUMMARY,
     STEP_TIMES_DIR,
+    STEPS_DIR,
+    STEPS_RECORD,
     SUPERVISOR_DIR,
     batch_log,
     node_dir,
     node_exit,
     node_log,
+    step_dir,
     step_times,
 )
 

@@ -15,6 +15,7 @@ from msgspec import Meta, field
 
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
+from clusterkit.spec.preemption import Preemption
 from clusterkit.spec.profiling import STEPS_HINT, STEPS_PATTERN, Profiling
 from clusterkit.spec.snapshot import Snapshot
 from clusterkit.spec.text import END, LINE_BREAKING, LINE_PATTERN, NON_EMPTY_LINE_PATTERN
@@ -209,8 +210,7 @@ class ModelSpec(_Struct):
     config: dict[str, Any] | NonEmptyLine | None = None
     pretrained: NonEmptyLine | None = None
     tokenizer: NonEmptyLine | None = None
-    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is
-    # installed, else sdpa.
+    # The attention kernel; default: flash_attention_2 on a GPU where flash-attn is installed, else sdpa.
     attention: Literal["sdpa", "flash_attention_2", "eager"] | None = None
 
 
@@ -263,31 +263,6 @@ class AccelerateSettings(_Struct):
     config: NonEmptyLine | None = None
 
 
-class Preemption(_Struct):
-    # SLURM sends this signal `grace_s` seconds before the time limit or a preemption. Not USR1,
-    # which NCCL may claim (submitit moved to USR2 for that reason). false: no --signal is asked
-    # for, so a job stopped by its time limit gets no chance to checkpoint first.
-    signal: Literal["USR2", "TERM", "HUP", "URG", "USR1"] | bool = "USR2"
-    grace_s: Annotated[int, Meta(ge=10, le=3600)] = 120
-    max_requeues: Annotated[int, Meta(ge=0, le=100)] = 3
-    # Retry automatically after a failure (a rank or node died) up to this many times: a new job,
-    # excluding the node the failure began on, continues the run directory from its newest complete
-    # checkpoint (retries.jsonl records each). 0 = never.
-    max_retries: Annotated[int, Meta(ge=0, le=100)] = 0
-    # Restarts of the launch on a spare node within the same job (resources.spare_nodes); default:
-    # one per spare. Each drops the node the failure began on.
-    max_restarts: Annotated[int, Meta(ge=0, le=1024)] | None = None
-    # #SBATCH --requeue: auto writes --requeue while max_requeues is above 0 and --no-requeue when it
-    # is 0; true/false write that flag; site writes neither (the site's JobRequeue).
-    requeue: bool | Literal["auto", "site"] = "auto"
-
-    @property
-    def handled_signal(self) -> str:
-        """The signal the job's shells and ranks handle (checkpoint, pass on): with signal: false
-        SLURM is asked for none, but ``scancel --signal=USR2 --batch`` still works."""
-        return self.signal if isinstance(self.signal, str) else "USR2"
-
-
 class Preflight(_Struct):
     """A collective benchmark every rank joins before training, in the same allocation
     (``preflight: true`` is short for ``{enabled: true}``)."""
@@ -322,6 +297,31 @@ class Service(_Struct):
     address_env: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] = "SERVICE_ADDR"
 
 
+# A step's env values: text, numbers or booleans (1/0), set for its tasks on top of the recipe's env.
+StepEnvValue = Union[EnvText, int, float, bool]
+
+
+class JobStep(_Struct):
+    """One of several steps run in order in the same allocation (``steps:``), each an srun step of
+    its own (e.g. data preparation, training, evaluation). The first step that fails ends the job
+    with its exit code; the steps after it do not run."""
+
+    name: Name  # in status and the logs: steps/<name>/ in the run directory
+    task: Task
+    # Default: the recipe's. It may start fewer tasks per node than that one (with the node's CPUs), not more.
+    launcher: Launcher | None = None
+    # Default: the recipe's launcher_args where the step runs the recipe's launcher, else none.
+    launcher_args: list[Annotated[str, Meta(pattern=NO_NUL_PATTERN)]] | None = None
+    srun: Srun | None = None  # this step's srun options instead of the recipe's srun:
+    env: dict[EnvName, StepEnvValue] = field(default_factory=dict)  # set for this step's tasks, beside env:
+    # On the first `nodes` training nodes (default: all of resources.nodes). The layout (dp, tp, ...,
+    # the built-in trainer) is the steps' on all nodes; a step on fewer runs a script.
+    nodes: PositiveInt | None = None
+    # Trials: the step run this many times in a row, {trial} (0, 1, ...) in task.args, launcher_args and
+    # env values telling each its number (e.g. --seed={trial}); each trial's logs in steps/<name>/<trial>/.
+    repeat: Annotated[int, Meta(ge=1, le=10_000)] = 1
+
+
 SweepValue = Union[Annotated[str, Meta(pattern=NO_NUL_PATTERN)], int, float, bool]
 
 
@@ -350,7 +350,8 @@ class Recipe(_Struct, kw_only=True):
     # $MASTER_ADDR:$MASTER_PORT; needs an endpoint the first node's agent can own).
     rendezvous: Rendezvous = "static"
     precision: Precision | None = None
-    task: Task
+    task: Task = field(default_factory=Task)  # or, for several steps in one allocation, steps: (JobStep)
+    steps: Annotated[list[JobStep], Meta(min_length=1, max_length=64)] | None = None
     network: Network = field(default_factory=Network)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
@@ -395,6 +396,5 @@ def process_model_of(recipe: Recipe) -> ProcessModel:
 
 
 def tasks_per_node(process_model: str, gpus_per_node: int) -> int:
-    """srun tasks per node: the node's launcher, or one task per rank (started by srun itself, or by
-    a launcher in the batch shell)."""
+    """srun tasks per node: the node's launcher, or one task per rank (started by srun or a batch launcher)."""
     return 1 if process_model == "launcher_per_node" else gpus_per_node

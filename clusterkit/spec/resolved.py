@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.job_steps import step_recipe, training_step
 from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
 from clusterkit.spec.profiling import Profiling
@@ -44,6 +45,7 @@ from clusterkit.spec.recipe import (
     SbatchValue,
     Service,
     Srun,
+    StepEnvValue,
     Sweep,
     SweepValue,
     Task,
@@ -98,6 +100,20 @@ class ResolvedNetwork(_Struct):
     debug: bool
 
 
+class ResolvedStep(_Struct):
+    """One of a job's steps with the recipe's defaults filled in (spec.recipe.JobStep)."""
+
+    name: Name
+    task: Task
+    launcher: Launcher
+    process_model: ProcessModel
+    launcher_args: list[str]
+    srun: Srun
+    env: dict[str, StepEnvValue]  # as written: the plan makes them text (spec.network.env_value)
+    nodes: int
+    repeat: int
+
+
 class ArrayPlacement(_Struct):
     """Where a job sits in a SLURM job array: every task of ``spec`` runs this recipe (resources.array),
     or, in a sweep, task ``point`` does, with the grid's ``values``. Each task's run directory is
@@ -122,7 +138,8 @@ class ResolvedRecipe(_Struct, kw_only=True):
     launcher_args: list[str]
     rendezvous: Rendezvous
     precision: Precision
-    task: Task
+    task: Task  # with steps: the training step's (spec.job_steps.training_step)
+    steps: list[ResolvedStep] | None
     network: ResolvedNetwork
     deepspeed: DeepSpeedSettings
     accelerate: AccelerateSettings
@@ -253,6 +270,7 @@ def resolve(
         rendezvous=recipe.rendezvous,
         precision=recipe.precision or ("bf16" if profile.accelerator == "gpu" else "fp32"),
         task=recipe.task,
+        steps=resolve_steps(recipe),
         network=ResolvedNetwork(profile=network.profile or profile.interconnect, env=network.env, debug=network.debug),
         deepspeed=recipe.deepspeed,
         accelerate=recipe.accelerate,
@@ -282,6 +300,31 @@ def resolve(
         array=ArrayPlacement(spec=recipe.resources.array) if recipe.resources.array else None,
         tracking=as_tracking(recipe.tracking),
     )
+
+
+def resolve_steps(recipe: Recipe) -> list[ResolvedStep] | None:
+    """Each step as it runs; the training step's task is the recipe's own (its local paths made
+    absolute by the loader)."""
+    if recipe.steps is None:
+        return None
+    training = training_step(recipe)
+    resolved = []
+    for index, step in enumerate(recipe.steps):
+        runs = step_recipe(recipe, step)
+        resolved.append(
+            ResolvedStep(
+                name=step.name,
+                task=recipe.task if index == training else step.task,
+                launcher=runs.launcher,
+                process_model=process_model_of(runs),
+                launcher_args=runs.launcher_args,
+                srun=runs.srun,
+                env=step.env,
+                nodes=runs.resources.nodes,
+                repeat=step.repeat,
+            )
+        )
+    return resolved
 
 
 def decode_job_file(text: bytes | str) -> JobFile:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import hooks, recovery
+from . import hooks, job_steps, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -130,12 +130,12 @@ class Supervisor:
                     return self._end(0)
             again = f" (restart {self.job.restarts})" if self.job.restarts else ""
             self.notifier.send("start", f"started on {' '.join(self.watcher.hosts)}{again}")
-            code = self._launch()
+            code = self._run_steps() if self.plan.steps else self._launch()
         finally:
             if service:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)
-        print(f"clusterkit: launchers exited with {code}", flush=True)
+        print(f"clusterkit: {'the steps' if self.plan.steps else 'launchers'} exited with {code}", flush=True)
         hang = self.watcher.hang
         if hang is not None:  # ended by the watchdog: retried without the odd ranks' nodes, or not at all
             return self._end(code, retry=hang.retry, exclude=hang.exclude)
@@ -220,6 +220,18 @@ class Supervisor:
             self._rendezvous()
             self.watcher.on_first_progress = self.spares.resumed
 
+    def _run_steps(self) -> int:
+        """A job of several steps: each in turn, told its name and trial (``{trial}``); the first
+        failure ends them, as does a preemption (the requeued job goes on from that step)."""
+
+        def interrupted() -> bool:
+            return recovery.preempted_step(self.run_dir) is not None or (self.run_dir / REQUEUED).exists()
+
+        def run(step: Step, trial: int) -> int:
+            return self._run(step, {"CLUSTERKIT_STEP": step.name, "CLUSTERKIT_TRIAL": str(trial)})
+
+        return job_steps.run_steps(self.plan, self.run_dir, self.job.job_id, run, interrupted)
+
     def _prepare_run_dir(self) -> None:
         # How an earlier attempt in this run directory ended (before a requeue, or a chain's previous
         # link) is not how this one ends.
@@ -244,9 +256,9 @@ class Supervisor:
         if self.watcher is not None:
             self.watcher.asked = True
 
-    def _run(self, step: Step) -> int:
+    def _run(self, step: Step, told: Optional[Dict[str, str]] = None) -> int:
         # A signal that came before this step: its node agents pass it on once the ranks handle it.
-        env = dict(self.env, CLUSTERKIT_PREEMPTED="1") if self.preempted else self.env
+        env = dict(self.env, **(told or {}), **({"CLUSTERKIT_PREEMPTED": "1"} if self.preempted else {}))
         try:
             self.running = start(self.plan, step, self.job, self.spares.usable(self.hosts), str(self.run_dir), env)
         except UnsetVariable as unset:

@@ -28,7 +28,13 @@ def main(argv: List[str]) -> int:
         plan = load_plan(Path(args[0]).read_text())
         steps = {
             step.name: step
-            for step in (plan.launch, plan.preflight, plan.image_check, plan.service.step if plan.service else None)
+            for step in (
+                plan.launch,
+                plan.preflight,
+                plan.image_check,
+                plan.service.step if plan.service else None,
+                *plan.steps,  # a job of several steps: their names are none of the others' (load refuses those)
+            )
             if step
         }
         return run_task(plan, steps[args[1]], os.environ)

@@ -17,7 +17,8 @@ PLAN_FORMAT = 1
 
 # Run-time values: name -> where it is first known. The batch shell knows the job's; a node or task
 # also knows its own. One pass replaces them (a value that itself holds braces is not expanded again).
-BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port", "uid", "gid")
+# trial: a step's run of a job of several steps (0, 1, ... with repeat; else 0).
+BATCH_VALUES = ("job_id", "run_dir", "master_addr", "master_port", "uid", "gid", "trial")
 NODE_VALUES = ("node_rank", "hostname")
 TASK_VALUES = ("rank", "local_rank")
 RUNTIME_VALUES = BATCH_VALUES + NODE_VALUES + TASK_VALUES
@@ -94,6 +95,7 @@ class Step:
     # (DeepSpeed's --launcher_args): the flag, and the argv position the word goes to.
     srun_flag: str = ""
     srun_at: int = -1
+    repeat: int = 1  # a step of several (LaunchPlan.steps): run this many times in a row, its trials
 
     @property
     def ntasks(self) -> int:
@@ -169,6 +171,9 @@ class LaunchPlan:
     secrets: Tuple[str, ...] = ()  # the names it holds (never their values)
     watchdog: Optional[Watchdog] = None
     notify: Optional[Notify] = None
+    # A job of several steps: these run in order instead of ``launch`` (which stays the rendezvous'
+    # and the preflight's layout); the first that fails ends the job (:mod:`.job_steps`).
+    steps: Tuple[Step, ...] = ()
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -194,6 +199,8 @@ def _build(cls: Any, data: Any) -> Any:
         nested = _NESTED.get(kind)
         if nested is not None and value is not None:
             value = _build(nested, value)
+        elif kind == "Tuple[Step, ...]" and isinstance(value, list):
+            value = tuple(_build(Step, item) for item in value)
         elif kind.startswith("Tuple[") and isinstance(value, list):
             value = tuple(value)
         values[name] = value

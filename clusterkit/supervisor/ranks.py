@@ -69,6 +69,7 @@ def runtime_values(environ: Mapping[str, str]) -> Dict[str, str]:
         "gid": str(os.getgid()),
         "rank": environ.get("SLURM_PROCID"),
         "local_rank": environ.get("SLURM_LOCALID"),
+        "trial": environ.get("CLUSTERKIT_TRIAL"),  # set by the supervisor for each step of several
     }
     values = {ENV_PREFIX + name: value for name, value in environ.items()}
     values.update((name, value) for name, value in known.items() if value is not None)

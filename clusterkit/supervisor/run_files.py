@@ -58,6 +58,12 @@ NCCL_TRACE_DIR = "ranks/nccl-trace"
 NCCL_TRACE_PREFIX = f"{NCCL_TRACE_DIR}/rank_"
 NCCL_TRACE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"  # where env.sh points torch at that prefix (spec.network)
 
+# A job of several steps (the recipe's steps:): each step's (and trial's) srun logs below STEPS_DIR,
+# and STEPS_RECORD, one JSON line as each run of a step starts and ends (step, trial, job_id, exit
+# code); read by status (the failing step) and by a requeued job (the runs it completed are not redone).
+STEPS_DIR = "steps"
+STEPS_RECORD = "steps.jsonl"
+
 Node = Union[int, str]
 
 
@@ -104,3 +110,8 @@ def json_objects(text: str) -> "list[dict]":
         if isinstance(record, dict):
             found.append(record)
     return found
+
+
+def step_dir(name: str, trial: "Union[int, str, None]" = None) -> str:
+    """``steps/<name>`` (``steps/<name>/<trial>`` for a step's trials): its srun logs, as node_log names them."""
+    return f"{STEPS_DIR}/{name}" if trial is None else f"{STEPS_DIR}/{name}/{trial}"

@@ -37,7 +37,7 @@ def srun_options(step: Step, run_dir: str, values: Mapping[str, str]) -> List[st
     options = [
         expand(word, dict(values)) if index in step.srun_expand else word for index, word in enumerate(step.srun)
     ]
-    out, err = step.logs
+    out, err = (expand(log, dict(values)) for log in step.logs)  # a trial's: steps/<name>/{trial}/
     return [*options, "--open-mode=append", f"--output={run_dir}/{out}", f"--error={run_dir}/{err}"]
 
 
