@@ -304,6 +304,10 @@ def plan_launch(plan: dict[str, Any]) -> Launch | None:
     launch = parse_launch(0, ["srun", *map(str, step["srun"]), *argv], literal=True)
     if launch is not None and step.get("tasks_per_node", 1) != 1 and launch.launcher == "command":
         wrapped_python(launch, argv)
+    if launch is not None and step.get("ranks") == "task" and launch.launcher == "command" and launch.args:
+        # launcher python whose interpreter is no python (`python: bash` runs a shell script per rank)
+        launch.launcher, launch.python = "python", [launch.program]
+        launch.program, launch.args = launch.args[0], launch.args[1:]
     return launch
 
 
