@@ -116,7 +116,7 @@ def map_launch(
     ):
         why = "a container the recipe cannot name: the program would run outside it"
         imported.unmapped.append(Unmapped(launch.line, f"{runtime} ... {image}", why, CONTAINER))
-    if launch.launcher == "command" and launch.program.rsplit("/", 1)[-1] in CONTAINER_PROGRAMS:
+    if launch.launcher in ("command", "srun") and launch.program.rsplit("/", 1)[-1] in CONTAINER_PROGRAMS:
         why = "a container runtime as the program: kept as written, the recipe's container fields do not see it"
         imported.unmapped.append(Unmapped(launch.line, launch.program, why, CONTAINER))
     _around(launch, out, variables, imported)
