@@ -139,6 +139,10 @@ def test_what_an_image_names(image: str, kind: str) -> None:
         ({"runtime": "docker", "image": "x", "options": ["--ulimit memlock=-1"]}, None, "container.options[0]"),
         ({"runtime": "docker", "image": "x", "options": ["evil:latest"]}, None, "container.options[0]"),
         ({"runtime": "docker", "image": "x", "options": ["--a\n--b"]}, None, "container.options[0]"),
+        # Shifter stages the image before the job: no run-time value can be in it.
+        ({"runtime": "shifter", "image": "{env:CONT}"}, None, "shifter stages its image before the job starts"),
+        # The text around a run-time value is still checked.
+        ({"runtime": "docker", "image": "{env:REG}/a b"}, None, "is not a registry reference"),
     ],
 )
 def test_what_a_runtime_cannot_do_is_refused_in_one_line(
@@ -148,6 +152,30 @@ def test_what_a_runtime_cannot_do_is_refused_in_one_line(
     recipe = {"resources": {"nodes": 2, "gpus_per_node": 2, "time": "5"}} if gpu else {}
     refused = _refused(_recipe(tmp_path, **recipe))
     assert message in refused and re.match(r"^\S+:\d+: ", refused), refused
+
+
+@pytest.mark.parametrize(
+    "runtime, image",
+    [
+        ("pyxis", "{env:CONT}"),
+        ("docker", "{env:CONT}"),
+        ("singularity", "{env:CONT}"),
+        ("singularity", "{env:IMAGES}/train.sif"),
+        ("podman", "{env:IMAGES}/rootfs/"),
+    ],
+)
+def test_an_image_that_is_a_run_time_value_validates_and_reaches_the_runtime_filled_in(
+    tmp_path: Path, runtime: str, image: str
+) -> None:
+    """An image from the job's environment (MLPerf's $CONT) is known only on the node: what can be
+    checked is the text around it; the word is marked for the job to fill in."""
+    _profile(tmp_path, **{"runtime": runtime, "image": image})
+    job = render_job(load_recipe(_recipe(tmp_path)))
+    plan = plan_of(job).launch
+    words = [*plan.argv, *plan.srun]
+    holding = [word for word in words if image in word]
+    assert holding, words
+    assert all(words.index(word) in plan.expand or word in plan.srun for word in holding)
 
 
 @pytest.mark.parametrize("runtime", ["docker", "podman"])

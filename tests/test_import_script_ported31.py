@@ -285,3 +285,12 @@ def test_an_srun_with_options_and_no_command_is_no_launch_and_no_traceback() -> 
     """`srun --exclusive` alone on a line raised an IndexError (a traceback for user input)."""
     imported = _imported(HEADER + "srun --exclusive\nsrun python a.py\n")
     assert imported.recipe["task"] == {"script": "a.py"}
+
+
+def test_a_shell_as_the_program_is_a_program_not_a_script_whose_folder_is_copied() -> None:
+    """`srun /bin/bash run.sh`: task.script would snapshot /bin (the script's folder) into the run
+    directory; a shell is a system program, run as it is."""
+    for launch in ("srun /bin/bash run.sh --x 1\n", "srun --ntasks-per-node=1 bash run.sh\n"):
+        imported = _imported(HEADER + launch)
+        assert "script" not in imported.recipe["task"], imported.recipe
+        assert imported.recipe["task"]["program"] in ("/bin/bash", "bash")

@@ -10,7 +10,7 @@ from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise, wrapped_python
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
-from clusterkit.load.script_values import literal_args, literal_program, run_time, substitute
+from clusterkit.load.script_values import SHELL, literal_args, literal_program, run_time, substitute
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_ONLY_OPTIONS
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.step_options import STEP_OWNED
@@ -55,7 +55,9 @@ def map_launch(
     if launch.python and launch.python != profile_python and launch.launcher != "command":
         out["python"] = launch.python[0] if len(launch.python) == 1 else launch.python
     program = literal_program(launch.program, variables, launch.line, imported)
-    exec_as_is = launch.launcher == "srun" or launch.batch_shell  # task.program: no snapshot, no interpreter
+    # task.program: no snapshot, no interpreter; a shell (/bin/bash run.sh) is a system program, whose
+    # folder a task.script's snapshot would copy.
+    exec_as_is = launch.launcher == "srun" or launch.batch_shell or bool(SHELL.match(program))
     task: dict[str, Any] = {"program" if exec_as_is else "script": program}
     if launch.module:
         task["module"] = True

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.spec.launchers import Words
+from clusterkit.spec.runtime_values import PLACEHOLDER, placeholders
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile, Container
@@ -116,10 +117,17 @@ def registry_name(image: str) -> str:
 def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], str] | None:
     """Why this container cannot run on this profile (the profile's key, the message), or None."""
     runtime = RUNTIMES[box.runtime]
-    kind = image_kind(box.image)
+    if placeholders(box.image) and runtime.header_image:
+        return ("container", "image"), (
+            f"{box.runtime} stages its image before the job starts, where no run-time value is known: "
+            f"write {box.image!r} out"
+        )
+    # A run-time value ({env:CONT}) is filled in on the node: the text around it is what can be checked.
+    image = PLACEHOLDER.sub("x", box.image)
+    kind = image_kind(image)
     if box.image.startswith("-"):
         return ("container", "image"), f"{box.image} starts with '-', which {box.runtime} would read as an option"
-    if kind == REGISTRY and not REGISTRY_REFERENCE.fullmatch(box.image):
+    if kind == REGISTRY and not REGISTRY_REFERENCE.fullmatch(image):
         return ("container", "image"), (
             f"{box.image!r} is not a registry reference: letters, digits and . _ - / : @ # only "
             "(a file or folder: give its path, starting with / or ./)"
