@@ -160,7 +160,6 @@ TRAINER_RECIPE = {
 }
 # The same program as a front end in the batch shell (launcher command): run once by the supervisor.
 FRONT_END_RECIPE = {**PROGRAM_RECIPE, "launcher": "command", "process_model": "batch_launcher", "preflight": False}
-BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "program": PROGRAM_RECIPE, "front_end": FRONT_END_RECIPE}
 
 # A job of several steps (steps:): a step's name, task, launcher_args, srun and env are its own fields.
 STEPS_RECIPE = {
@@ -180,7 +179,13 @@ STEPS_RECIPE = {
     ],
     "runs_dir": "runs",
 }
-BASES = {"script": SCRIPT_RECIPE, "trainer": TRAINER_RECIPE, "steps": STEPS_RECIPE}
+BASES = {
+    "script": SCRIPT_RECIPE,
+    "trainer": TRAINER_RECIPE,
+    "program": PROGRAM_RECIPE,
+    "front_end": FRONT_END_RECIPE,
+    "steps": STEPS_RECIPE,
+}
 
 
 def hostile_tokens(canary: str) -> list[str]:
