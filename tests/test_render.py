@@ -89,7 +89,7 @@ def test_rendered_script_structure() -> None:
     assert "#SBATCH --partition=debug" in script and "gres" not in script  # CPU profile requests no GPUs
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
     # The script's last word is the supervisor's, on the launch plan beside it.
-    assert script.rstrip().splitlines()[-1] == 'exec python3 -u "$RUN_DIR"/supervisor batch "$RUN_DIR"/plan.json'
+    assert script.rstrip().splitlines()[-1] == 'exec -- python3 -u "$RUN_DIR"/supervisor batch "$RUN_DIR"/plan.json'
     launch = plan_of(job).launch
     assert (launch.nodes, launch.tasks_per_node, launch.srun) == (2, 1, ("--kill-on-bad-exit=1", "--cpus-per-task=2"))
     assert "--nnodes=2 --nproc-per-node=2" in command(launch)
