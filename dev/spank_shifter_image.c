@@ -1,0 +1,21 @@
+/* A stand-in for NERSC Shifter's SPANK plugin on the dev cluster: it registers the one option of
+ * that plugin clusterkit writes (#SBATCH --image=), so that sbatch accepts a job whose header names
+ * its Shifter image, as on a cluster with Shifter. It stages nothing: the job's `shifter` command is
+ * the test's stand-in program (tests/scripts/container-standin). Shifter is no Debian package. */
+#include <stddef.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(shifter_image_standin, 1);
+
+static int accept_option(int val, const char *optarg, int remote) {
+    (void)val;
+    (void)optarg;
+    (void)remote;
+    return 0;
+}
+
+struct spank_option spank_options[] = {
+    {"image", "image", "Shifter image (clusterkit dev cluster stand-in: accepted, not staged)", 1, 0, accept_option},
+    SPANK_OPTIONS_TABLE_END,
+};
