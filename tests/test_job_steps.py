@@ -388,9 +388,13 @@ def test_trials_on_the_local_executor_each_with_its_seed_and_logs(tmp_path: Path
 
 @pytest.mark.slurm
 def test_a_failing_middle_step_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
-    """As on the local executor, under real SLURM: each step an srun step of the one allocation."""
+    """As on the local executor, under real SLURM: each step an srun step of the one allocation. A
+    step's exit code is its srun's, the highest of its tasks': with kill_on_bad_exit, a rank that
+    SLURM ends because the other failed first counts 143 there, so here both ranks end by themselves."""
     runs = tmp_path / "runs"
-    recipe = _write(tmp_path, _steps(train_exit=3, runs_dir=str(runs)))
+    body = _steps(train_exit=3, runs_dir=str(runs))
+    body["steps"][1]["srun"] = {"kill_on_bad_exit": False}
+    recipe = _write(tmp_path, body)
     done = run_cli("submit", str(recipe), "--follow", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     run_dir = next((runs / "steps").iterdir())
