@@ -160,6 +160,34 @@ def test_a_local_job_is_running_until_its_post_run_hooks_end_not_when_its_exit_c
     assert (job_status(record).state, processes_with(job_markers(record.run_dir))) == (COMPLETED, [])
 
 
+def test_a_record_read_while_it_is_written_is_whole_or_absent(tmp_path: Path) -> None:
+    """The run dir's records (exit_code, hostfile, hang.json, ...) are polled by status and by people
+    while the supervisor writes them: a reader sees no file or the whole text, never an empty one
+    (CI once read exit_code between its truncation and its write)."""
+    from clusterkit.supervisor.run_files import write_whole
+
+    path, text, seen = tmp_path / "exit_code", "0\n", set()
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                seen.add(path.read_text())
+            except FileNotFoundError:
+                seen.add(None)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(3000):
+            write_whole(path, text)
+    finally:
+        done.set()
+        reader.join()
+    assert seen <= {None, text} and text in seen
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exit_code"], "no temporary file is left behind"
+
+
 def test_cancel_stops_every_process_then_leaves_the_ended_run_alone(tmp_path: Path) -> None:
     record = _started_holding(tmp_path)
     assert len(processes_with(job_markers(record.run_dir))) >= 6  # shell, srun, 2 x (node shell, torchrun, rank)

@@ -39,6 +39,7 @@ from .run_files import (
     SITE_DIR,
     STACKS_DIR,
     SUPERVISOR_DIR,
+    write_whole,
 )
 from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
@@ -161,8 +162,9 @@ class Supervisor:
         master = train[0]
         port = self.plan.master_port or free_port(self.job.slurm_job_id, master)
         self.env.update(MASTER_ADDR=master, MASTER_PORT=str(port))
-        (self.run_dir / HOSTFILE).write_text(
-            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train))
+        write_whole(
+            self.run_dir / HOSTFILE,
+            "".join(f"{host} slots={self.plan.slots_per_node}\n" for host in dict.fromkeys(train)),
         )
         self.watcher = Watcher(self.plan, self.job, self.run_dir, train, self.notifier.send)
         print(
@@ -303,7 +305,7 @@ class Supervisor:
         making, such as a hook, the image or the service) without the hosts ``exclude`` names (None:
         the node where the failure began), and the secrets file removed where nothing will start
         this run again."""
-        (self.run_dir / EXIT_CODE).write_text(f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
+        write_whole(self.run_dir / EXIT_CODE, f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
         failed = hooks.post_run(self.plan.post_run, self.env, code)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)

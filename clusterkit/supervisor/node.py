@@ -29,7 +29,7 @@ from . import pyspy
 from .plan import UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, expand, unset_line
 from .processes import NOT_EXECUTABLE, NOT_FOUND, descendants, exit_status, signal_catchers, signal_number
 from .ranks import node_ids, runtime_values, task_ids
-from .run_files import node_exit
+from .run_files import node_exit, write_whole
 from .stacks import STACKS_SIGNAL, sizes
 
 PASS_ON_EVERY_S = 0.5  # while preempted: how often the processes below are looked at again
@@ -160,9 +160,7 @@ def _record_end(env: Mapping[str, str], code: int) -> None:
     path = Path(run_dir) / node_exit(node)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}")
-        staging.write_text(f"{time.time():.6f} {code}\n")
-        os.replace(staging, path)  # tasks of one node write the same record: each whole
+        write_whole(path, f"{time.time():.6f} {code}\n")  # tasks of one node write the same record: each whole
     except OSError as exc:
         print(
             f"clusterkit: cannot record how node {node}'s program ended in {path}: {exc.strerror}",

@@ -40,6 +40,7 @@ from .run_files import (
     batch_log,
     json_objects,
     node_exit,
+    write_whole,
 )
 
 EXIT_PREEMPTED = 85  # the job's exit code when it stopped for preemption and was not requeued
@@ -64,14 +65,14 @@ def requeue_if_possible(plan: LaunchPlan, job: JobEnvironment, run_dir: Path, re
             flush=True,
         )
         (run_dir / PREEMPTED_RECORD).unlink()  # a requeued run is not a stopped one
-        _write_whole(run_dir / REQUEUED, json.dumps({"step": record.get("step"), "restart": restarts + 1}) + "\n")
+        write_whole(run_dir / REQUEUED, json.dumps({"step": record.get("step"), "restart": restarts + 1}) + "\n")
         if job.requeue():
             return True
         (run_dir / REQUEUED).unlink()  # not started again: this is the end
         reason = "scontrol requeue failed"
     else:
         reason = f"max_requeues ({limit}) reached" if job.can_requeue else f"the {job.executor} executor cannot requeue"
-    _write_whole(
+    write_whole(
         run_dir / PREEMPTED_RECORD,
         json.dumps({**record, "restarts": restarts, "max_requeues": limit, "reason": reason}) + "\n",
     )
@@ -262,9 +263,3 @@ def end_secrets(path: Optional[Path]) -> None:
             path.unlink()
         except FileNotFoundError:
             pass
-
-
-def _write_whole(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)

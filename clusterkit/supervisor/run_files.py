@@ -4,6 +4,8 @@ clusterkit, so the names are defined on this side)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Union
 
 JOB_SCRIPT = "job.sbatch"  # render; the retry submits it again
@@ -115,3 +117,13 @@ def json_objects(text: str) -> "list[dict]":
 def step_dir(name: str, trial: "Union[int, str, None]" = None) -> str:
     """``steps/<name>`` (``steps/<name>/<trial>`` for a step's trials): its srun logs, as node_log names them."""
     return f"{STEPS_DIR}/{name}" if trial is None else f"{STEPS_DIR}/{name}/{trial}"
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` under a temporary name, then rename it into place: a reader
+    (status, a test polling the run dir, another task of the node) sees no file or the whole file,
+    never an empty or half-written one. The temporary name carries the pid, so writers racing on one
+    record each rename a whole file of their own."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.write_text(text)
+    os.replace(staging, path)

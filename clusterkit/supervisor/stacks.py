@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .run_files import write_whole
+
 STACKS_SIGNAL = signal.SIGWINCH
 # scancel --signal has no name for it (found on the dev cluster: "Unknown job signal: WINCH"): its
 # number, 28 on Linux on every architecture.
@@ -269,9 +271,7 @@ def record(
         "processes": [sample.to_dict(hosts) for sample in samples],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    staging.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(staging, path)
+    write_whole(path, json.dumps(data, indent=1) + "\n")
 
 
 def last_serial(path: Path) -> int:

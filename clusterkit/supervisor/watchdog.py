@@ -10,7 +10,6 @@ files is where this one starts from: only a change counts.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from . import stacks
 from .environment import JobEnvironment
 from .plan import LaunchPlan, Watchdog
-from .run_files import HANG_RECORD, HEARTBEAT, METRICS, NCCL_TRACE_DIR, STACKS_DIR, STACKS_SUMMARY
+from .run_files import HANG_RECORD, HEARTBEAT, METRICS, NCCL_TRACE_DIR, STACKS_DIR, STACKS_SUMMARY, write_whole
 from .steps import Running
 
 EXIT_HUNG = 124  # the launch's exit code when the watchdog ended it (as timeout(1) reports one)
@@ -161,9 +160,7 @@ class Watcher:
             "odd_hosts": odd,
             "stacks": STACKS_SUMMARY,
         }
-        staging = self.run_dir / f".{HANG_RECORD}.{os.getpid()}"
-        staging.write_text(json.dumps(record) + "\n")
-        os.replace(staging, self.run_dir / HANG_RECORD)
+        write_whole(self.run_dir / HANG_RECORD, json.dumps(record) + "\n")
 
 
 def _remove(path: Path) -> None:
