@@ -45,7 +45,7 @@ def test_a_job_holding_two_gpus_takes_them_off_the_free_count(dev_cluster: str) 
     if before["gpus_total"] == 0:
         pytest.skip("the dev cluster has no stand-in GPUs")
     job = subprocess.run(
-        ["sbatch", "--parsable", "--nodes=1", "--gres=gpu:2", "--wrap", "sleep 120"],
+        ["sbatch", "--parsable", "--output=/dev/null", "--nodes=1", "--gres=gpu:2", "--wrap", "sleep 120"],
         capture_output=True, text=True, check=True,
     ).stdout.strip().split(";")[0]  # fmt: skip
     try:
@@ -83,7 +83,7 @@ def test_more_gpus_than_the_cluster_has_is_never_in_one_line(dev_cluster: str, t
 def test_status_of_a_job_that_can_never_run_says_so(dev_cluster: str, tmp_path: Path) -> None:
     """A job after one that was cancelled (--after is afterok): SLURM keeps it pending forever."""
     first = subprocess.run(
-        ["sbatch", "--parsable", "--wrap", "sleep 300"], capture_output=True, text=True, check=True
+        ["sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300"], capture_output=True, text=True, check=True
     ).stdout.strip().split(";")[0]  # fmt: skip
     runs = tmp_path / "runs"
     done = run_cli("submit", TINY, "--after", first, "--set", f"runs_dir={runs}", cwd=REPO)
