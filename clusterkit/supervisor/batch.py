@@ -13,6 +13,7 @@ The job's events (its start, failure, hang, restart, completion) go to the recip
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -43,7 +44,7 @@ from .run_files import (
 )
 from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
-from .steps import Running, free_port, start, step_hosts, wait_until_ready
+from .steps import Running, batch_argv, free_port, start, step_hosts, wait_until_ready
 from .watchdog import EXIT_HUNG, Watcher
 
 
@@ -58,11 +59,13 @@ class Supervisor:
         self.watcher: Optional[Watcher] = None
         self.spares = Spares(plan, run_dir, job.job_id)
         self.notifier = Notifier(plan.notify, job.environ, plan.job_name, job.job_id, str(run_dir))
+        self.container_made = False  # enroot: the job's container was made (or tried) on the nodes
 
     def run(self) -> int:
         try:
             return self._carry_out()
         finally:
+            self._container_down()
             self.notifier.finish()
 
     def _carry_out(self) -> int:
@@ -101,7 +104,11 @@ class Supervisor:
             (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
 
-        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
+        code = self._container_up()
+        if code:
+            print(f"clusterkit: the container could not be made ready ({code}): not training", flush=True)
+            return self._end(code)
+        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, self._hooks_runtime())
         if code:
             print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
             return self._end(code)
@@ -249,6 +256,41 @@ class Supervisor:
             shutil.copyfile(self.files_dir / name, self.run_dir / name)
         shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
 
+    def _hooks_runtime(self) -> List[str]:
+        """hooks.in_container: the runtime's command the hook lines run under, filled in here."""
+        step = self.plan.hooks_container
+        return batch_argv(step, self.env) if step is not None else []
+
+    def _container_up(self) -> int:
+        """enroot: the image imported and the job's container made on every node, before anything runs in it."""
+        setup = self.plan.container_setup
+        if setup is None:
+            return 0
+        self.container_made = True
+        if setup.imported:  # an earlier attempt's (a requeue), which enroot import would not overwrite
+            (self.run_dir / setup.imported).unlink(missing_ok=True)
+        for step in filter(None, (setup.import_, setup.create)):
+            code = self._on_every_node(step)
+            if code:
+                return code
+        return 0
+
+    def _container_down(self) -> None:
+        """enroot: the job's container removed from every node (and the imported image), however the job ended."""
+        setup = self.plan.container_setup
+        if setup is None or not self.container_made:
+            return
+        code = self._on_every_node(setup.remove)
+        if code:
+            print(f"clusterkit: enroot remove exited with {code}: a node may keep the job's container", flush=True)
+        if setup.imported:
+            (self.run_dir / setup.imported).unlink(missing_ok=True)
+
+    def _on_every_node(self, step: Step) -> int:
+        """A step of one task per node on each usable node of the allocation (hosts: all), or on the first."""
+        nodes = 1 if step.hosts == "first" else len(self.spares.usable(self.hosts))
+        return self._run(dataclasses.replace(step, nodes=nodes))
+
     def _pass_on(self, signum: int, _frame: object) -> None:
         self.preempted = True
         if self.running is not None:
@@ -306,7 +348,7 @@ class Supervisor:
         the node where the failure began), and the secrets file removed where nothing will start
         this run again."""
         write_whole(self.run_dir / EXIT_CODE, f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
-        failed = hooks.post_run(self.plan.post_run, self.env, code)
+        failed = hooks.post_run(self.plan.post_run, self.env, code, self._hooks_runtime())
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not

@@ -1,0 +1,62 @@
+"""NVIDIA's enroot called directly, as job scripts call it without pyxis: the image imported once into
+a squashfs file in the run directory (a registry image; a .sqsh file is used where it is), a
+container made from it once on each node of the job under a name of the job's own, ``enroot start``
+of that container before each task's program, and ``enroot remove`` of it on each node when the job
+ends, so that no root filesystem is left on the nodes. :func:`start` is the per-task command
+(spec.containers.prefix), :func:`lifecycle` the job's import, create and remove commands (the launch
+plan's :class:`~clusterkit.supervisor.plan.ContainerSetup`).
+
+enroot gives the container only the variables named (``--env=NAME``: the host's value; enroot writes
+an unset one as empty) and the mounts given, colon-separated (``--mount=SRC:DST``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clusterkit.spec.launchers import Words
+
+if TYPE_CHECKING:
+    from clusterkit.spec.profile import Container
+
+# The job's container on each node: the job id (an array task's: ARRAY_TASK) makes it the job's own.
+CONTAINER_NAME = "clusterkit-{job_id}"
+# Where a registry image is imported to, below the run directory: removed with the container.
+IMPORTED_IMAGE = "enroot-image.sqsh"
+SQUASHFS_SUFFIXES = (".sqsh", ".squashfs", ".sqfs")  # enroot's own image files (not Apptainer's .sif)
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """The job's enroot commands: ``import_`` (one task; None for an image file), ``create`` and
+    ``remove`` (one task per node), and the file ``import_`` writes below the run directory ("" for none)."""
+
+    import_: Words | None
+    create: Words
+    remove: Words
+    imported: str
+
+
+def start(box: Container, gpus: tuple[str, ...], mounts: Words, env_names: tuple[str, ...]) -> Words:
+    """``enroot start`` of the job's container, before a task's program: the mounts (the run
+    directory's last), each variable by name, the GPU options, the recipe's container.options."""
+    words = Words().add("enroot", "start").extend(mounts)
+    words.add(*(f"--env={name}" for name in env_names), *gpus, *box.options)
+    return words.runtime(CONTAINER_NAME)
+
+
+def lifecycle(box: Container, run_dir: str) -> Lifecycle:
+    """Import (a registry image, enroot's ``docker://[REGISTRY#]IMAGE[:TAG]``), create (``--force``:
+    a requeued job's container of the same name, left by a node that was ended, is made anew), remove."""
+    image = Words().given(box.image)
+    imported = ""
+    import_ = None
+    if not box.image.endswith(SQUASHFS_SUFFIXES):
+        imported = IMPORTED_IMAGE
+        source = box.image if box.image.startswith("docker://") else "docker://" + box.image.removeprefix("docker:")
+        import_ = Words().add("enroot", "import").runtime(f"--output={run_dir}/{imported}").given(source)
+        image = Words().runtime(f"{run_dir}/{imported}")
+    create = Words().add("enroot", "create", "--force").runtime(f"--name={CONTAINER_NAME}").add("--").extend(image)
+    remove = Words().add("enroot", "remove", "--force", "--").runtime(CONTAINER_NAME)
+    return Lifecycle(import_, create, remove, imported)

@@ -1,0 +1,187 @@
+"""enroot called directly (issue 31), and the recipe's hooks inside the job's container.
+
+enroot is not a Debian package (NVIDIA ships it from GitHub releases, and it needs squashfs images
+from a registry, which tests cannot reach), so the jobs here run the container STAND-IN
+(tests/scripts/container-standin/standin.py, through a link named enroot): it takes exactly
+``enroot import --output=FILE docker://...``, ``enroot create --force --name=NAME -- IMAGE.sqsh``,
+``enroot start [--mount=SRC:DST] [--env=NAME] NAME COMMAND...`` and ``enroot remove --force -- NAME``,
+keeps each node's containers in its own folder of ENROOT_DATA_PATH (start refuses a container not
+created on its node), records each call and runs the command on the host with only the variables named."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterkit import load_recipe, render_job
+from clusterkit.supervisor.plan import expand
+from conftest import run_cli
+from launch_plans import plan_of
+from test_container_runtimes import STANDIN, _profile, _recipe, _refused
+
+REGISTRY_IMAGE = "nvcr.io#nvidia/pytorch:24.01-py3"  # enroot's docker://[REGISTRY#]IMAGE[:TAG]
+
+
+def _job(tmp_path: Path, image: str, *executor: str, expect: int = 0, **fields) -> tuple[Path, list[dict]]:
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    _profile(tmp_path, runtime="enroot", image=image, mounts=[str(data)])
+    env = {"PATH": {"prepend": str(STANDIN)}, "MY_SETTING": "x y", "ENROOT_DATA_PATH": str(tmp_path / "enroot")}
+    path = _recipe(tmp_path, env=env, **fields)
+    done = run_cli("submit", str(path), *executor, "--follow", cwd=tmp_path, env=dict(os.environ, ONLY_ON_THE_HOST="1"))
+    run_dir = next((tmp_path / "runs" / "boxed").iterdir())
+    assert (run_dir / "exit_code").read_text() == f"{expect}\n", done.stdout + done.stderr
+    calls = [json.loads(line) for line in (run_dir / "container-calls.jsonl").read_text().splitlines()]
+    return run_dir, calls
+
+
+def _filled_in(argv: tuple[str, ...], expand_at: tuple[int, ...], run_dir: Path) -> list[str]:
+    values = {"job_id": run_dir.name, "run_dir": str(run_dir)}
+    return [expand(word, values) if index in expand_at else word for index, word in enumerate(argv)]
+
+
+def _assert_the_enroot_job(tmp_path: Path, run_dir: Path, calls: list[dict], nodes: set[str], imported: bool) -> None:
+    """Import once (a registry image), create once per node, start per rank with the plan's argv,
+    remove once per node at the end: nothing left in any node's enroot data, nor the imported file."""
+    plan = plan_of(render_job(load_recipe(tmp_path / "boxed.yaml")))
+    verbs = [call["verb"] for call in calls]
+    assert verbs == ["import"] * imported + ["create"] * 2 + ["start"] * 4 + ["remove"] * 2, verbs
+    setup = plan.container_setup
+    if imported:
+        assert calls[0]["argv"] == _filled_in(setup.import_.argv, setup.import_.expand, run_dir)[1:]
+        assert calls[0]["image"] == "docker://" + REGISTRY_IMAGE
+    made = [call for call in calls if call["verb"] == "create"]
+    assert {call["node"] for call in made} == nodes
+    assert all(call["argv"] == _filled_in(setup.create.argv, setup.create.expand, run_dir)[1:] for call in made)
+    for call in (call for call in calls if call["verb"] == "start"):
+        assert ["enroot", *call["argv"]] == _filled_in(plan.launch.argv, plan.launch.expand, run_dir)
+        assert f"--mount={run_dir}:{run_dir}" in call["argv"] and f"clusterkit-{run_dir.name}" in call["argv"]
+        assert call["command"] == ["python3", f"{run_dir}/code/tests/scripts/echo_contract.py"]
+    assert {call["node"] for call in calls if call["verb"] == "remove"} == nodes
+    assert not any((tmp_path / "enroot").glob("*/*")), "a container was left on a node"
+    assert not (run_dir / "enroot-image.sqsh").exists()
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
+    assert sorted(int(r["env"]["RANK"]) for r in ranks) == [0, 1, 2, 3] and {r["node"] for r in ranks} == nodes
+    assert all(r["env"]["MY_SETTING"] == "x y" and "ONLY_ON_THE_HOST" not in r["env"] for r in ranks)
+
+
+def test_a_two_node_job_imports_creates_starts_and_removes_its_enroot_container(tmp_path: Path) -> None:
+    """Under the local executor, a registry image, through the stand-in (see the module's docstring)."""
+    run_dir, calls = _job(tmp_path, REGISTRY_IMAGE, "--executor", "local")
+    _assert_the_enroot_job(tmp_path, run_dir, calls, {"127.0.0.1", "127.0.0.2"}, imported=True)
+
+
+def test_a_squashfs_image_is_created_from_where_it_is(tmp_path: Path) -> None:
+    image = tmp_path / "train.sqsh"
+    image.write_text("stand-in image")
+    run_dir, calls = _job(tmp_path, str(image), "--executor", "local")
+    _assert_the_enroot_job(tmp_path, run_dir, calls, {"127.0.0.1", "127.0.0.2"}, imported=False)
+    assert {call["image"] for call in calls if call["verb"] == "create"} == {str(image)}
+    assert image.read_text() == "stand-in image"  # the user's file: used, never removed
+
+
+@pytest.mark.slurm
+def test_a_two_node_job_imports_creates_starts_and_removes_its_enroot_container_on_the_dev_cluster(
+    dev_cluster: str, tmp_path: Path
+) -> None:
+    """The same job on the dev cluster's two nodes (srun's tasks, SLURM's variables and the node agent
+    are the real ones), through the same stand-in: enroot is not a Debian package."""
+    run_dir, calls = _job(tmp_path, REGISTRY_IMAGE)
+    _assert_the_enroot_job(tmp_path, run_dir, calls, {"node1", "node2"}, imported=True)
+
+
+@pytest.mark.parametrize(
+    "image, gpu, workdir, says",
+    [
+        ("/images/train.sif", None, None, "enroot runs a squashfs image (.sqsh) or a registry image"),
+        ("/images/sandbox/", None, None, "enroot cannot run a sandbox folder"),
+        ("oras://r/train:1", None, None, "enroot cannot run an Apptainer URI"),
+        ("r/train:1", "amd", None, "enroot cannot give a container amd GPUs"),
+        ("r/train:1", None, "/work", "enroot has no working-directory option"),
+    ],
+)
+def test_what_enroot_cannot_do_is_refused_in_one_line(
+    tmp_path: Path, image: str, gpu: str | None, workdir: str | None, says: str
+) -> None:
+    container = {"runtime": "enroot", "image": image, **({"workdir": workdir} if workdir else {})}
+    _profile(tmp_path, {"model": "G", "memory_gb": 80, "vendor": gpu} if gpu else None, **container)
+    assert says in _refused(_recipe(tmp_path))
+
+
+def test_enroot_gets_nvidia_gpus_through_its_hook_and_slurms_binding_by_name(tmp_path: Path) -> None:
+    _profile(tmp_path, {"model": "G", "memory_gb": 80, "vendor": "nvidia"}, runtime="enroot", image="r/t:1")
+    argv = plan_of(render_job(load_recipe(_recipe(tmp_path)))).launch.argv
+    assert "--env=NVIDIA_VISIBLE_DEVICES=all" in argv and "--env=CUDA_VISIBLE_DEVICES" in argv
+
+
+HOOK_LINES = {"pre_launch": ["echo pre:$MY_SETTING:$HOSTNAME_INSIDE > \"$RUN_DIR/pre.txt\""], "post_run": []}
+
+
+def _hook_calls(calls: list[dict]) -> list[dict]:
+    return [call for call in calls if call.get("command", [])[:1] == ["bash"]]
+
+
+@pytest.mark.parametrize("image", [REGISTRY_IMAGE])
+def test_hooks_in_container_run_through_the_runtime_the_tasks_get(tmp_path: Path, image: str) -> None:
+    """hooks.in_container: both hooks run in the batch shell through the tasks' own runtime command
+    (enroot start of the job's container, the run directory mounted, variables by name), the
+    post_run hook told the exit code."""
+    hooks = {
+        "in_container": True,
+        "pre_launch": ['echo "pre:$MY_SETTING:${ONLY_ON_THE_HOST-unset}" > "$RUN_DIR/pre.txt"'],
+        "post_run": ['echo "post:$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post.txt"'],
+    }
+    run_dir, calls = _job(tmp_path, image, "--executor", "local", hooks=hooks)
+    plan = plan_of(render_job(load_recipe(tmp_path / "boxed.yaml")))
+    ran = _hook_calls(calls)
+    assert len(ran) == 2
+    for call in ran:
+        assert ["enroot", *call["argv"][: -len(call["command"])]] == _filled_in(
+            plan.hooks_container.argv, plan.hooks_container.expand, run_dir
+        )
+    assert ran[0]["command"][:4] == ["bash", "-e", "-o", "pipefail"] and ran[1]["command"][:2] == ["bash", "-c"]
+    assert "CLUSTERKIT_EXIT_CODE" in ran[1]["env"]
+    assert (run_dir / "pre.txt").read_text() == "pre:x y:unset\n"  # the job's variables, not the host's others
+    assert (run_dir / "post.txt").read_text() == "post:0\n"
+    assert not any((tmp_path / "enroot").glob("*/*"))  # removed after post_run ran in it
+
+
+@pytest.mark.parametrize("hook, line, job_exit", [("pre_launch", "exit 3", 3), ("post_run", "exit 4", 0)])
+def test_a_failing_hook_in_the_container_is_handled_as_a_host_hook(
+    tmp_path: Path, hook: str, line: str, job_exit: int
+) -> None:
+    """pre_launch failing stops the job with its code before the launch; post_run failing leaves the
+    job's exit code as it was; the container is removed either way."""
+    run_dir, calls = _job(
+        tmp_path, REGISTRY_IMAGE, "--executor", "local", expect=job_exit, hooks={"in_container": True, hook: [line]}
+    )
+    launched = [call for call in calls if call.get("command", [])[:1] == ["python3"]]
+    assert (not launched) == (hook == "pre_launch")
+    assert _hook_calls(calls)[0]["command"][-1].strip().endswith(line)
+    assert not any((tmp_path / "enroot").glob("*/*"))
+
+
+def test_hooks_in_container_without_a_container_or_with_pyxis_are_refused_in_one_line(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, hooks={"in_container": True, "post_run": ["true"]})
+    _profile(tmp_path, runtime="pyxis", image="r/t:1")
+    assert "hooks.in_container: pyxis enters its image only through srun" in _refused(path)
+    clusters = tmp_path / "clusters" / "boxed.yaml"
+    profile = yaml.safe_load(clusters.read_text())
+    del profile["container"]
+    clusters.write_text(yaml.safe_dump(profile))
+    assert "runs no container" in _refused(path)
+
+
+def test_the_enroot_render_is_bash_and_shellcheck_clean(tmp_path: Path) -> None:
+    _profile(tmp_path, runtime="enroot", image=REGISTRY_IMAGE)
+    job = render_job(load_recipe(_recipe(tmp_path, hooks={"in_container": True, "post_run": ["true"]})))
+    script = tmp_path / "job.sbatch"
+    script.write_text(job.files["job.sbatch"])
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    done = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
