@@ -20,7 +20,7 @@ import yaml
 
 from clusterkit import load_recipe, render_job
 from clusterkit.supervisor.plan import expand
-from conftest import run_cli
+from conftest import REPO, run_cli
 from launch_plans import plan_of
 from test_container_runtimes import STANDIN, _profile, _recipe, _refused
 
@@ -59,7 +59,7 @@ def _assert_the_enroot_job(tmp_path: Path, run_dir: Path, calls: list[dict], nod
     assert {call["node"] for call in made} == nodes
     assert all(call["argv"] == _filled_in(setup.create.argv, setup.create.expand, run_dir)[1:] for call in made)
     for call in (call for call in calls if call["verb"] == "start"):
-        assert ["enroot", *call["argv"]] == _filled_in(plan.launch.argv, plan.launch.expand, run_dir)
+        assert _filled_in(plan.launch.argv, plan.launch.expand, run_dir)[2:] == ["enroot", *call["argv"]]
         assert f"--mount={run_dir}:{run_dir}" in call["argv"] and f"clusterkit-{run_dir.name}" in call["argv"]
         assert call["command"] == ["python3", f"{run_dir}/code/tests/scripts/echo_contract.py"]
     assert {call["node"] for call in calls if call["verb"] == "remove"} == nodes
@@ -68,6 +68,8 @@ def _assert_the_enroot_job(tmp_path: Path, run_dir: Path, calls: list[dict], nod
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "contract").glob("rank-*.json"))]
     assert sorted(int(r["env"]["RANK"]) for r in ranks) == [0, 1, 2, 3] and {r["node"] for r in ranks} == nodes
     assert all(r["env"]["MY_SETTING"] == "x y" and "ONLY_ON_THE_HOST" not in r["env"] for r in ranks)
+    # Named but unset on the node (no array, no retry): unset in the container too, not empty.
+    assert not any({"SLURM_ARRAY_TASK_ID", "CLUSTERKIT_RETRY_OF"} & set(r["env"]) for r in ranks)
 
 
 def test_a_two_node_job_imports_creates_starts_and_removes_its_enroot_container(tmp_path: Path) -> None:
@@ -116,10 +118,24 @@ def test_what_enroot_cannot_do_is_refused_in_one_line(
 def test_enroot_gets_nvidia_gpus_through_its_hook_and_slurms_binding_by_name(tmp_path: Path) -> None:
     _profile(tmp_path, {"model": "G", "memory_gb": 80, "vendor": "nvidia"}, runtime="enroot", image="r/t:1")
     argv = plan_of(render_job(load_recipe(_recipe(tmp_path)))).launch.argv
-    assert "--env=NVIDIA_VISIBLE_DEVICES=all" in argv and "--env=CUDA_VISIBLE_DEVICES" in argv
+    assert "--env=NVIDIA_VISIBLE_DEVICES=all" in argv and "CUDA_VISIBLE_DEVICES" in argv[1].split()
 
 
-HOOK_LINES = {"pre_launch": ["echo pre:$MY_SETTING:$HOSTNAME_INSIDE > \"$RUN_DIR/pre.txt\""], "post_run": []}
+def test_the_configuration_script_passes_set_variables_as_they_are_and_evaluates_nothing(tmp_path: Path) -> None:
+    """enroot sources supervisor/enroot_environ.sh and writes what environ() prints into the
+    container's environment file, one KEY=VALUE a line: a named variable that is set is passed as it
+    is, an unset one not at all, one holding a line break not at all (it would inject a variable), and
+    a name that is not one (an array subscript would be evaluated by ${!name}) is skipped."""
+    canary = tmp_path / "canary"
+    hostile = f"x[$(touch {canary})]"
+    names = f"PLAIN EMPTY TRICKY UNSET BROKEN {hostile} 1BAD"
+    env = {"PATH": os.environ["PATH"], "CLUSTERKIT_CONTAINER_ENV": names, "PLAIN": "a b", "EMPTY": ""}
+    env.update(TRICKY="$(touch " + str(canary) + ") ' \" % *", BROKEN="one\nINJECTED=1")
+    script = REPO / "clusterkit" / "supervisor" / "enroot_environ.sh"
+    done = subprocess.run(["bash", "-c", 'source "$1"; environ', "conf", str(script)], env=env, capture_output=True)
+    assert done.returncode == 0 and not canary.exists()
+    assert done.stdout.decode().splitlines() == ["PLAIN=a b", "EMPTY=", f"TRICKY={env['TRICKY']}"]
+    assert done.stderr.decode() == "clusterkit: BROKEN holds a line break, which enroot cannot pass: not passed\n"
 
 
 def _hook_calls(calls: list[dict]) -> list[dict]:
@@ -141,9 +157,8 @@ def test_hooks_in_container_run_through_the_runtime_the_tasks_get(tmp_path: Path
     ran = _hook_calls(calls)
     assert len(ran) == 2
     for call in ran:
-        assert ["enroot", *call["argv"][: -len(call["command"])]] == _filled_in(
-            plan.hooks_container.argv, plan.hooks_container.expand, run_dir
-        )
+        runtime = _filled_in(plan.hooks_container.argv, plan.hooks_container.expand, run_dir)
+        assert runtime[2:] == ["enroot", *call["argv"][: -len(call["command"])]]
     assert ran[0]["command"][:4] == ["bash", "-e", "-o", "pipefail"] and ran[1]["command"][:2] == ["bash", "-c"]
     assert "CLUSTERKIT_EXIT_CODE" in ran[1]["env"]
     assert (run_dir / "pre.txt").read_text() == "pre:x y:unset\n"  # the job's variables, not the host's others
@@ -183,5 +198,7 @@ def test_the_enroot_render_is_bash_and_shellcheck_clean(tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     script.write_text(job.files["job.sbatch"])
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    done = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout
+    conf = REPO / "clusterkit" / "supervisor" / "enroot_environ.sh"
+    for checked in (script, conf):
+        done = subprocess.run(["shellcheck", "-s", "bash", str(checked)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout

@@ -76,7 +76,7 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime(
             "enroot",
             frozenset({FILE, REGISTRY}),
-            {"nvidia": ("--env=NVIDIA_VISIBLE_DEVICES=all", "--env=CUDA_VISIBLE_DEVICES")},
+            {"nvidia": ("--env=NVIDIA_VISIBLE_DEVICES=all",)},
             "enroot",
         ),
     )
@@ -199,7 +199,9 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
         # A bare name is Apptainer's to read (a relative path, as it always was); Shifter's docker:NAME is docker://.
         return words.given("docker://" + registry_name(box.image) if box.image.startswith("docker:") else box.image)
     if runtime.style == "enroot":
-        return enroot.start(box, gpus, _volumes(box, "--mount"), env_names)
+        # SLURM's GPU binding, where it set one (not a variable every runtime needs: apptainer's pass through).
+        cuda = ("CUDA_VISIBLE_DEVICES",) if gpus else ()
+        return enroot.start(box, gpus, _volumes(box, "--mount"), (*env_names, *cuda))
     if runtime.style == "shifter":
         words = Words().add("shifter", f"--image={header_image(box)}", *gpus).extend(_volumes(box))
         return words.given(*((f"--workdir={box.workdir}",) if box.workdir else ())).add(*box.options)

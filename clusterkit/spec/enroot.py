@@ -6,8 +6,10 @@ ends, so that no root filesystem is left on the nodes. :func:`start` is the per-
 (spec.containers.prefix), :func:`lifecycle` the job's import, create and remove commands (the launch
 plan's :class:`~clusterkit.supervisor.plan.ContainerSetup`).
 
-enroot gives the container only the variables named (``--env=NAME``: the host's value; enroot writes
-an unset one as empty) and the mounts given, colon-separated (``--mount=SRC:DST``).
+enroot gives the container none of the host's variables by itself, and its ``--env=NAME`` would set an
+unset one empty: the variables are named in CLUSTERKIT_CONTAINER_ENV, and clusterkit's configuration
+script (``--conf``, supervisor/enroot_environ.sh) passes those that are set. The mounts are given
+colon-separated (``--mount=SRC:DST``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterkit.spec.launchers import Words
+from clusterkit.spec.layout import SUPERVISOR_DIR
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import Container
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 CONTAINER_NAME = "clusterkit-{job_id}"
 # Where a registry image is imported to, below the run directory: removed with the container.
 IMPORTED_IMAGE = "enroot-image.sqsh"
+ENV_LIST = "CLUSTERKIT_CONTAINER_ENV"  # the names supervisor/enroot_environ.sh passes
+ENVIRON_SCRIPT = "enroot_environ.sh"
 SQUASHFS_SUFFIXES = (".sqsh", ".squashfs", ".sqfs")  # enroot's own image files (not Apptainer's .sif)
 
 
@@ -39,11 +44,12 @@ class Lifecycle:
 
 
 def start(box: Container, gpus: tuple[str, ...], mounts: Words, env_names: tuple[str, ...]) -> Words:
-    """``enroot start`` of the job's container, before a task's program: the mounts (the run
-    directory's last), each variable by name, the GPU options, the recipe's container.options."""
-    words = Words().add("enroot", "start").extend(mounts)
-    words.add(*(f"--env={name}" for name in env_names), *gpus, *box.options)
-    return words.runtime(CONTAINER_NAME)
+    """``enroot start`` of the job's container, before a task's program: the variables' names for
+    the configuration script, the mounts (the run directory's last), the GPU options, the recipe's
+    container.options."""
+    words = Words().add("env", f"{ENV_LIST}={' '.join(env_names)}", "enroot", "start")
+    words.runtime(f"--conf={{run_dir}}/{SUPERVISOR_DIR}/{ENVIRON_SCRIPT}").extend(mounts)
+    return words.add(*gpus, *box.options).runtime(CONTAINER_NAME)
 
 
 def lifecycle(box: Container, run_dir: str) -> Lifecycle:

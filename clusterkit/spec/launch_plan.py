@@ -266,7 +266,9 @@ def container_setup(recipe: ResolvedRecipe) -> ContainerSetup | None:
     )
 
     def once(name: str, hosts: str, nodes: int, words: Words) -> Step:
-        return _step(name, hosts, nodes, 1, words, Container(Words(), Words(), ()), ["--cpus-per-task=1"], logs=logs, agent=False)
+        return _step(
+            name, hosts, nodes, 1, words, Container(Words(), Words(), ()), ["--cpus-per-task=1"], logs=logs, agent=False
+        )
 
     nodes = total_nodes(recipe)
     return ContainerSetup(

@@ -12,6 +12,7 @@ so a mount must show a folder at its own path. docker/podman see only the variab
 import json
 import os
 import re
+import subprocess
 import sys
 
 runtime = os.path.basename(sys.argv[0])
@@ -157,7 +158,7 @@ elif runtime == "enroot":  # NVIDIA's enroot: import, create, start, remove (its
         sys.exit(0)
     if verb != "start":
         refuse(f"unsupported command {verb}")
-    options = take({"--mount": True, "--env": True, "--rw": False, "--root": False})
+    options = take({"--conf": True, "--mount": True, "--env": True, "--rw": False, "--root": False})
     for flag, value in options:
         if flag == "--mount":
             mount(value)
@@ -166,12 +167,26 @@ elif runtime == "enroot":  # NVIDIA's enroot: import, create, start, remove (its
         refuse(f"no such container: {name} (enroot create it first)")
     with open(os.path.join(container(name), "image")) as made:
         image = made.read()
-    # --env NAME: the host's value, an unset one empty (enroot's awk); NAME=VALUE as given.
-    env = dict(PATH=os.environ["PATH"], HOME=os.environ.get("HOME", "/"))
+    # Only what enroot gives: its configuration script's environ() (sourced by bash with the host's
+    # environment, one KEY=VALUE a line), then each --env: NAME the host's value (an unset one empty:
+    # enroot's awk), NAME=VALUE as given. PATH and HOME: the image's own.
+    lines = []
     for flag, value in options:
-        if flag == "--env":
-            key, eq, val = value.partition("=")
-            env[key] = val if eq else os.environ.get(key, "")
+        if flag == "--conf":
+            script = 'source "$1"; if declare -F environ >/dev/null; then environ; fi'
+            done = subprocess.run(["bash", "-c", script, "conf", value], capture_output=True, text=True)
+            sys.stderr.write(done.stderr)
+            if done.returncode:
+                refuse(f"configuration script {value} failed")
+            lines += done.stdout.splitlines()
+        elif flag == "--env":
+            lines.append(value if "=" in value else f"{value}={os.environ.get(value, '')}")
+    env = dict(PATH=os.environ["PATH"], HOME=os.environ.get("HOME", "/"))
+    for line in lines:
+        key, eq, val = line.partition("=")
+        if not (eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)):
+            refuse(f"ill-formed environment line {line!r}")
+        env[key] = val
     seen["env"] = sorted(env)
     seen["verb"] = verb
 else:
