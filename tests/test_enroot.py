@@ -19,10 +19,12 @@ import pytest
 import yaml
 
 from clusterkit import load_recipe, render_job
+from clusterkit.errors import RecipeError
+from clusterkit.spec.runtime_values import placeholders
 from clusterkit.supervisor.plan import expand
 from conftest import REPO, run_cli
 from launch_plans import plan_of
-from test_container_runtimes import STANDIN, _profile, _recipe, _refused
+from test_container_runtimes import HOSTILE, STANDIN, _profile, _recipe, _refused
 
 REGISTRY_IMAGE = "nvcr.io#nvidia/pytorch:24.01-py3"  # enroot's docker://[REGISTRY#]IMAGE[:TAG]
 
@@ -142,17 +144,29 @@ def _hook_calls(calls: list[dict]) -> list[dict]:
     return [call for call in calls if call.get("command", [])[:1] == ["bash"]]
 
 
-@pytest.mark.parametrize("image", [REGISTRY_IMAGE])
-def test_hooks_in_container_run_through_the_runtime_the_tasks_get(tmp_path: Path, image: str) -> None:
+def test_hooks_in_container_run_through_the_runtime_the_tasks_get(tmp_path: Path) -> None:
     """hooks.in_container: both hooks run in the batch shell through the tasks' own runtime command
     (enroot start of the job's container, the run directory mounted, variables by name), the
     post_run hook told the exit code."""
+    _assert_the_hooks_ran_in_the_container(tmp_path, "--executor", "local")
+
+
+@pytest.mark.slurm
+def test_hooks_in_container_run_through_the_runtime_the_tasks_get_on_the_dev_cluster(
+    dev_cluster: str, tmp_path: Path
+) -> None:
+    """The same on the dev cluster: the batch shell is on the allocation's first node, where the job's
+    container was created (the stand-in's start refuses one not created on its node)."""
+    _assert_the_hooks_ran_in_the_container(tmp_path)
+
+
+def _assert_the_hooks_ran_in_the_container(tmp_path: Path, *executor: str) -> None:
     hooks = {
         "in_container": True,
         "pre_launch": ['echo "pre:$MY_SETTING:${ONLY_ON_THE_HOST-unset}" > "$RUN_DIR/pre.txt"'],
         "post_run": ['echo "post:$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post.txt"'],
     }
-    run_dir, calls = _job(tmp_path, image, "--executor", "local", hooks=hooks)
+    run_dir, calls = _job(tmp_path, REGISTRY_IMAGE, *executor, hooks=hooks)
     plan = plan_of(render_job(load_recipe(tmp_path / "boxed.yaml")))
     ran = _hook_calls(calls)
     assert len(ran) == 2
@@ -202,3 +216,30 @@ def test_the_enroot_render_is_bash_and_shellcheck_clean(tmp_path: Path) -> None:
     for checked in (script, conf):
         done = subprocess.run(["shellcheck", "-s", "bash", str(checked)], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize("key", ["image", "mounts", "options"])
+def test_a_hostile_enroot_value_is_refused_in_one_line_or_passed_as_one_word(tmp_path: Path, key: str) -> None:
+    """Each value stops at validate in one line naming its key, or reaches enroot (start's mounts and
+    options; import's or create's image) in one argv word, exactly as written or with its run-time
+    value filled in, never shell; the script stays bash."""
+    for value in HOSTILE:
+        as_written = f"/{value}" if key == "mounts" else value
+        container = {"runtime": "enroot", "image": REGISTRY_IMAGE}
+        container[key] = [as_written] if key in ("mounts", "options") else as_written
+        _profile(tmp_path, **container)
+        try:
+            job = render_job(load_recipe(_recipe(tmp_path)))
+        except RecipeError as refused:
+            lines = str(refused).splitlines()
+            assert all(line.isprintable() and f": container.{key}" in line for line in lines), (key, value, lines)
+            continue
+        plan = plan_of(job)
+        setup = plan.container_setup
+        steps = [plan.launch] if key != "image" else [step for step in (setup.import_, setup.create) if step]
+        holding = [(step, at) for step in steps for at, word in enumerate(step.argv) if as_written in word]
+        assert holding, (key, value)
+        assert all((at in step.expand) == bool(placeholders(as_written)) for step, at in holding), (key, value)
+        script = tmp_path / "job.sbatch"
+        script.write_text(job.files["job.sbatch"])
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
