@@ -29,10 +29,12 @@ from test_container_runtimes import HOSTILE, STANDIN, _profile, _recipe, _refuse
 REGISTRY_IMAGE = "nvcr.io#nvidia/pytorch:24.01-py3"  # enroot's docker://[REGISTRY#]IMAGE[:TAG]
 
 
-def _job(tmp_path: Path, image: str, *executor: str, expect: int = 0, **fields) -> tuple[Path, list[dict]]:
+def _job(
+    tmp_path: Path, image: str, *executor: str, expect: int = 0, runtime: str = "enroot", **fields
+) -> tuple[Path, list[dict]]:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    _profile(tmp_path, runtime="enroot", image=image, mounts=[str(data)])
+    _profile(tmp_path, runtime=runtime, image=image, mounts=[str(data)])
     env = {"PATH": {"prepend": str(STANDIN)}, "MY_SETTING": "x y", "ENROOT_DATA_PATH": str(tmp_path / "enroot")}
     path = _recipe(tmp_path, env=env, **fields)
     done = run_cli("submit", str(path), *executor, "--follow", cwd=tmp_path, env=dict(os.environ, ONLY_ON_THE_HOST="1"))
@@ -43,7 +45,7 @@ def _job(tmp_path: Path, image: str, *executor: str, expect: int = 0, **fields) 
 
 
 def _filled_in(argv: tuple[str, ...], expand_at: tuple[int, ...], run_dir: Path) -> list[str]:
-    values = {"job_id": run_dir.name, "run_dir": str(run_dir)}
+    values = {"job_id": run_dir.name, "run_dir": str(run_dir), "uid": str(os.getuid()), "gid": str(os.getgid())}
     return [expand(word, values) if index in expand_at else word for index, word in enumerate(argv)]
 
 
@@ -178,6 +180,32 @@ def _assert_the_hooks_ran_in_the_container(tmp_path: Path, *executor: str) -> No
     assert (run_dir / "pre.txt").read_text() == "pre:x y:unset\n"  # the job's variables, not the host's others
     assert (run_dir / "post.txt").read_text() == "post:0\n"
     assert not any((tmp_path / "enroot").glob("*/*"))  # removed after post_run ran in it
+
+
+@pytest.mark.parametrize(
+    "runtime, image", [("docker", "ghcr.io/me/train:1"), ("singularity", "{tmp}/train.sif"), ("shifter", "me/train:1")]
+)
+def test_hooks_in_container_run_through_each_runtimes_own_command(tmp_path: Path, runtime: str, image: str) -> None:
+    """The other runtimes the same way: their command, as the plan builds it for the tasks (a docker
+    container of its own, named for the hooks, given post_run's exit code by name)."""
+    image = image.format(tmp=tmp_path)
+    if runtime == "singularity":
+        Path(image).write_bytes(b"stand-in image")
+    hooks = {
+        "in_container": True,
+        "pre_launch": ['test -d "$RUN_DIR"'],
+        "post_run": ['echo "post:$CLUSTERKIT_EXIT_CODE" > "$RUN_DIR/post.txt"'],
+    }
+    run_dir, calls = _job(tmp_path, image, "--executor", "local", runtime=runtime, hooks=hooks)
+    plan = plan_of(render_job(load_recipe(tmp_path / "boxed.yaml")))
+    ran = _hook_calls(calls)
+    assert [call["command"][:2] for call in ran] == [["bash", "-e"], ["bash", "-c"]]
+    for call in ran:
+        argv = [runtime, *call["argv"][: -len(call["command"])]]
+        assert argv == _filled_in(plan.hooks_container.argv, plan.hooks_container.expand, run_dir)
+    if runtime == "docker":
+        assert f"--name=clusterkit-{run_dir.name}-hooks" in ran[0]["argv"]
+    assert (run_dir / "post.txt").read_text() == "post:0\n"
 
 
 @pytest.mark.parametrize("hook, line, job_exit", [("pre_launch", "exit 3", 3), ("post_run", "exit 4", 0)])
