@@ -271,3 +271,17 @@ def test_a_hostile_enroot_value_is_refused_in_one_line_or_passed_as_one_word(tmp
         script = tmp_path / "job.sbatch"
         script.write_text(job.files["job.sbatch"])
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_profile_init_suggests_enroot_where_it_is_without_pyxis(tmp_path: Path) -> None:
+    """An enroot on the PATH with no pyxis: the profile's container block to add names enroot, with an
+    image of a kind it runs; where pyxis is, pyxis (which calls enroot itself) is suggested instead."""
+    from test_profile_init import FakeHost, cluster, node, partition, written_round_trip
+
+    answers = cluster([partition("gpu")], [node("n1", "gpu:8")])
+    _, text = written_round_trip(tmp_path, FakeHost(answers, tools="enroot\n"))
+    assert "# container: {image: nvcr.io#nvidia/pytorch:24.05-py3, runtime: enroot}\n" in text
+    answers[("srun", "--help")] += "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH  [pyxis] the image\n"
+    (tmp_path / "pyxis").mkdir()
+    _, text = written_round_trip(tmp_path / "pyxis", FakeHost(answers, tools="enroot\n"))
+    assert "runtime: enroot" not in text and "pyxis is here" in text
