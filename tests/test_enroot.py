@@ -119,6 +119,32 @@ def test_what_enroot_cannot_do_is_refused_in_one_line(
     assert says in _refused(_recipe(tmp_path))
 
 
+@pytest.mark.parametrize("mount", ["/data/my files:/data", "/a:/b:ro:extra", "/a\t:/b"])
+def test_a_mount_enroot_cannot_read_is_refused_in_one_line(tmp_path: Path, mount: str) -> None:
+    _profile(tmp_path, runtime="enroot", image="r/t:1", mounts=[mount])
+    assert "container.mounts[0]: enroot takes host[:container[:options]] without spaces" in _refused(_recipe(tmp_path))
+
+
+def test_a_runs_directory_with_a_space_is_refused_under_enroot(tmp_path: Path) -> None:
+    _profile(tmp_path, runtime="enroot", image="r/t:1")
+    assert "holds a space, which enroot's --mount cannot carry" in _refused(
+        _recipe(tmp_path, runs_dir=f"{tmp_path}/my runs")
+    )
+
+
+def test_mounts_are_given_in_enroots_fstab_form(tmp_path: Path) -> None:
+    """host[:container[:options]] as for every runtime; enroot would read a bare third field as the
+    filesystem type, so options go in its fourth, after a bind (as pyxis writes them)."""
+    _profile(tmp_path, runtime="enroot", image="r/t:1", mounts=["/data", "/scratch:/s", "/ro:/ro:ro"])
+    argv = plan_of(render_job(load_recipe(_recipe(tmp_path)))).launch.argv
+    assert [word for word in argv if word.startswith("--mount=")] == [
+        "--mount=/data:/data",
+        "--mount=/scratch:/s",
+        "--mount=/ro:/ro:none:x-create=auto,rbind,ro",
+        "--mount={run_dir}:{run_dir}",
+    ]
+
+
 def test_enroot_gets_nvidia_gpus_through_its_hook_and_slurms_binding_by_name(tmp_path: Path) -> None:
     _profile(tmp_path, {"model": "G", "memory_gb": 80, "vendor": "nvidia"}, runtime="enroot", image="r/t:1")
     argv = plan_of(render_job(load_recipe(_recipe(tmp_path)))).launch.argv

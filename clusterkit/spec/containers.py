@@ -163,6 +163,10 @@ def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], s
             "enroot has no working-directory option (a task starts in its own directory where the image "
             "has it): leave container.workdir out"
         )
+    for index, mount in enumerate(box.mounts if runtime.style == "enroot" else ()):
+        why = enroot.mount_refusal(mount)
+        if why is not None:
+            return ("container", "mounts", index), why
     if runtime.style in ("run", "shifter", "enroot"):
         for index, mount in enumerate(box.mounts):
             source = mount.split(":")[0]
@@ -201,7 +205,7 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
     if runtime.style == "enroot":
         # SLURM's GPU binding, where it set one (not a variable every runtime needs: apptainer's pass through).
         cuda = ("CUDA_VISIBLE_DEVICES",) if gpus else ()
-        return enroot.start(box, gpus, _volumes(box, "--mount"), (*env_names, *cuda))
+        return enroot.start(box, gpus, (*env_names, *cuda))
     if runtime.style == "shifter":
         words = Words().add("shifter", f"--image={header_image(box)}", *gpus).extend(_volumes(box))
         return words.given(*((f"--workdir={box.workdir}",) if box.workdir else ())).add(*box.options)
@@ -223,8 +227,7 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
     return words.given(registry_name(box.image))
 
 
-def _volumes(box: Container, flag: str = "--volume") -> Words:
-    """One --volume (enroot: --mount) per mount; a bare path at its own path (docker's -v /path alone
-    is an empty volume)."""
+def _volumes(box: Container) -> Words:
+    """One --volume per mount; a bare path at its own path (docker's -v /path alone is an empty volume)."""
     volumes = (mount if ":" in mount else f"{mount}:{mount}" for mount in box.mounts)
-    return Words().given(*(f"{flag}={volume}" for volume in volumes)).runtime(f"{flag}={RUN_DIR}:{RUN_DIR}")
+    return Words().given(*(f"--volume={volume}" for volume in volumes)).runtime(f"--volume={RUN_DIR}:{RUN_DIR}")

@@ -8,8 +8,11 @@ plan's :class:`~clusterkit.supervisor.plan.ContainerSetup`).
 
 enroot gives the container none of the host's variables by itself, and its ``--env=NAME`` would set an
 unset one empty: the variables are named in CLUSTERKIT_CONTAINER_ENV, and clusterkit's configuration
-script (``--conf``, supervisor/enroot_environ.sh) passes those that are set. The mounts are given
-colon-separated (``--mount=SRC:DST``).
+script (``--conf``, supervisor/enroot_environ.sh) passes those that are set. A mount is written
+as for every runtime, ``host[:container[:options]]``, and given in enroot's form, its fstab fields
+colon-separated: ``--mount=SRC:DST`` (a bind, made where missing), with options
+``--mount=SRC:DST:none:x-create=auto,rbind,OPTIONS`` (as pyxis writes it: enroot would read a bare
+third field as the filesystem type). enroot reads no space in a mount.
 """
 
 from __future__ import annotations
@@ -43,12 +46,31 @@ class Lifecycle:
     imported: str
 
 
-def start(box: Container, gpus: tuple[str, ...], mounts: Words, env_names: tuple[str, ...]) -> Words:
+def mounts(box: Container) -> Words:
+    """One --mount per mount (a bare path at its own path), then the run directory at its own."""
+    words = Words()
+    for mount in box.mounts:
+        source, _, rest = mount.partition(":")
+        target, _, options = rest.partition(":")
+        words.given(
+            f"--mount={source}:{target or source}" + (f":none:x-create=auto,rbind,{options}" if options else "")
+        )
+    return words.runtime("--mount={run_dir}:{run_dir}")
+
+
+def mount_refusal(mount: str) -> str | None:
+    """Why enroot cannot take this mount entry, or None."""
+    if any(character.isspace() for character in mount) or mount.count(":") > 2:
+        return f"enroot takes host[:container[:options]] without spaces, one mount per entry; {mount!r} is not one"
+    return None
+
+
+def start(box: Container, gpus: tuple[str, ...], env_names: tuple[str, ...]) -> Words:
     """``enroot start`` of the job's container, before a task's program: the variables' names for
     the configuration script, the mounts (the run directory's last), the GPU options, the recipe's
     container.options."""
     words = Words().add("env", f"{ENV_LIST}={' '.join(env_names)}", "enroot", "start")
-    words.runtime(f"--conf={{run_dir}}/{SUPERVISOR_DIR}/{ENVIRON_SCRIPT}").extend(mounts)
+    words.runtime(f"--conf={{run_dir}}/{SUPERVISOR_DIR}/{ENVIRON_SCRIPT}").extend(mounts(box))
     return words.add(*gpus, *box.options).runtime(CONTAINER_NAME)
 
 
