@@ -20,6 +20,7 @@ import yaml
 
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
+from clusterkit.spec.launch_plan import IMAGE_CHECK
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.supervisor.plan import expand
 from conftest import REPO, run_cli
@@ -311,3 +312,18 @@ def test_profile_init_suggests_enroot_where_it_is_without_pyxis(tmp_path: Path) 
     (tmp_path / "pyxis").mkdir()
     _, text = written_round_trip(tmp_path / "pyxis", FakeHost(answers, tools="enroot\n"))
     assert "runtime: enroot" not in text and "pyxis is here" in text
+
+
+def test_the_image_check_runs_in_the_container_made_before_it(tmp_path: Path) -> None:
+    """torchrun's launch imports torch: the image check runs `enroot start` of the job's container on
+    the first node once it was created on every node, before each node's torchrun starts in it."""
+    run_dir, calls = _job(tmp_path, REGISTRY_IMAGE, "--executor", "local", launcher="torchrun")
+    verbs = [(call["verb"], (call.get("command") or [""])[0]) for call in calls]
+    assert verbs[:4] == [("import", ""), ("create", ""), ("create", ""), ("start", "python3")]
+    assert calls[3]["command"][1:3] == ["-c", IMAGE_CHECK] and calls[3]["node"] == "127.0.0.1"
+    assert verbs[4:6] == [("start", "python3")] * 2 and {call["node"] for call in calls[4:6]} == {
+        "127.0.0.1",
+        "127.0.0.2",
+    }
+    assert calls[4]["command"][1:3] == ["-m", "torch.distributed.run"]
+    assert verbs[6:] == [("remove", "")] * 2
