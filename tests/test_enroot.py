@@ -327,3 +327,14 @@ def test_the_image_check_runs_in_the_container_made_before_it(tmp_path: Path) ->
     }
     assert calls[4]["command"][1:3] == ["-m", "torch.distributed.run"]
     assert verbs[6:] == [("remove", "")] * 2
+
+
+def test_what_a_host_pre_launch_hook_exports_reaches_enroot(tmp_path: Path) -> None:
+    """Hooks on the host run before the container is made: what they export (a registry token, an
+    ENROOT_* setting) reaches enroot import, create, start and remove; hooks in the container run after."""
+    elsewhere = tmp_path / "from-the-hook"
+    hooks = {"pre_launch": [f"export ENROOT_DATA_PATH={elsewhere}"]}
+    run_dir, calls = _job(tmp_path, REGISTRY_IMAGE, "--executor", "local", hooks=hooks)
+    assert [call["verb"] for call in calls].count("start") == 4
+    assert {path.name for path in elsewhere.iterdir()} == {"127.0.0.1", "127.0.0.2"}  # each node's, made there
+    assert not any(elsewhere.glob("*/*")) and not (tmp_path / "enroot").exists()

@@ -104,14 +104,13 @@ class Supervisor:
             (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
 
-        code = self._container_up()
-        if code:
-            print(f"clusterkit: the container could not be made ready ({code}): not training", flush=True)
-            return self._end(code)
-        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, self._hooks_runtime())
-        if code:
-            print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
-            return self._end(code)
+        # enroot's container is made before hooks that run in it, after hooks on the host (what they
+        # export, a registry token or ENROOT_* settings, reaches enroot import and create).
+        steps = (self._pre_launch, self._container_up)
+        for step in reversed(steps) if self.plan.hooks_container else steps:
+            code = step()
+            if code:
+                return self._end(code)
         if self.plan.image_check is not None:
             code = self._run(self.plan.image_check)
             if code:
@@ -256,6 +255,12 @@ class Supervisor:
             shutil.copyfile(self.files_dir / name, self.run_dir / name)
         shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
 
+    def _pre_launch(self) -> int:
+        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, self._hooks_runtime())
+        if code:
+            print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
+        return code
+
     def _hooks_runtime(self) -> List[str]:
         """hooks.in_container: the runtime's command the hook lines run under, filled in here."""
         step = self.plan.hooks_container
@@ -272,6 +277,7 @@ class Supervisor:
         for step in filter(None, (setup.import_, setup.create)):
             code = self._on_every_node(step)
             if code:
+                print(f"clusterkit: the container could not be made ready ({code}): not training", flush=True)
                 return code
         return 0
 
