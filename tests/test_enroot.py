@@ -250,15 +250,51 @@ def test_a_failing_hook_in_the_container_is_handled_as_a_host_hook(
     assert not any((tmp_path / "enroot").glob("*/*"))
 
 
-def test_hooks_in_container_without_a_container_or_with_pyxis_are_refused_in_one_line(tmp_path: Path) -> None:
+def test_hooks_in_container_without_a_container_are_refused_in_one_line(tmp_path: Path) -> None:
     path = _recipe(tmp_path, hooks={"in_container": True, "post_run": ["true"]})
     _profile(tmp_path, runtime="pyxis", image="r/t:1")
-    assert "hooks.in_container: pyxis enters its image only through srun" in _refused(path)
     clusters = tmp_path / "clusters" / "boxed.yaml"
     profile = yaml.safe_load(clusters.read_text())
     del profile["container"]
     clusters.write_text(yaml.safe_dump(profile))
-    assert "runs no container" in _refused(path)
+    assert "hooks.in_container: cluster profile 'boxed' runs no container" in _refused(path)
+
+
+@pytest.mark.parametrize("hook, line, outcome", [("pre_launch", "exit 3", 3), ("post_run", "exit 4", 4)])
+def test_hooks_in_a_pyxis_container_are_one_srun_task_with_the_launchs_container_options(
+    tmp_path: Path, hook: str, line: str, outcome: int
+) -> None:
+    """pyxis enters its image through srun's options only: the hooks' bash runs as one srun task (on
+    the allocation's first node, the batch shell's) with the launch's own --container-* options. The
+    dev cluster has no pyxis plugin, so a fake srun here records the argv and runs the command after
+    its options; the exit code is what the hooks module reports, as for a host hook."""
+    from clusterkit.supervisor import hooks as run_hooks
+    from clusterkit.supervisor.steps import batch_argv
+
+    _profile(tmp_path, runtime="pyxis", image="nvcr.io#nvidia/pytorch:24.05-py3", mounts=["/data:/data:ro"])
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, hooks={"in_container": True, hook: [line]}))))
+    step = plan.hooks_container
+    assert step.argv[:4] == ("srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1")
+    assert step.argv[4:] == tuple(word for word in plan.launch.srun if word.startswith("--container-"))
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"open({str(tmp_path / 'srun.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "rest = [word for word in sys.argv[1:] if not word.startswith('--')]\n"
+        "os.execvp(rest[0], sys.argv[sys.argv.index(rest[0]):])\n"
+    )
+    fake.chmod(0o755)
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}", RUN_DIR=str(run_dir))
+    runtime = batch_argv(step, env)
+    if hook == "pre_launch":
+        code, _ = run_hooks.pre_launch([line], env, runtime)
+    else:
+        code = run_hooks.post_run([line], env, 0, runtime)
+    assert code == outcome
+    argv = json.loads((tmp_path / "srun.json").read_text())
+    assert f"--container-mounts=/data:/data:ro,{run_dir}:{run_dir}" in argv and argv[-1].strip().endswith(line)
 
 
 def test_the_enroot_render_is_bash_and_shellcheck_clean(tmp_path: Path) -> None:

@@ -163,13 +163,10 @@ def check_container(
             f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}), "
             "so it cannot run this image",
         )
-    if recipe.hooks.in_container and (profile.container is None or profile.container.runtime == "pyxis"):
+    if recipe.hooks.in_container and profile.container is None:
         error(
             ("hooks", "in_container"),
-            f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}) to run the hooks in"
-            if profile.container is None
-            else "pyxis enters its image only through srun's options, not a command the hooks can run under: "
-            "leave hooks.in_container out, or use another runtime",
+            f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}) to run the hooks in",
         )
     if profile.container is None:
         return

@@ -281,11 +281,15 @@ def container_setup(recipe: ResolvedRecipe) -> ContainerSetup | None:
 
 def hooks_container(recipe: ResolvedRecipe, profile: ClusterProfile, passed: tuple[str, ...]) -> Step | None:
     """hooks.in_container: the runtime's command (the tasks' own) that the hook lines' bash runs under,
-    here in the batch shell; a docker/podman container is also given post_run's exit code."""
+    here in the batch shell; a docker/podman container is also given post_run's exit code. pyxis's
+    are srun's options: one task on the allocation's first node, the batch shell's, in the image."""
     if not recipe.hooks.in_container or recipe.container is None:
         return None
     box = container(recipe, profile, "hooks", (*passed, "CLUSTERKIT_EXIT_CODE"))
-    return _step("hooks", "batch", 1, 1, box.prefix, Container(Words(), Words(), ()), [], agent=False)
+    run = box.prefix
+    if box.srun.words:
+        run = Words().add("srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1").extend(box.srun)
+    return _step("hooks", "batch", 1, 1, run, Container(Words(), Words(), ()), [], agent=False)
 
 
 def launch_plan(
