@@ -41,7 +41,8 @@ def _job(
     done = run_cli("submit", str(path), *executor, "--follow", cwd=tmp_path, env=dict(os.environ, ONLY_ON_THE_HOST="1"))
     run_dir = next((tmp_path / "runs" / "boxed").iterdir())
     assert (run_dir / "exit_code").read_text() == f"{expect}\n", done.stdout + done.stderr
-    calls = [json.loads(line) for line in (run_dir / "container-calls.jsonl").read_text().splitlines()]
+    recorded = run_dir / "container-calls.jsonl"
+    calls = [json.loads(line) for line in recorded.read_text().splitlines()] if recorded.exists() else []
     return run_dir, calls
 
 
@@ -374,3 +375,14 @@ def test_what_a_host_pre_launch_hook_exports_reaches_enroot(tmp_path: Path) -> N
     assert [call["verb"] for call in calls].count("start") == 4
     assert {path.name for path in elsewhere.iterdir()} == {"127.0.0.1", "127.0.0.2"}  # each node's, made there
     assert not any(elsewhere.glob("*/*")) and not (tmp_path / "enroot").exists()
+
+
+def test_a_container_that_cannot_be_made_stops_the_job_before_anything_starts_in_it(tmp_path: Path) -> None:
+    """enroot create fails (the image is not there): the job stops with one line and create's exit
+    code, nothing starts in a container, and the remove step still runs on every node."""
+    run_dir, calls = _job(tmp_path, str(tmp_path / "missing.sqsh"), "--executor", "local", expect=1)
+    assert calls == []  # create refused before recording, nothing started
+    log = "".join(path.read_text() for path in run_dir.glob("*_log.out"))
+    assert "clusterkit: the container could not be made ready (1): not training" in log
+    errors = "".join(path.read_text() for path in run_dir.glob("*_log.err"))
+    assert errors.count("not a squashfs image") == 2 and errors.count("no such container") == 2
