@@ -386,3 +386,20 @@ def test_a_container_that_cannot_be_made_stops_the_job_before_anything_starts_in
     assert "clusterkit: the container could not be made ready (1): not training" in log
     errors = "".join(path.read_text() for path in run_dir.glob("*_log.err"))
     assert errors.count("not a squashfs image") == 2 and errors.count("no such container") == 2
+
+
+def test_a_hook_runtime_value_not_set_stops_the_job_in_one_line(tmp_path: Path) -> None:
+    """A mount naming a variable of the job's environment ({env:NAME}) that is not set: the hooks'
+    runtime command cannot be filled in, so the job says which variable in one line and stops with
+    exit 2 before the launch, as a step would (no traceback), and its container is removed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _profile(tmp_path, runtime="enroot", image=REGISTRY_IMAGE, mounts=["/{env:CK_NOT_SET}:/x"])
+    env = {"PATH": {"prepend": str(STANDIN)}, "ENROOT_DATA_PATH": str(tmp_path / "enroot")}
+    path = _recipe(tmp_path, env=env, hooks={"in_container": True, "pre_launch": ["true"]})
+    run_cli("submit", str(path), "--executor", "local", "--follow", cwd=tmp_path)
+    run_dir = next((tmp_path / "runs" / "boxed").iterdir())
+    assert (run_dir / "exit_code").read_text() == "2\n"
+    log = "".join(path.read_text() for path in run_dir.glob("*_log.*"))
+    assert "clusterkit: {env:CK_NOT_SET} in the hooks step: the variable CK_NOT_SET is not set on" in log
+    assert "Traceback" not in log and not any((tmp_path / "enroot").glob("*/*"))

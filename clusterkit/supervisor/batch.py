@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import hooks, job_steps, recovery
+from . import container_setup, hooks, job_steps, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -106,9 +106,9 @@ class Supervisor:
 
         # enroot's container is made before hooks that run in it, after hooks on the host (what they
         # export, a registry token or ENROOT_* settings, reaches enroot import and create).
-        steps = (self._pre_launch, self._container_up)
-        for step in reversed(steps) if self.plan.hooks_container else steps:
-            code = step()
+        before = (self._pre_launch, self._container_up)
+        for ready in reversed(before) if self.plan.hooks_container else before:
+            code = ready()
             if code:
                 return self._end(code)
         if self.plan.image_check is not None:
@@ -256,41 +256,38 @@ class Supervisor:
         shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
 
     def _pre_launch(self) -> int:
-        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, self._hooks_runtime())
+        if not self.plan.pre_launch:
+            return 0
+        runtime = self._hooks_runtime()
+        if runtime is None:
+            return UNSET_VARIABLE
+        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, runtime)
         if code:
             print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
         return code
 
-    def _hooks_runtime(self) -> List[str]:
-        """hooks.in_container: the runtime's command the hook lines run under, filled in here."""
+    def _hooks_runtime(self) -> Optional[List[str]]:
+        """hooks.in_container: the runtime's command the hook lines run under, filled in here ([]: on
+        the host; None: an {env:NAME} in it is not set, which the job's log says)."""
         step = self.plan.hooks_container
-        return batch_argv(step, self.env) if step is not None else []
+        if step is None:
+            return []
+        try:
+            return batch_argv(step, self.env)
+        except UnsetVariable as unset:
+            print(unset_line(unset, step.name, socket.gethostname()), flush=True)
+            return None
 
     def _container_up(self) -> int:
-        """enroot: the image imported and the job's container made on every node, before anything runs in it."""
-        setup = self.plan.container_setup
-        if setup is None:
+        """enroot: the job's container made on every node, before anything runs in it."""
+        if self.plan.container_setup is None:
             return 0
         self.container_made = True
-        if setup.imported:  # an earlier attempt's (a requeue), which enroot import would not overwrite
-            (self.run_dir / setup.imported).unlink(missing_ok=True)
-        for step in filter(None, (setup.import_, setup.create)):
-            code = self._on_every_node(step)
-            if code:
-                print(f"clusterkit: the container could not be made ready ({code}): not training", flush=True)
-                return code
-        return 0
+        return container_setup.make(self.plan.container_setup, self.run_dir, self._on_every_node)
 
     def _container_down(self) -> None:
-        """enroot: the job's container removed from every node (and the imported image), however the job ended."""
-        setup = self.plan.container_setup
-        if setup is None or not self.container_made:
-            return
-        code = self._on_every_node(setup.remove)
-        if code:
-            print(f"clusterkit: enroot remove exited with {code}: a node may keep the job's container", flush=True)
-        if setup.imported:
-            (self.run_dir / setup.imported).unlink(missing_ok=True)
+        if self.plan.container_setup is not None and self.container_made:
+            container_setup.remove(self.plan.container_setup, self.run_dir, self._on_every_node)
 
     def _on_every_node(self, step: Step) -> int:
         """A step of one task per node on each usable node of the allocation (hosts: all), or on the first."""
@@ -354,7 +351,8 @@ class Supervisor:
         the node where the failure began), and the secrets file removed where nothing will start
         this run again."""
         write_whole(self.run_dir / EXIT_CODE, f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
-        failed = hooks.post_run(self.plan.post_run, self.env, code, self._hooks_runtime())
+        runtime = self._hooks_runtime() if self.plan.post_run else []
+        failed = UNSET_VARIABLE if runtime is None else hooks.post_run(self.plan.post_run, self.env, code, runtime)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not
