@@ -30,7 +30,7 @@ FAST_MODULES = {
     "test_run_diff", "test_run_layout", "test_run_report", "test_sacct_status", "test_slurm_accounting", "test_runner_units", "test_schema", "test_service_role", "test_spares", "test_stacks", "test_startup_imports",
     "test_stragglers", "test_style", "test_supervisor", "test_template_cache", "test_template_errors", "test_top", "test_user_cache",
     "test_validation",
-    "test_env_values", "test_program_args",
+    "test_env_values", "test_program_args", "test_enroot",
 }  # fmt: skip
 
 

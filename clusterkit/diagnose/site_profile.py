@@ -235,8 +235,11 @@ def _containers(draft: Draft, site: SlurmSite) -> None:
         "shifter": "docker:nvcr.io/nvidia/pytorch:24.05-py3",
         "podman": "nvcr.io/nvidia/pytorch:24.05-py3",
         "docker": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "enroot": "nvcr.io#nvidia/pytorch:24.05-py3",  # called directly: where pyxis is, it calls enroot
     }
     for tool, image in images.items():
+        if tool == "enroot" and "container-image" in site.srun_options:
+            continue
         if tool in site.container_tools:
             draft.notes.append(
                 f"{tool} is on the PATH of {site.host} (the compute nodes may differ): for its images add"

@@ -163,6 +163,11 @@ def check_container(
             f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}), "
             "so it cannot run this image",
         )
+    if recipe.hooks.in_container and profile.container is None:
+        error(
+            ("hooks", "in_container"),
+            f"cluster profile {profile.name!r} runs no container (container: {{runtime, image}}) to run the hooks in",
+        )
     if profile.container is None:
         return
     box = profile.container
@@ -198,6 +203,8 @@ def check_container(
             f"{runs} holds ',' or ':', which the container's mount list cannot carry; "
             "choose a runs directory without them",
         )
+    elif box.runtime == "enroot" and any(character.isspace() for character in str(runs)):
+        error(("runs_dir",), f"{str(runs)!r} holds a space, which enroot's --mount cannot carry; choose one without")
     for index, entry in enumerate(profile.container.mounts):
         for mount in filter(None, entry.split(",")):  # joined with ',', as both runtimes split their list
             source, _, rest = mount.partition(":")

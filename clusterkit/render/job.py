@@ -124,10 +124,10 @@ def _late_env(env: list[EnvVar]) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def supervisor_files() -> dict[str, str]:
     """The job's supervisor, copied as it is (its own folder in the run directory, with the site
-    folder the ranks' Python reads)."""
+    folder the ranks' Python reads, and enroot's configuration script)."""
     return {
         f"{run_layout.SUPERVISOR_DIR}/{path.relative_to(SUPERVISOR).as_posix()}": path.read_text(encoding="utf-8")
-        for path in sorted(SUPERVISOR.rglob("*.py"))
+        for path in sorted([*SUPERVISOR.rglob("*.py"), *SUPERVISOR.glob("*.sh")])
     }
 
 

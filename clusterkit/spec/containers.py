@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clusterkit.spec import enroot
 from clusterkit.spec.launchers import Words
 from clusterkit.spec.runtime_values import PLACEHOLDER, placeholders
 
@@ -68,6 +69,16 @@ RUNTIMES: dict[str, Runtime] = {
         ),
         # NERSC's Shifter: images come from its gateway (shifterimg pull), NVIDIA's GPUs from its gpu module.
         Runtime("shifter", frozenset({REGISTRY}), {"nvidia": ("--module=gpu",)}, "shifter", header_image=True),
+        # NVIDIA's enroot called directly (as pyxis calls it): a registry image imported into a .sqsh once,
+        # a container made from it once per node, `enroot start` per task (spec.enroot). NVIDIA's GPUs come
+        # through its nvidia hook (NVIDIA_VISIBLE_DEVICES), SLURM's binding through CUDA_VISIBLE_DEVICES;
+        # it has no AMD hook.
+        Runtime(
+            "enroot",
+            frozenset({FILE, REGISTRY}),
+            {"nvidia": ("--env=NVIDIA_VISIBLE_DEVICES=all",)},
+            "enroot",
+        ),
     )
 }
 
@@ -145,7 +156,18 @@ def refusal(box: Container, profile: ClusterProfile) -> tuple[tuple[str, ...], s
         )
     if runtime.style == "srun" and box.options:
         return ("container", "options"), "pyxis takes srun's options: give them in the recipe's srun.extra"
-    if runtime.style in ("run", "shifter"):
+    if runtime.style == "enroot" and kind == FILE and not image.endswith(enroot.SQUASHFS_SUFFIXES):
+        return ("container", "image"), f"enroot runs a squashfs image (.sqsh) or a registry image, not {box.image}"
+    if runtime.style == "enroot" and box.workdir:
+        return ("container", "workdir"), (
+            "enroot has no working-directory option (a task starts in its own directory where the image "
+            "has it): leave container.workdir out"
+        )
+    for index, mount in enumerate(box.mounts if runtime.style == "enroot" else ()):
+        why = enroot.mount_refusal(mount)
+        if why is not None:
+            return ("container", "mounts", index), why
+    if runtime.style in ("run", "shifter", "enroot"):
         for index, mount in enumerate(box.mounts):
             source = mount.split(":")[0]
             if "," in mount or not source.startswith("/"):
@@ -180,6 +202,10 @@ def prefix(box: Container, profile: ClusterProfile, name: str, env_names: tuple[
         words.add(*box.options)
         # A bare name is Apptainer's to read (a relative path, as it always was); Shifter's docker:NAME is docker://.
         return words.given("docker://" + registry_name(box.image) if box.image.startswith("docker:") else box.image)
+    if runtime.style == "enroot":
+        # SLURM's GPU binding, where it set one (not a variable every runtime needs: apptainer's pass through).
+        cuda = ("CUDA_VISIBLE_DEVICES",) if gpus else ()
+        return enroot.start(box, gpus, (*env_names, *cuda))
     if runtime.style == "shifter":
         words = Words().add("shifter", f"--image={header_image(box)}", *gpus).extend(_volumes(box))
         return words.given(*((f"--workdir={box.workdir}",) if box.workdir else ())).add(*box.options)

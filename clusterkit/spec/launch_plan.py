@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from clusterkit.spec import containers, layout
+from clusterkit.spec import containers, enroot, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
-from clusterkit.spec.sbatch_header import tasks_per_node
+from clusterkit.spec.sbatch_header import tasks_per_node, total_nodes
 from clusterkit.spec.step_options import step_options
 from clusterkit.spec.watchdog import seconds
-from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
+from clusterkit.supervisor.plan import ContainerSetup, LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -68,7 +68,8 @@ def container(
         if box.workdir:
             srun.given(f"--container-workdir={box.workdir}")
         return Container(srun, Words(), (box.python,))
-    name = f"clusterkit-{{job_id}}-{step}" + ("" if step == "image-check" else "-{rank}")  # srun's task id
+    # srun's task id; the image check and the hooks are one process, without it.
+    name = f"clusterkit-{{job_id}}-{step}" + ("" if step in ("image-check", "hooks") else "-{rank}")
     return Container(Words(), containers.prefix(box, profile, name, env), ())
 
 
@@ -253,6 +254,44 @@ def container_env(recipe: ResolvedRecipe, env_names: tuple[str, ...]) -> tuple[s
     return (*containers.PASSED_ENV, *sorted(job))  # sorted: the same words however env.sh orders its lines
 
 
+def container_setup(recipe: ResolvedRecipe) -> ContainerSetup | None:
+    """enroot's import (a registry image), create and remove, as one-task-per-node steps (spec.enroot)."""
+    box = recipe.container
+    if box is None or containers.RUNTIMES[box.runtime].style != "enroot":
+        return None
+    life = enroot.lifecycle(box, RUN_DIR)
+    logs = (
+        layout.node_log(layout.JOB_ID_PATTERN[recipe.job_kind], "%t", "out"),
+        layout.node_log(layout.JOB_ID_PATTERN[recipe.job_kind], "%t", "err"),
+    )
+
+    def once(name: str, hosts: str, nodes: int, words: Words) -> Step:
+        return _step(
+            name, hosts, nodes, 1, words, Container(Words(), Words(), ()), ["--cpus-per-task=1"], logs=logs, agent=False
+        )
+
+    nodes = total_nodes(recipe)
+    return ContainerSetup(
+        create=once("enroot-create", "all", nodes, life.create),
+        remove=once("enroot-remove", "all", nodes, life.remove),
+        import_=once("enroot-import", "first", 1, life.import_) if life.import_ else None,
+        imported=life.imported,
+    )
+
+
+def hooks_container(recipe: ResolvedRecipe, profile: ClusterProfile, passed: tuple[str, ...]) -> Step | None:
+    """hooks.in_container: the runtime's command (the tasks' own) that the hook lines' bash runs under,
+    here in the batch shell; a docker/podman container is also given post_run's exit code. pyxis's
+    are srun's options: one task on the allocation's first node, the batch shell's, in the image."""
+    if not recipe.hooks.in_container or recipe.container is None:
+        return None
+    box = container(recipe, profile, "hooks", (*passed, "CLUSTERKIT_EXIT_CODE"))
+    run = box.prefix
+    if box.srun.words:
+        run = Words().add("srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1").extend(box.srun)
+    return _step("hooks", "batch", 1, 1, run, Container(Words(), Words(), ()), [], agent=False)
+
+
 def launch_plan(
     recipe: ResolvedRecipe,
     profile: ClusterProfile,
@@ -353,4 +392,6 @@ def launch_plan(
         if recipe.notify and recipe.notify.webhook_secret
         else None,
         steps=job_steps(recipe, profile, box, late_env),
+        container_setup=container_setup(recipe),
+        hooks_container=hooks_container(recipe, profile, passed),
     )

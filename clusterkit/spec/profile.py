@@ -52,12 +52,13 @@ class Container(_Struct):
     (``exec`` before the launcher, ``--nv`` or ``--rocm`` by the profile's GPU vendor); docker or
     podman (``run`` a container per node: host network and IPC, the GPUs, the user's ids, each job
     variable by name); shifter (NERSC: the image in ``#SBATCH --image=`` and ``shifter`` per node,
-    ``--module=gpu``). ``image``: a file (.sif, .sqsh), a registry reference (NAME[:TAG] or
+    ``--module=gpu``); enroot called directly (import, create once per node, ``enroot start`` per task,
+    remove at the end: spec.enroot). ``image``: a file (.sif, .sqsh), a registry reference (NAME[:TAG] or
     docker://NAME[:TAG]) or a sandbox folder, as the runtime can run it (spec.containers says which).
     The run directory is always mounted at its own path."""
 
     image: NonEmptyLine
-    runtime: Literal["pyxis", "apptainer", "singularity", "docker", "podman", "shifter"] = "pyxis"
+    runtime: Literal["pyxis", "apptainer", "singularity", "docker", "podman", "shifter", "enroot"] = "pyxis"
     # host[:container[:options]], as the runtimes write them (docker, podman, shifter: one per entry)
     mounts: list[NonEmptyLine] = field(default_factory=list)
     workdir: NonEmptyLine | None = None

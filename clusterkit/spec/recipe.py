@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.hooks import Hooks
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
 from clusterkit.spec.preemption import Preemption
@@ -160,15 +161,6 @@ class ProfileDrops(_Struct):
 
     modules: list[NonEmptyLine] = field(default_factory=list)
     setup: list[Line] = field(default_factory=list)
-
-
-class Hooks(_Struct):
-    """Shell lines written on purpose, run in the batch shell as written (not under ``set -u``)."""
-
-    pre_launch: list[Line] = field(default_factory=list)  # after setup and env, before the launchers
-    # After the launchers end, also after a failure; $CLUSTERKIT_EXIT_CODE holds their exit code,
-    # which stays the job's whatever these lines do.
-    post_run: list[Line] = field(default_factory=list)
 
 
 class Fsdp(_Struct):

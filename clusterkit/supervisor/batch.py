@@ -13,6 +13,7 @@ The job's events (its start, failure, hang, restart, completion) go to the recip
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import hooks, job_steps, recovery
+from . import container_setup, hooks, job_steps, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -43,7 +44,7 @@ from .run_files import (
 )
 from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
-from .steps import Running, free_port, start, step_hosts, wait_until_ready
+from .steps import Running, batch_argv, free_port, start, step_hosts, wait_until_ready
 from .watchdog import EXIT_HUNG, Watcher
 
 
@@ -58,11 +59,13 @@ class Supervisor:
         self.watcher: Optional[Watcher] = None
         self.spares = Spares(plan, run_dir, job.job_id)
         self.notifier = Notifier(plan.notify, job.environ, plan.job_name, job.job_id, str(run_dir))
+        self.container_made = False  # enroot: the job's container was made (or tried) on the nodes
 
     def run(self) -> int:
         try:
             return self._carry_out()
         finally:
+            self._container_down()
             self.notifier.finish()
 
     def _carry_out(self) -> int:
@@ -101,10 +104,13 @@ class Supervisor:
             (self.run_dir / NCCL_TRACE_DIR).mkdir(parents=True, exist_ok=True)
         print(f"clusterkit: restart {self.job.restarts} of at most {self.plan.recovery.max_requeues}", flush=True)
 
-        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env)
-        if code:
-            print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
-            return self._end(code)
+        # enroot's container is made before hooks that run in it, after hooks on the host (what they
+        # export, a registry token or ENROOT_* settings, reaches enroot import and create).
+        before = (self._pre_launch, self._container_up)
+        for ready in reversed(before) if self.plan.hooks_container else before:
+            code = ready()
+            if code:
+                return self._end(code)
         if self.plan.image_check is not None:
             code = self._run(self.plan.image_check)
             if code:
@@ -249,6 +255,45 @@ class Supervisor:
             shutil.copyfile(self.files_dir / name, self.run_dir / name)
         shutil.copytree(self.files_dir / SUPERVISOR_DIR, self.run_dir / SUPERVISOR_DIR, dirs_exist_ok=True)
 
+    def _pre_launch(self) -> int:
+        if not self.plan.pre_launch:
+            return 0
+        runtime = self._hooks_runtime()
+        if runtime is None:
+            return UNSET_VARIABLE
+        code, self.env = hooks.pre_launch(self.plan.pre_launch, self.env, runtime)
+        if code:
+            print(f"clusterkit: hooks.pre_launch exited with {code}: not training", flush=True)
+        return code
+
+    def _hooks_runtime(self) -> Optional[List[str]]:
+        """hooks.in_container: the runtime's command the hook lines run under, filled in here ([]: on
+        the host; None: an {env:NAME} in it is not set, which the job's log says)."""
+        step = self.plan.hooks_container
+        if step is None:
+            return []
+        try:
+            return batch_argv(step, self.env)
+        except UnsetVariable as unset:
+            print(unset_line(unset, step.name, socket.gethostname()), flush=True)
+            return None
+
+    def _container_up(self) -> int:
+        """enroot: the job's container made on every node, before anything runs in it."""
+        if self.plan.container_setup is None:
+            return 0
+        self.container_made = True
+        return container_setup.make(self.plan.container_setup, self.run_dir, self._on_every_node)
+
+    def _container_down(self) -> None:
+        if self.plan.container_setup is not None and self.container_made:
+            container_setup.remove(self.plan.container_setup, self.run_dir, self._on_every_node)
+
+    def _on_every_node(self, step: Step) -> int:
+        """A step of one task per node on each usable node of the allocation (hosts: all), or on the first."""
+        nodes = 1 if step.hosts == "first" else len(self.spares.usable(self.hosts))
+        return self._run(dataclasses.replace(step, nodes=nodes))
+
     def _pass_on(self, signum: int, _frame: object) -> None:
         self.preempted = True
         if self.running is not None:
@@ -306,7 +351,8 @@ class Supervisor:
         the node where the failure began), and the secrets file removed where nothing will start
         this run again."""
         write_whole(self.run_dir / EXIT_CODE, f"{code}\n")  # read by `clusterkit status` once SLURM forgot the job
-        failed = hooks.post_run(self.plan.post_run, self.env, code)
+        runtime = self._hooks_runtime() if self.plan.post_run else []
+        failed = UNSET_VARIABLE if runtime is None else hooks.post_run(self.plan.post_run, self.env, code, runtime)
         if failed is not None:
             print(f"clusterkit: hooks.post_run exited with {failed}; the job's exit code stays {code}", flush=True)
         usable = self.spares.usable(self.hosts)  # node numbers count the launch's nodes, a dropped one not

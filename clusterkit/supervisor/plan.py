@@ -69,7 +69,7 @@ class Step:
     that starts the ranks itself). Each task runs the node agent (:mod:`.node`), which runs ``argv``."""
 
     name: str  # preflight | service | launch | image-check: logs and messages say it
-    hosts: str  # train: the allocation's first train_nodes; service: the last service_nodes; first; batch
+    hosts: str  # train: the allocation's first train_nodes; service: the last service_nodes; first; batch; all
     nodes: int
     tasks_per_node: int
     argv: Tuple[str, ...]
@@ -111,6 +111,19 @@ class Service:
     port: int
     ready_timeout_s: int
     address_env: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerSetup:
+    """A runtime whose container is made before anything runs in it and removed when the job ends
+    (enroot): ``import_`` (one task on the first node, for a registry image), ``create`` and ``remove``
+    (one task on each node of the allocation); ``imported``: the file ``import_`` writes below the run
+    directory, removed with the container ("" for none)."""
+
+    create: Step
+    remove: Step
+    import_: Optional[Step] = None
+    imported: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +187,10 @@ class LaunchPlan:
     # A job of several steps: these run in order instead of ``launch`` (which stays the rendezvous'
     # and the preflight's layout); the first that fails ends the job (:mod:`.job_steps`).
     steps: Tuple[Step, ...] = ()
+    container_setup: Optional[ContainerSetup] = None
+    # hooks.in_container: the runtime's command the hook lines' bash runs under, in the batch shell
+    # (argv and its run-time values' positions: a Step run here); None: they run on the host.
+    hooks_container: Optional[Step] = None
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -210,7 +227,14 @@ def _build(cls: Any, data: Any) -> Any:
         raise PlanError(f"{cls.__name__}: {exc}") from None
 
 
-_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog, "Notify": Notify}
+_NESTED = {
+    "Step": Step,
+    "ContainerSetup": ContainerSetup,
+    "Service": Service,
+    "Recovery": Recovery,
+    "Watchdog": Watchdog,
+    "Notify": Notify,
+}
 
 
 def load_plan(text: str) -> LaunchPlan:

@@ -29,6 +29,8 @@ def step_hosts(plan: LaunchPlan, step: Step, hosts: Sequence[str]) -> List[str]:
         return list(hosts[len(hosts) - plan.service_nodes :])
     if step.hosts == "first":
         return list(hosts[:1])
+    if step.hosts == "all":  # each node of the allocation once (a container made or removed on each)
+        return list(hosts)
     return list(hosts[: plan.train_nodes])
 
 
@@ -61,6 +63,11 @@ def srun_argv(
         *srun_options(step, run_dir, values),
         *task,
     ]
+
+
+def batch_argv(step: Step, environ: Mapping[str, str]) -> List[str]:
+    """A step's argv as run here in the batch shell, its run-time values filled in."""
+    return _expanded(step, _batch_values(environ))
 
 
 def _expanded(step: Step, values: Mapping[str, str]) -> List[str]:
