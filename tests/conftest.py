@@ -65,7 +65,13 @@ def run_cli(
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[str]:
     """Start (or reuse) the local three-node SLURM cluster; yields its SLURM_CONF. A cluster this
-    session started is stopped at the end; one that was already running is left running."""
+    session started is stopped at the end; one that was already running is left running. A cluster
+    that answers at the SLURM_CONF already set is used as it is (a second checkout's tests beside the
+    first one's cluster: only one dev cluster can run on a machine, its ports are fixed)."""
+    named = os.environ.get("SLURM_CONF")
+    if named and " is UP" in subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout:
+        yield named
+        return
     script = str(REPO / "bin" / "dev-cluster")
     was_running = "slurmctld: running" in subprocess.run([script, "status"], capture_output=True, text=True).stdout
     done = subprocess.run([script, "up"], capture_output=True, text=True, timeout=300)
