@@ -33,6 +33,7 @@ from clusterkit.spec.launchers import accelerate_type
 from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.spec.runtime_values import expanded_late
+from clusterkit.spec.components import header_groups
 from clusterkit.spec.sbatch_header import header_options
 from clusterkit.version import __version__
 
@@ -170,6 +171,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "profile": profile,
         "recipe": recipe,
         "sbatch": sbatch_options(loaded),
+        "hetjob_groups": header_groups(loaded.recipe, loaded.profile),  # spec.components
         "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
         "setup": [Shell(line) for line in setup],
         "env": env_vars,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from clusterkit.spec import containers, layout
+from clusterkit.spec import components as het, containers, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
@@ -21,7 +21,7 @@ from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.step_options import step_options
 from clusterkit.spec.watchdog import seconds
-from clusterkit.supervisor.plan import LaunchPlan, Notify, Recovery, Service, Step, Watchdog
+from clusterkit.supervisor.plan import Component, LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
@@ -353,4 +353,34 @@ def launch_plan(
         if recipe.notify and recipe.notify.webhook_secret
         else None,
         steps=job_steps(recipe, profile, box, late_env),
+        components=components(recipe),
     )
+
+
+def components(recipe: ResolvedRecipe) -> tuple[Component, ...]:
+    """A heterogeneous job's components: each command once per rank on its own het group's nodes,
+    exec'd by the node agent once RANK, LOCAL_RANK, WORLD_SIZE (the component's) are set."""
+    planned = []
+    for component in recipe.components or []:
+        cpus = [] if component.cpus_per_task is None else [f"--cpus-per-task={component.cpus_per_task}"]
+        srun = cpus + [
+            f"--{flag}" if value is True else f"--{flag}={value}"
+            for flag, value in sorted(component.srun.items())
+            if value is not False
+        ]
+        step = _step(
+            component.name,
+            "component",
+            component.nodes,
+            component.ranks_per_node,
+            Words().add(*component.command),
+            Container(Words(), Words(), ()),
+            srun,
+            logs=(het.component_log(component.name, "%t", "out"), het.component_log(component.name, "%t", "err")),
+            env={name: env_value(value) for name, value in component.env.items()},
+            ranks="task",
+            replace=True,
+            het_group=het.het_group(recipe, component.name),
+        )
+        planned.append(Component(component.name, step, component.port, component.ready_timeout_s))
+    return tuple(planned)

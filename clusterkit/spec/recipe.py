@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.components import COMPONENT_PATTERN_HINTS, Component
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
 from clusterkit.spec.preemption import Preemption
@@ -46,6 +47,7 @@ PATTERN_HINTS = {
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
     **NOTIFY_PATTERN_HINTS,
+    **COMPONENT_PATTERN_HINTS,
     DURATION_PATTERN: DURATION_HINT,
     STEPS_PATTERN: STEPS_HINT,
 }
@@ -363,6 +365,7 @@ class Recipe(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
     service: Service | None = None
+    components: Annotated[list[Component], Meta(min_length=1, max_length=16)] | None = None  # spec.components
     watchdog: Watchdog | None = None  # a hung job found and ended (spec.watchdog)
     # Where the job's events go (a webhook, SLURM's e-mail) and which (spec.notify); default: the
     # user config's notify:, and null turns that off.

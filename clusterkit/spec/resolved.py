@@ -53,6 +53,7 @@ from clusterkit.spec.recipe import (
     process_model_of,
     tasks_per_node,
 )
+from clusterkit.spec.components import Component
 from clusterkit.spec.snapshot import CodeSnapshot
 from clusterkit.spec.tracking import Tracking, as_tracking
 from clusterkit.spec.watchdog import Duration, Watchdog
@@ -150,6 +151,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     setup: list[Line]
     srun: Srun
     service: Service | None
+    components: list[Component] | None = None  # spec.components (a heterogeneous job)
     watchdog: Watchdog | None
     notify: Notify | None
     collective_timeout: Duration | None  # spec.collective_timeout
@@ -281,6 +283,7 @@ def resolve(
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
+        components=recipe.components,
         watchdog=recipe.watchdog,
         notify=recipe.notify,
         collective_timeout=recipe.collective_timeout,

@@ -54,6 +54,10 @@ class JobEnvironment:
     def hosts(self) -> List[str]:
         raise NotImplementedError
 
+    def group_hosts(self, group: int) -> List[str]:
+        """The hosts of a heterogeneous job's component ``group`` (SLURM_JOB_NODELIST_HET_GROUP_<n>)."""
+        raise NotImplementedError
+
     def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> "subprocess.Popen[bytes]":
         """Start a step (``srun ...``) or a program in the batch shell."""
         return subprocess.Popen(list(argv), env=dict(env))
@@ -84,8 +88,14 @@ class SlurmEnvironment(JobEnvironment):
     can_submit = True
 
     def hosts(self) -> List[str]:
+        return self._hostnames("SLURM_JOB_NODELIST")  # a heterogeneous job's: its first group's
+
+    def group_hosts(self, group: int) -> List[str]:
+        return self._hostnames(f"SLURM_JOB_NODELIST_HET_GROUP_{group}")
+
+    def _hostnames(self, variable: str) -> List[str]:
         done = subprocess.run(
-            ["scontrol", "show", "hostnames", self.environ.get("SLURM_JOB_NODELIST", "")],
+            ["scontrol", "show", "hostnames", self.environ.get(variable, "")],
             stdout=subprocess.PIPE,
             check=True,
             universal_newlines=True,
@@ -118,6 +128,9 @@ class LocalEnvironment(JobEnvironment):
 
     def hosts(self) -> List[str]:
         return [host for host in self.environ.get("SLURM_JOB_NODELIST", "").split(",") if host]
+
+    def group_hosts(self, group: int) -> List[str]:
+        return [host for host in self.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{group}", "").split(",") if host]
 
 
 def current(environ: Optional[Mapping[str, str]] = None) -> JobEnvironment:

@@ -96,6 +96,7 @@ class Step:
     srun_flag: str = ""
     srun_at: int = -1
     repeat: int = 1  # a step of several (LaunchPlan.steps): run this many times in a row, its trials
+    het_group: Optional[int] = None  # a heterogeneous job's component: srun --het-group (None: the job's first)
 
     @property
     def ntasks(self) -> int:
@@ -111,6 +112,17 @@ class Service:
     port: int
     ready_timeout_s: int
     address_env: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """A heterogeneous job's component (spec.components): ``step`` on its own nodes (het group
+    ``step.het_group``), ready once its first node answers on ``port`` (None: once started)."""
+
+    name: str
+    step: Step
+    port: Optional[int]
+    ready_timeout_s: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +186,8 @@ class LaunchPlan:
     # A job of several steps: these run in order instead of ``launch`` (which stays the rendezvous'
     # and the preflight's layout); the first that fails ends the job (:mod:`.job_steps`).
     steps: Tuple[Step, ...] = ()
+    # A heterogeneous job: started before the launch, in order, and stopped when it ends (.components).
+    components: Tuple[Component, ...] = ()
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -199,8 +213,8 @@ def _build(cls: Any, data: Any) -> Any:
         nested = _NESTED.get(kind)
         if nested is not None and value is not None:
             value = _build(nested, value)
-        elif kind == "Tuple[Step, ...]" and isinstance(value, list):
-            value = tuple(_build(Step, item) for item in value)
+        elif kind in ("Tuple[Step, ...]", "Tuple[Component, ...]") and isinstance(value, list):
+            value = tuple(_build(_NESTED[kind[6:-6]], item) for item in value)
         elif kind.startswith("Tuple[") and isinstance(value, list):
             value = tuple(value)
         values[name] = value
@@ -210,7 +224,14 @@ def _build(cls: Any, data: Any) -> Any:
         raise PlanError(f"{cls.__name__}: {exc}") from None
 
 
-_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog, "Notify": Notify}
+_NESTED = {
+    "Step": Step,
+    "Component": Component,
+    "Service": Service,
+    "Recovery": Recovery,
+    "Watchdog": Watchdog,
+    "Notify": Notify,
+}
 
 
 def load_plan(text: str) -> LaunchPlan:
