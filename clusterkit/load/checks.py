@@ -122,7 +122,7 @@ def resolve_and_check(
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)
     launch_checks.check_container(recipe, profile, found.error, found.profile_error, found.warn)
     launch_checks.check_service(recipe, found.error)
-    component_checks.check_components(recipe, profile, found.error, found.warn)
+    component_checks.check_components(recipe, profile, found.error, found.warn, found.profile_error)
     launch_checks.check_launcher(recipe, found.error)
     if resolved is not None:
         accelerate_checks.check_accelerate_config(resolved, found.error)

@@ -5,6 +5,7 @@ one place with why."""
 from __future__ import annotations
 
 from clusterkit.load.job_checks import Report, env_owner, shell_env_problem
+from clusterkit.load.launch_checks import env_texts
 from clusterkit.load.slurm_options import SBATCH_OPTIONS, SRUN_OPTIONS
 from clusterkit.spec.components import COMPONENT_SBATCH, COMPONENT_SRUN, JOB_WIDE_SBATCH, RESERVED_NAMES
 from clusterkit.spec.profile import ClusterProfile
@@ -28,13 +29,25 @@ _REFUSED = (
 )  # fmt: skip
 
 
-def check_components(recipe: Recipe, profile: ClusterProfile, error: Report, warn: Report) -> None:
+def check_components(
+    recipe: Recipe, profile: ClusterProfile, error: Report, warn: Report, profile_error: Report
+) -> None:
     components = recipe.components
     if not components:
         return
     for key, is_set, why in _REFUSED:
         if is_set(recipe, profile):
             error(key, f"cannot be combined with components: {why}")
+    # sbatch keeps no empty line of a heterogeneous job's script: a value with one would lose it.
+    for report, base, env in (
+        (error, ("env",), recipe.env),
+        (error, ("network", "env"), recipe.network.env),
+        (profile_error, ("env",), profile.env),
+        (profile_error, ("network_env",), profile.network_env),
+    ):
+        for name, value in env.items():
+            if any("\n\n" in text for text in env_texts(value)):
+                report((*base, name), "holds an empty line, which SLURM drops from a heterogeneous job's script")
     seen: set[str] = set()
     for index, component in enumerate(components):
         at = ("components", index)
@@ -63,3 +76,4 @@ def check_components(recipe: Recipe, profile: ClusterProfile, error: Report, war
                 error((*at, "env", name), problem)
         if component.ready_timeout_s != 600 and component.port is None:
             error((*at, "ready_timeout_s"), "waits for the component's port: give port too")
+

@@ -33,7 +33,7 @@ from clusterkit.spec.launchers import accelerate_type
 from clusterkit.spec.network import EnvVar, network_env
 from clusterkit.spec.resolved import JobFile, ResolvedRecipe
 from clusterkit.spec.runtime_values import expanded_late
-from clusterkit.spec.components import header_groups
+from clusterkit.spec.components import header_groups, without_empty_lines
 from clusterkit.spec.sbatch_header import header_options
 from clusterkit.version import __version__
 
@@ -184,7 +184,9 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "host_python": profile.host_python,
     }
     files[run_layout.ENV_SCRIPT] = render_template(env, ENV_TEMPLATE, context)
-    files[run_layout.JOB_SCRIPT] = checked_script(env, JOB_TEMPLATE, render_template(env, JOB_TEMPLATE, context))
+    script = render_template(env, JOB_TEMPLATE, context)
+    script = without_empty_lines(script) if recipe.components else script  # as SLURM keeps a hetjob's
+    files[run_layout.JOB_SCRIPT] = checked_script(env, JOB_TEMPLATE, script)
     files[run_layout.RESOLVED_RECIPE] = (
         f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
         f"on cluster profile {comment(loaded.profile_path)}\n"

@@ -9,6 +9,7 @@ runs (clusterkit.supervisor.components names the variables; docs/guides/heteroge
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import msgspec
@@ -119,3 +120,10 @@ def header_groups(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[list[
             options[flag] = None if value is True else value
         groups.append(sorted((f, v) for f, v in options.items() if v is not None and v is not False))
     return groups
+
+
+def without_empty_lines(script: str) -> str:
+    """A heterogeneous job's script as SLURM keeps it: sbatch drops its empty lines as it splits the
+    hetjob groups, so the script clusterkit writes (and its dry run shows) has none, and load refuses
+    an env value with an empty line in it, whose meaning that would change (load.component_checks)."""
+    return re.sub("\n{2,}", "\n", script)  # lines as bash and sbatch split them: at \n alone

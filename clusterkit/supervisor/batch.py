@@ -141,7 +141,7 @@ class Supervisor:
             if service:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)
-            components.stop_all(self.plan.components, started)
+            components.stop_all(self.job, self.plan.components, started)
         print(f"clusterkit: {'the steps' if self.plan.steps else 'launchers'} exited with {code}", flush=True)
         hang = self.watcher.hang
         if hang is not None:  # ended by the watchdog: retried without the odd ranks' nodes, or not at all

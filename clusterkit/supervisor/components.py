@@ -11,12 +11,14 @@ own ``MASTER_ADDR`` / ``MASTER_PORT`` (its first node, a free port there), for a
 
 from __future__ import annotations
 
+import signal
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .environment import JobEnvironment
 from .plan import Component, LaunchPlan
 from .steps import Running, free_port, start, wait_until_ready
 
+STOP_GRACE_S = 10  # from SIGTERM to a component's tasks until its step is ended
 TRAIN = "train"  # training's own name among the components (spec.components.TRAIN)
 
 
@@ -71,7 +73,7 @@ def start_all(
             running.append(start(plan, component.step, job, hosts, run_dir, own))
         except OSError as exc:
             print(f"clusterkit: component {component.name} cannot start srun: {exc.strerror or exc}", flush=True)
-            stop_all(plan.components, running)
+            stop_all(job, plan.components, running)
             return None
         print(f"clusterkit: component {component.name} started on {','.join(hosts)}", flush=True)
     for component, started in zip(plan.components, running):
@@ -82,14 +84,18 @@ def start_all(
         why = wait_until_ready(placed[component.name][0], component.port, component.ready_timeout_s, started)
         if why is not None:
             print(f"clusterkit: component {component.name} at {address} did not answer ({why}): not training", flush=True)
-            stop_all(plan.components, running)
+            stop_all(job, plan.components, running)
             return None
         print(f"clusterkit: component {component.name} answers at {address}", flush=True)
     return running
 
 
-def stop_all(components: Sequence[Component], running: Sequence[Running]) -> None:
-    """Each started component's step ended (SIGTERM through srun), the last started first."""
+def stop_all(job: JobEnvironment, components: Sequence[Component], running: Sequence[Running]) -> None:
+    """Each started component stopped, the last started first: its tasks sent SIGTERM and given
+    ``STOP_GRACE_S`` to end, then its step ended (srun, which kills what is left)."""
     for component, started in reversed(list(zip(components, running))):
-        code = started.stop()
+        code = started.poll(0)
+        if code is None and job.signal_group(component.step.het_group or 0, signal.SIGTERM):
+            code = started.poll(STOP_GRACE_S)
+        code = started.stop() if code is None else code
         print(f"clusterkit: component {component.name} stopped ({code})", flush=True)

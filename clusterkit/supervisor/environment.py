@@ -75,6 +75,11 @@ class JobEnvironment:
             except ProcessLookupError:
                 pass
 
+    def signal_group(self, group: int, signum: int) -> bool:
+        """Send ``signum`` to the tasks of a heterogeneous job's component ``group`` (its srun steps);
+        False where nothing can (then only ending the step's srun stops them)."""
+        return False
+
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         return None
 
@@ -108,6 +113,11 @@ class SlurmEnvironment(JobEnvironment):
     def signal_job(self, signum: int) -> None:
         # Every step's processes on every node, through slurmstepd (not the batch shell: this one).
         subprocess.run(["scancel", f"--signal={signum}", self.job_id])
+
+    def signal_group(self, group: int, signum: int) -> bool:
+        # srun ends its step with SIGKILL when it gets SIGTERM itself; through slurmstepd the tasks
+        # get the signal as it is (<job>+<offset> names a component's own steps, not the batch shell).
+        return subprocess.run(["scancel", f"--signal={signum}", f"{self.slurm_job_id}+{group}"]).returncode == 0
 
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         """``sbatch --parsable --hold ...``: the new job's id, or None where sbatch refused it."""

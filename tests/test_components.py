@@ -1,0 +1,199 @@
+"""Heterogeneous jobs (issue 32, ``components:``): components beside training, each a SLURM hetjob
+component with its own nodes, partition, GPUs, ranks per node, srun options and env; started as
+``srun --het-group=N`` steps before training, every process told where each runs
+(CLUSTERKIT_COMPONENT_<NAME>_HOSTS/ADDR/PORT), training waiting for each port, the components stopped
+when training ends. The dev-cluster tests (marked slurm) are the real proof."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterkit import load_recipe, render_job
+from clusterkit.errors import RecipeError
+from clusterkit.supervisor import components
+from clusterkit.supervisor.environment import LocalEnvironment
+from conftest import REPO, run_cli
+from launch_plans import plan_of, started
+
+SCRIPTS = REPO / "tests" / "scripts"
+
+
+def _recipe(tmp_path: Path, *component_list: dict, **fields) -> Path:
+    body = {
+        "name": "het",
+        "cluster": "dev",
+        "runs_dir": str(tmp_path / "runs"),
+        "launcher": "python",
+        "resources": {"nodes": 1, "gpus_per_node": 2, "cpus_per_task": 1, "time": "5"},
+        "task": {"script": str(SCRIPTS / "het_train.py")},
+        "components": list(component_list)
+        or [
+            {
+                "name": "reward",
+                "command": [sys.executable, str(SCRIPTS / "het_component.py")],
+                "ranks_per_node": 2,
+                "port": 8310,
+                "ready_timeout_s": 60,
+                "env": {"REWARD_SETTING": "a b; $(touch x)"},
+                "srun": {"label": True},
+            }
+        ],
+        **fields,
+    }
+    path = tmp_path / "het.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_the_header_holds_one_hetjob_group_per_component(tmp_path: Path) -> None:
+    extra = {"name": "gen", "command": ["serve"], "nodes": 2, "cpus_per_task": 3, "partition": "other"}
+    job = render_job(load_recipe(_recipe(tmp_path, {"name": "reward", "command": ["serve"]}, extra)))
+    header = [line for line in job.script.splitlines() if line.startswith("#SBATCH")]
+    groups = "\n".join(header).split("#SBATCH hetjob\n")
+    assert len(groups) == 3
+    assert "#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2" in groups[0]  # training's: het group 0
+    assert groups[1].splitlines() == ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=debug"]
+    assert groups[2].splitlines() == [
+        "#SBATCH --cpus-per-task=3",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --partition=other",
+    ]
+    assert "\n\n" not in job.script  # as SLURM keeps a heterogeneous job's script: no empty line
+    script = tmp_path / "job.sbatch"
+    script.write_text(job.script)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    subprocess.run(["shellcheck", "-S", "warning", str(script)], check=True)
+
+
+def test_each_component_is_an_srun_step_of_its_own_het_group(tmp_path: Path) -> None:
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path))))
+    (reward,) = plan.components
+    assert (reward.name, reward.port, reward.step.het_group, reward.step.replace) == ("reward", 8310, 1, True)
+    argv, env = started(plan, reward.step, "/r")  # given its group's hosts: node1 here
+    assert argv[:6] == ["srun", "--het-group=1", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--nodelist=node1"]
+    assert "--label" in argv and "--output=/r/component_reward_%t.out" in argv
+    assert env["REWARD_SETTING"] == "a b; $(touch x)"  # a value, never shell
+    launch, _ = started(plan, plan.launch, "/r")
+    assert not any(word.startswith("--het-group") for word in launch)  # training: srun's default, group 0
+
+
+def test_every_process_is_told_where_each_component_runs(tmp_path: Path) -> None:
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path))))
+    placed = components.place(plan, LocalEnvironment({"SLURM_JOB_NODELIST_HET_GROUP_1": "node2"}))
+    assert components.told(plan, ["node1"], placed) == {
+        "CLUSTERKIT_COMPONENTS": "train,reward",
+        "CLUSTERKIT_COMPONENT_TRAIN_HOSTS": "node1",
+        "CLUSTERKIT_COMPONENT_TRAIN_ADDR": "node1",
+        "CLUSTERKIT_COMPONENT_REWARD_HOSTS": "node2",
+        "CLUSTERKIT_COMPONENT_REWARD_ADDR": "node2",
+        "CLUSTERKIT_COMPONENT_REWARD_PORT": "8310",
+    }
+    # A job SLURM did not give the group's nodes (not submitted as a heterogeneous job): not training.
+    assert components.place(plan, LocalEnvironment({})) is None
+
+
+@pytest.mark.parametrize(
+    "fields, component, message",
+    [
+        ({}, {"name": "train"}, "components[0].name: 'train' is clusterkit's own name"),
+        ({}, {"name": "launch"}, "components[0].name: 'launch' is clusterkit's own name"),
+        ({}, {"name": "Reward"}, "components[0].name: must be lower-case letters"),
+        ({}, {"name": "a\nb"}, "components[0].name: must be lower-case letters"),
+        ({}, {"command": []}, "components[0].command: "),
+        ({}, {"command": ["a\nb"]}, "components[0].command[0]: must be a non-empty single line"),
+        ({}, {"sbatch": {"time": "5"}}, "components[0].sbatch.time: --time is not the component's to set"),
+        ({}, {"sbatch": {"nodes": 2}}, "components[0].sbatch.nodes: --nodes is not the component's to set; set nodes"),
+        ({}, {"sbatch": {"mem": "1G\n#SBATCH --x"}}, "components[0].sbatch: must be a single line"),
+        ({}, {"srun": {"het-group": 2}}, "components[0].srun.het-group: --het-group is given by clusterkit"),
+        ({}, {"srun": {"nodelist": "x"}}, "components[0].srun.nodelist: --nodelist is given by clusterkit"),
+        ({}, {"env": {"RANK": "1"}}, "components[0].env.RANK: RANK is set by"),
+        ({}, {"env": {"CLUSTERKIT_COMPONENT_X_ADDR": "1"}}, "is set by clusterkit"),
+        ({}, {"env": {"BASH_ENV": "/x"}}, "components[0].env.BASH_ENV: BASH_ENV names a file"),
+        ({}, {"gpus_per_node": 1}, "components[0].gpus_per_node: cluster profile 'dev' has no GPUs"),
+        ({}, {"ready_timeout_s": 5}, "components[0].ready_timeout_s: waits for the component's port: give port too"),
+        ({"service": {"command": ["x"], "port": 1}}, {}, "service: cannot be combined with components"),
+        ({"resources": {"nodes": 1, "array": "0-3"}}, {}, "resources.array: cannot be combined with components"),
+        ({"resources": {"nodes": 1, "spare_nodes": 1}}, {}, "resources.spare_nodes: cannot be combined"),
+        ({"launcher": "deepspeed", "process_model": "batch_launcher"}, {}, "launcher: cannot be combined"),
+        # sbatch drops a heterogeneous job's empty lines: this value would lose its own.
+        ({"env": {"NOTE": "a\n\nb"}}, {}, "env.NOTE: holds an empty line, which SLURM drops"),
+        ({"env": {"NOTE": {"prepend": "a\n\nb"}}}, {}, "env.NOTE: holds an empty line"),
+    ],
+)
+def test_bad_components_stop_with_one_line(tmp_path: Path, fields: dict, component: dict, message: str) -> None:
+    path = _recipe(tmp_path, {"name": "reward", "command": ["serve"], **component}, **fields)
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(path)
+    assert message in str(raised.value), str(raised.value)
+    done = run_cli("validate", str(path), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_two_components_of_one_name_are_refused(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, {"name": "gen", "command": ["a"]}, {"name": "gen", "command": ["b"]})
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(path)
+    assert "components[1].name: 'gen' is the name of an earlier component" in str(raised.value)
+
+
+@pytest.mark.slurm
+def test_a_heterogeneous_job_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
+    """Component reward (1 node, 2 ranks) serves HTTP; training (1 node, 2 ranks of gloo) reads its
+    address from the documented variables and calls it each step; SLURM holds two components; when
+    training ends the component is stopped; the dry run is what sbatch got."""
+    recipe = str(_recipe(tmp_path))
+    dry = run_cli("submit", recipe, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    done = run_cli("submit", recipe, "--follow", cwd=tmp_path)
+    assert done.returncode == 0 and "COMPLETED" in done.stdout, done.stdout + done.stderr
+    run_dir = Path(next(line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("run dir: ")))
+    job_id = run_dir.name
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
+    offsets = sorted(part for part in shown.split() if part.startswith("HetJobOffset="))
+    assert offsets == ["HetJobOffset=0", "HetJobOffset=1"], shown
+    submitted = subprocess.run(
+        ["scontrol", "write", "batch_script", job_id, "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert submitted == dry.stdout
+    # The component: two ranks of its own world on a node of its own, told everyone's place.
+    served = [json.loads((run_dir / f"component-{rank}.json").read_text()) for rank in (0, 1)]
+    trained = [json.loads((run_dir / f"train-{rank}.json").read_text()) for rank in (0, 1)]
+    (reward_node,) = {s["node"] for s in served}
+    (train_node,) = {t["node"] for t in trained}
+    assert reward_node != train_node
+    assert [(s["rank"], s["world"], s["master"]) for s in served] == [(0, 2, reward_node), (1, 2, reward_node)]
+    assert served[0]["extra"] == "a b; $(touch x)"
+    told = {
+        "CLUSTERKIT_COMPONENTS": "train,reward",
+        "CLUSTERKIT_COMPONENT_TRAIN_HOSTS": train_node,
+        "CLUSTERKIT_COMPONENT_TRAIN_ADDR": train_node,
+        "CLUSTERKIT_COMPONENT_REWARD_HOSTS": reward_node,
+        "CLUSTERKIT_COMPONENT_REWARD_ADDR": reward_node,
+        "CLUSTERKIT_COMPONENT_REWARD_PORT": "8310",
+    }
+    assert all(s["told"] == {**told, "CLUSTERKIT_COMPONENT": "reward"} for s in served)
+    # Training: each of its 5 steps answered by the component's ranks (port and port + 1) in turn.
+    assert all(t["world"] == 2 and t["told"] == {**told, "CLUSTERKIT_COMPONENT": "train"} for t in trained)
+    assert all([a["rank"] for a in t["answers"]] == [0, 1, 0, 1, 0] for t in trained)
+    # Training's end stopped the component (it serves forever otherwise): both ranks got SIGTERM.
+    assert all((run_dir / f"component-stopped-{rank}").exists() for rank in (0, 1))
+    log = (run_dir / f"{job_id}_0_log.out").read_text()
+    assert "component reward answers at" in log and "component reward stopped (0)" in log  # it ended by itself
+
+
+@pytest.mark.slurm
+def test_a_component_that_never_answers_stops_the_job(dev_cluster: str, tmp_path: Path) -> None:
+    silent = {"name": "reward", "command": ["sleep", "600"], "port": 8311, "ready_timeout_s": 5}
+    done = run_cli("submit", str(_recipe(tmp_path, silent)), "--follow", cwd=tmp_path)
+    assert done.returncode != 0 and "FAILED" in done.stdout, done.stdout + done.stderr
+    run_dir = Path(next(line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("run dir: ")))
+    log = (run_dir / f"{run_dir.name}_0_log.out").read_text()
+    assert "component reward at" in log and "did not answer (not within 5 s): not training" in log
+    assert "component reward stopped" in log and not list(run_dir.glob("train-*.json"))
