@@ -18,6 +18,7 @@ from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from clusterkit.supervisor import components
 from clusterkit.supervisor.environment import LocalEnvironment
+import hostile_fields
 from conftest import REPO, run_cli
 from launch_plans import plan_of, started
 
@@ -197,3 +198,40 @@ def test_a_component_that_never_answers_stops_the_job(dev_cluster: str, tmp_path
     log = (run_dir / f"{run_dir.name}_0_log.out").read_text()
     assert "component reward at" in log and "did not answer (not within 5 s): not training" in log
     assert "component reward stopped" in log and not list(run_dir.glob("train-*.json"))
+
+
+# Every string a component takes (hostile_fields walks the Component struct as it walks the recipe).
+COMPONENT_FIELDS = [path for path in hostile_fields.RECIPE_FIELDS if path[:1] == ("components",)]
+HOSTILE = ["$(touch CANARY/d)`touch CANARY/b`;'\"", "a\nb", "a\n\nb", "p\n", "\x00", "\u2028", "-x %j ~ {rank}", "é#!"]
+
+
+def test_every_component_string_is_walked() -> None:
+    assert {p[2] for p in COMPONENT_FIELDS} >= {"name", "command", "partition", "sbatch", "srun", "env"}
+
+
+@pytest.mark.parametrize("path", COMPONENT_FIELDS, ids=lambda path: ".".join(map(str, path)))
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_hostile_component_values_are_refused_or_carried_exactly(tmp_path: Path, path: tuple, value: str) -> None:
+    """One line and exit 2, or a script bash and shellcheck accept that holds the value nowhere as
+    shell, and a plan that carries it exactly to the component's srun step."""
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    value = value.replace("CANARY", str(canary))
+    body = yaml.safe_load(_recipe(tmp_path).read_text())
+    body["components"][0].update(partition="p", sbatch={"comment": "c"}, srun={"label": True}, env={"E": "e"})
+    hostile_fields._put(body, path, value)
+    (tmp_path / "het.yaml").write_text(yaml.safe_dump(body, allow_unicode=False))
+    out = tmp_path / "out"
+    done = run_cli("render", str(tmp_path / "het.yaml"), "-o", str(out), cwd=tmp_path)
+    if done.returncode != 0:
+        assert done.returncode == 2 and not out.exists(), done.stderr
+        assert len(done.stderr.splitlines()) == 1 and hostile_fields.ONE_LINE_ERROR.match(done.stderr.strip())
+        return
+    script = out / "job.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    subprocess.run(["shellcheck", "-s", "bash", "-S", "warning", str(script)], check=True)
+    assert sorted(canary.iterdir()) == []
+    step = json.loads((out / "plan.json").read_text())["components"][0]["step"]
+    carried = {"command": step["argv"], "env": step["env"], "srun": step["srun"]}.get(path[2])
+    if path[2] in ("command", "env") and path[-1] != hostile_fields.KEY:
+        assert value in (carried if path[2] == "command" else carried.values())

@@ -1,4 +1,7 @@
-"""Heterogeneous jobs (``components:``): programs beside training, each in a SLURM heterogeneous job
+"""Programs beside training: the same-allocation service role (``service:``), and heterogeneous
+jobs' components (``components:``).
+
+A heterogeneous job's components: programs beside training, each in a SLURM heterogeneous job
 component of its own (an ``#SBATCH hetjob`` group with its own nodes, partition, GPUs and ranks per
 node), started by the job's supervisor as an ``srun --het-group=N`` step before training and stopped
 when training ends. Training is the recipe's own task and resources: het group 0, component ``train``.
@@ -31,12 +34,27 @@ COMPONENT_PATTERN_HINTS = {
 RESERVED_NAMES = (TRAIN, "launch", "preflight", "service", "image-check")
 
 # The same patterns as spec.recipe's (their hints are keyed by the pattern text); this module cannot
-# import spec.recipe, which imports it.
+# import spec.recipe, which imports it (and re-exports Service).
 _ENV_NAME = Annotated[str, Meta(pattern=f"^[A-Za-z_][A-Za-z0-9_]*{END}")]
 _FLAG = Annotated[str, Meta(pattern=f"^[a-z][a-z0-9-]*{END}")]
 _OPTION_VALUE = Union[Annotated[str, Meta(pattern=LINE_PATTERN)], int, bool]
 _ENV_VALUE = Union[Annotated[str, Meta(pattern=rf"^[^\x00]*{END}")], int, float, bool]
 _LINE = Annotated[str, Meta(min_length=1, pattern=NON_EMPTY_LINE_PATTERN)]
+
+
+class Service(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):
+    """A service role (an inference server, a reward model) on nodes of its own in the same allocation:
+    ``command`` runs once per service node in an srun step of its own, training runs on the other
+    nodes (world size, hostfile and rendezvous are the training nodes') and starts only once the
+    service answers on ``port``; the service is stopped when training ends."""
+
+    command: Annotated[list[_LINE], Meta(min_length=1)]  # argv, each item one word
+    port: Annotated[int, Meta(ge=1, le=65535)]
+    # Beside resources.nodes (the training nodes); the allocation's last ones.
+    nodes: Annotated[int, Meta(ge=1, le=1_000_000)] = 1
+    ready_timeout_s: Annotated[int, Meta(ge=1, le=86_400)] = 600
+    # The variable that tells training where the service is: <first service host>:<port>.
+    address_env: _ENV_NAME = "SERVICE_ADDR"
 
 
 class Component(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=False):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, field
 
-from clusterkit.spec.components import COMPONENT_PATTERN_HINTS, Component
+from clusterkit.spec.components import COMPONENT_PATTERN_HINTS, Component, Service
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
 from clusterkit.spec.preemption import Preemption
@@ -283,20 +283,6 @@ class Network(_Struct):
     profile: NetworkProfileName | None = None
     env: EnvMap = field(default_factory=dict)
     debug: bool = False
-
-
-class Service(_Struct):
-    """A service role (an inference server, a reward model) on nodes of its own in the same allocation:
-    ``command`` runs once per service node in an srun step of its own, training runs on the other
-    nodes (world size, hostfile and rendezvous are the training nodes') and starts only once the
-    service answers on ``port``; the service is stopped when training ends."""
-
-    command: Annotated[list[NonEmptyLine], Meta(min_length=1)]  # argv, each item one word
-    port: Annotated[int, Meta(ge=1, le=65535)]
-    nodes: PositiveInt = 1  # beside resources.nodes (the training nodes); the allocation's last ones
-    ready_timeout_s: Annotated[int, Meta(ge=1, le=86_400)] = 600
-    # The variable that tells training where the service is: <first service host>:<port>.
-    address_env: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] = "SERVICE_ADDR"
 
 
 # A step's env values: text, numbers or booleans (1/0), set for its tasks on top of the recipe's env.
