@@ -17,7 +17,7 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from clusterkit.supervisor import components
-from clusterkit.supervisor.environment import LocalEnvironment
+from clusterkit.supervisor.environment import JobEnvironment
 import hostile_fields
 from conftest import REPO, run_cli
 from launch_plans import plan_of, started
@@ -85,9 +85,16 @@ def test_each_component_is_an_srun_step_of_its_own_het_group(tmp_path: Path) -> 
     assert not any(word.startswith("--het-group") for word in launch)  # training: srun's default, group 0
 
 
+class _Groups(JobEnvironment):
+    """SLURM's variables for each het group's nodes, read without scontrol (a comma-separated list)."""
+
+    def group_hosts(self, group: int) -> list[str]:
+        return [host for host in self.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{group}", "").split(",") if host]
+
+
 def test_every_process_is_told_where_each_component_runs(tmp_path: Path) -> None:
     plan = plan_of(render_job(load_recipe(_recipe(tmp_path))))
-    placed = components.place(plan, LocalEnvironment({"SLURM_JOB_NODELIST_HET_GROUP_1": "node2"}))
+    placed = components.place(plan, _Groups({"SLURM_JOB_NODELIST_HET_GROUP_1": "node2"}))
     assert components.told(plan, ["node1"], placed) == {
         "CLUSTERKIT_COMPONENTS": "train,reward",
         "CLUSTERKIT_COMPONENT_TRAIN_HOSTS": "node1",
@@ -97,7 +104,7 @@ def test_every_process_is_told_where_each_component_runs(tmp_path: Path) -> None
         "CLUSTERKIT_COMPONENT_REWARD_PORT": "8310",
     }
     # A job SLURM did not give the group's nodes (not submitted as a heterogeneous job): not training.
-    assert components.place(plan, LocalEnvironment({})) is None
+    assert components.place(plan, _Groups({})) is None
 
 
 @pytest.mark.parametrize(
@@ -135,6 +142,19 @@ def test_bad_components_stop_with_one_line(tmp_path: Path, fields: dict, compone
     assert message in str(raised.value), str(raised.value)
     done = run_cli("validate", str(path), cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_the_local_executor_refuses_a_heterogeneous_job(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_recipe(tmp_path)), "--executor", "local", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and "components: a heterogeneous job needs SLURM" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_dry_run_lists_each_component_step(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_recipe(tmp_path)), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "# reward: 1 x 2 task(s) per node in het group 1: " in done.stderr  # the listing, beside the script
+    assert "#SBATCH hetjob\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2\n" in done.stdout
 
 
 def test_two_components_of_one_name_are_refused(tmp_path: Path) -> None:

@@ -139,10 +139,6 @@ class LocalEnvironment(JobEnvironment):
     def hosts(self) -> List[str]:
         return [host for host in self.environ.get("SLURM_JOB_NODELIST", "").split(",") if host]
 
-    def group_hosts(self, group: int) -> List[str]:
-        return [host for host in self.environ.get(f"SLURM_JOB_NODELIST_HET_GROUP_{group}", "").split(",") if host]
-
-
 def current(environ: Optional[Mapping[str, str]] = None) -> JobEnvironment:
     environ = os.environ if environ is None else environ
     return LocalEnvironment(environ) if environ.get("CLUSTERKIT_EXECUTOR") == "local" else SlurmEnvironment(environ)
