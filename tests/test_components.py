@@ -255,3 +255,17 @@ def test_hostile_component_values_are_refused_or_carried_exactly(tmp_path: Path,
     carried = {"command": step["argv"], "env": step["env"], "srun": step["srun"]}.get(path[2])
     if path[2] in ("command", "env") and path[-1] != hostile_fields.KEY:
         assert value in (carried if path[2] == "command" else carried.values())
+
+
+@pytest.mark.parametrize("request_kind, line", [("gres", "--gres=gpu:3"), ("gpus-per-node", "--gpus-per-node=3"), ("none", None)])
+def test_a_component_asks_for_gpus_as_the_profile_says(tmp_path: Path, request_kind: str, line: str | None) -> None:
+    profile = tmp_path / "gpu.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {"name": "gpu", "accelerator": "gpu", "gpus_per_node": 4, "gpu_request": request_kind, "cpus_per_node": 8, "interconnect": "loopback"}
+        )
+    )
+    path = _recipe(tmp_path, {"name": "reward", "command": ["serve"], "gpus_per_node": 3}, cluster=str(profile))
+    script = render_job(load_recipe(path)).script
+    component = script.split("#SBATCH hetjob\n", 1)[1].split("set -euo", 1)[0]
+    assert (f"#SBATCH {line}\n" in component) if line else ("gpu" not in component)

@@ -131,9 +131,11 @@ def header_groups(recipe: ResolvedRecipe, profile: ClusterProfile) -> list[list[
             "cpus-per-task": component.cpus_per_task,
             "partition": component.partition or recipe.resources.partition,
         }
-        if component.gpus_per_node is not None:
-            flag = "gres" if profile.gpu_request == "gres" else "gpus-per-node"
-            options[flag] = f"gpu:{component.gpus_per_node}" if flag == "gres" else component.gpus_per_node
+        # As training's GPUs are asked for (spec.sbatch_header): gres, gpus-per-node, or none (the site's way).
+        if component.gpus_per_node is not None and profile.gpu_request == "gres":
+            options["gres"] = f"gpu:{component.gpus_per_node}"
+        elif component.gpus_per_node is not None and profile.gpu_request == "gpus-per-node":
+            options["gpus-per-node"] = component.gpus_per_node
         for flag, value in component.sbatch.items():
             options[flag] = None if value is True else value
         groups.append(sorted((f, v) for f, v in options.items() if v is not None and v is not False))
