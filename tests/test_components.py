@@ -7,6 +7,7 @@ when training ends. The dev-cluster tests (marked slurm) are the real proof."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +270,43 @@ def test_a_component_asks_for_gpus_as_the_profile_says(tmp_path: Path, request_k
     script = render_job(load_recipe(path)).script
     component = script.split("#SBATCH hetjob\n", 1)[1].split("set -euo", 1)[0]
     assert (f"#SBATCH {line}\n" in component) if line else ("gpu" not in component)
+
+
+class _Step:
+    """A started component's step as stop_all sees it: ends on SIGTERM to its tasks, or only when stopped."""
+
+    def __init__(self, ends_on_term: bool) -> None:
+        self.ends_on_term, self.termed, self.stopped = ends_on_term, False, False
+
+    def poll(self, timeout_s: float) -> int | None:
+        return 0 if self.termed and self.ends_on_term else None
+
+    def stop(self) -> int:
+        self.stopped = True
+        return 137
+
+
+class _Signals(JobEnvironment):
+    def __init__(self, steps: dict[int, _Step], reachable: bool) -> None:
+        super().__init__({})
+        self.steps, self.reachable, self.sent = steps, reachable, []
+
+    def signal_group(self, group: int, signum: int) -> bool:
+        self.sent.append((group, signum))
+        self.steps[group].termed = self.reachable
+        return self.reachable
+
+
+@pytest.mark.parametrize("reachable, ends_on_term", [(True, True), (True, False), (False, True)])
+def test_components_are_stopped_last_first_with_sigterm_then_their_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reachable: bool, ends_on_term: bool
+) -> None:
+    extra = {"name": "gen", "command": ["serve"]}
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, {"name": "reward", "command": ["serve"]}, extra))))
+    steps = {1: _Step(ends_on_term), 2: _Step(ends_on_term)}
+    job = _Signals(steps, reachable)
+    monkeypatch.setattr(components, "STOP_GRACE_S", 0)
+    components.stop_all(job, plan.components, [steps[1], steps[2]])
+    assert job.sent == [(2, signal.SIGTERM), (1, signal.SIGTERM)]  # the last started first
+    # A component that ended on SIGTERM is left to end; one that did not (or could not be told) is ended.
+    assert all(step.stopped is not (reachable and ends_on_term) for step in steps.values())

@@ -116,10 +116,8 @@ class Supervisor:
         service = self._start_service()
         if service is False:
             return self._end(1)
-        started = self._start_components(train)
+        started = self._start_components(train)  # never beside a service (load.component_checks)
         if started is None:
-            if service:
-                service.stop()
             return self._end(1)
         try:
             if self.plan.preflight is not None:
