@@ -166,11 +166,12 @@ def test_two_components_of_one_name_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_a_heterogeneous_job_on_the_dev_cluster(dev_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["python", "torchrun"])  # training: a task per rank, or torchrun per node
+def test_a_heterogeneous_job_on_the_dev_cluster(dev_cluster: str, tmp_path: Path, launcher: str) -> None:
     """Component reward (1 node, 2 ranks) serves HTTP; training (1 node, 2 ranks of gloo) reads its
     address from the documented variables and calls it each step; SLURM holds two components; when
     training ends the component is stopped; the dry run is what sbatch got."""
-    recipe = str(_recipe(tmp_path))
+    recipe = str(_recipe(tmp_path, launcher=launcher))
     dry = run_cli("submit", recipe, "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     done = run_cli("submit", recipe, "--follow", cwd=tmp_path)
