@@ -7,6 +7,7 @@ when training ends. The dev-cluster tests (marked slurm) are the real proof."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -311,3 +312,21 @@ def test_components_are_stopped_last_first_with_sigterm_then_their_step(
     assert job.sent == [(2, signal.SIGTERM), (1, signal.SIGTERM)]  # the last started first
     # A component that ended on SIGTERM is left to end; one that did not (or could not be told) is ended.
     assert all(step.stopped is not (reachable and ends_on_term) for step in steps.values())
+
+
+def test_status_names_each_component_from_the_plan(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from clusterkit.cli.runs import _components
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = SimpleNamespace(scheduler="slurm", path=run_dir)
+    assert _components(record) == []  # no plan yet
+    (run_dir / "plan.json").write_text(render_job(load_recipe(_recipe(tmp_path))).files["plan.json"])
+    assert _components(record) == [
+        "component reward: 1 nodes x 2 ranks, het group 1, port 8310, logs component_reward_<rank>.out"
+    ]
+    (run_dir / "plan.json").unlink()
+    os.mkfifo(run_dir / "plan.json")  # the job's to write: never waited on
+    assert _components(record) == []

@@ -99,3 +99,13 @@ def stop_all(job: JobEnvironment, components: Sequence[Component], running: Sequ
             code = started.poll(STOP_GRACE_S)
         code = started.stop() if code is None else code
         print(f"clusterkit: component {component.name} stopped ({code})", flush=True)
+
+
+def described(plan: LaunchPlan) -> List[str]:
+    """One line per component, for ``clusterkit status``: its layout, het group and logs."""
+    return [
+        f"component {c.name}: {c.step.nodes} nodes x {c.step.tasks_per_node} ranks, het group {c.step.het_group}"
+        + (f", port {c.port}" if c.port is not None else "")
+        + f", logs {c.step.logs[0].replace('%t', '<rank>')}"
+        for c in plan.components
+    ]
