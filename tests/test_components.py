@@ -330,3 +330,11 @@ def test_status_names_each_component_from_the_plan(tmp_path: Path) -> None:
     (run_dir / "plan.json").unlink()
     os.mkfifo(run_dir / "plan.json")  # the job's to write: never waited on
     assert _components(record) == []
+
+
+def test_a_job_without_het_groups_has_no_component_nodes() -> None:
+    """Not SLURM_JOB_NODELIST's (group 0's) where the group's variable is missing: the plan's
+    components then stop the job before training (components.place), nothing runs on training's nodes."""
+    from clusterkit.supervisor.environment import SlurmEnvironment
+
+    assert SlurmEnvironment({"SLURM_JOB_NODELIST": "node1"}).group_hosts(1) == []

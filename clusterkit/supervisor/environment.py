@@ -96,7 +96,9 @@ class SlurmEnvironment(JobEnvironment):
         return self._hostnames("SLURM_JOB_NODELIST")  # a heterogeneous job's: its first group's
 
     def group_hosts(self, group: int) -> List[str]:
-        return self._hostnames(f"SLURM_JOB_NODELIST_HET_GROUP_{group}")
+        variable = f"SLURM_JOB_NODELIST_HET_GROUP_{group}"
+        # Unset: not a heterogeneous job (scontrol would read SLURM_JOB_NODELIST, group 0's, instead).
+        return self._hostnames(variable) if self.environ.get(variable) else []
 
     def _hostnames(self, variable: str) -> List[str]:
         done = subprocess.run(
