@@ -94,6 +94,7 @@ def plan_lines(files) -> list[str]:
     steps = [
         plan.image_check,
         plan.service.step if plan.service else None,
+        *(component.step for component in plan.components),
         plan.preflight,
         *(plan.steps or [plan.launch]),
     ]
@@ -101,6 +102,7 @@ def plan_lines(files) -> list[str]:
         f"# {step.name}: {step.nodes} x {step.tasks_per_node} task(s) per node"
         + (f", {step.repeat} trials" if step.repeat > 1 else "")
         + (" in the batch shell" if step.hosts == "batch" else "")
+        + (f" in het group {step.het_group}" if step.het_group is not None else "")
         + f": {shlex.join(step.argv)}"
         for step in steps
         if step is not None

@@ -126,6 +126,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
             if record.code_from:
                 print(f"  code:    {code_words(record)}")
+            for line in _components(record):
+                print(f"  {line}")
             if status.started or status.submitted:
                 print(f"  times:   {time_words(status)}")
         if status.failure:
@@ -138,6 +140,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     for note in dict.fromkeys(status.accounting for status in found if status.accounting):
         print(note, file=sys.stderr)
     return 0
+
+
+def _components(record) -> list[str]:
+    """A heterogeneous job's components, from its plan.json (a run on a login node: not read)."""
+    from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+    from clusterkit.spec.layout import LAUNCH_PLAN
+    from clusterkit.supervisor.components import described
+    from clusterkit.supervisor.plan import PlanError, load_plan
+
+    if record.scheduler == "ssh":
+        return []
+    try:  # bounded, and no FIFO waited on: the run directory is the job's to write
+        text = read_bounded(record.path / LAUNCH_PLAN, CONFIG_LIMIT, "the launch plan").decode()
+        return described(load_plan(text))
+    except (OSError, InputFileError, PlanError, UnicodeDecodeError):  # not there, or not this version's
+        return []
 
 
 def time_words(status) -> str:

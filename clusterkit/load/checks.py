@@ -14,6 +14,7 @@ import msgspec
 from clusterkit.errors import Finding, RecipeError
 from clusterkit.load import (
     accelerate_checks,
+    component_checks,
     job_checks,
     launch_checks,
     model_checks,
@@ -121,6 +122,7 @@ def resolve_and_check(
     launch_checks.check_task_gpu_bind(recipe, profile, found.error, found.profile_error)
     launch_checks.check_container(recipe, profile, found.error, found.profile_error, found.warn)
     launch_checks.check_service(recipe, found.error)
+    component_checks.check_components(recipe, profile, found.error, found.warn, found.profile_error)
     launch_checks.check_launcher(recipe, found.error)
     if resolved is not None:
         accelerate_checks.check_accelerate_config(resolved, found.error)

@@ -270,15 +270,17 @@ def check_cpus(resources: ResolvedResources, profile: ClusterProfile, process_mo
         )
 
 
+def env_texts(value: object) -> list[str]:
+    """The text of an env value (both parts of a prepend/append edit), for the checks that read it."""
+    if isinstance(value, EnvEdit):
+        return [text for text in (value.prepend, value.append) if text is not None]
+    return [value] if isinstance(value, str) else []
+
+
 def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report, profile_error: Report) -> None:
     """Each ``{env:...}`` names a variable; ``{rank}`` and ``{local_rank}`` are known only in a task
     per rank: where a launcher starts the ranks (torchrun, DeepSpeed) nothing of clusterkit's runs in
     them to fill the value in."""
-
-    def texts(value: object) -> list[str]:
-        if isinstance(value, EnvEdit):
-            return [text for text in (value.prepend, value.append) if text is not None]
-        return [value] if isinstance(value, str) else []
 
     places = [(error, ("task", "args", index), arg) for index, arg in enumerate(recipe.task.args)]
     # A launcher's own flags: per node ({node_rank}, {hostname}) where it runs once per node.
@@ -289,7 +291,7 @@ def check_runtime_values(recipe: Recipe, profile: ClusterProfile, error: Report,
         (profile_error, ("env",), profile.env),
         (profile_error, ("network_env",), profile.network_env),
     ):
-        places += [(report, base + (name,), text) for name, value in env.items() for text in texts(value)]
+        places += [(report, base + (name,), text) for name, value in env.items() for text in env_texts(value)]
     container_places = _container_texts(recipe, profile, error, profile_error)
     for report, key, text in [*places, *container_places]:
         if (bad := malformed_env(text)) is not None:

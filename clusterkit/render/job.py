@@ -26,6 +26,7 @@ from clusterkit.render.template_files import TemplateFiles, checked_directories,
 from clusterkit.render.tracking_env import tracking_env
 from clusterkit.spec import layout as run_layout
 from clusterkit.spec.accelerate_config import accelerate_config
+from clusterkit.spec.components import header_groups, without_empty_lines
 from clusterkit.spec.deepspeed_config import deepspeed_config
 from clusterkit.spec.fsdp_config import fsdp_env
 from clusterkit.spec.launch_plan import launch_plan
@@ -170,6 +171,7 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "profile": profile,
         "recipe": recipe,
         "sbatch": sbatch_options(loaded),
+        "hetjob_groups": header_groups(loaded.recipe, loaded.profile),  # spec.components
         "run_dir_base": f"{recipe.runs_dir}/{recipe.name}",
         "setup": [Shell(line) for line in setup],
         "env": env_vars,
@@ -182,7 +184,9 @@ def render_job(loaded: LoadedRecipe, template_dirs: tuple[str, ...] = ()) -> Ren
         "host_python": profile.host_python,
     }
     files[run_layout.ENV_SCRIPT] = render_template(env, ENV_TEMPLATE, context)
-    files[run_layout.JOB_SCRIPT] = checked_script(env, JOB_TEMPLATE, render_template(env, JOB_TEMPLATE, context))
+    script = render_template(env, JOB_TEMPLATE, context)
+    script = without_empty_lines(script) if recipe.components else script  # as SLURM keeps a hetjob's
+    files[run_layout.JOB_SCRIPT] = checked_script(env, JOB_TEMPLATE, script)
     files[run_layout.RESOLVED_RECIPE] = (
         f"# {recipe.name}: resolved by clusterkit {__version__} from {comment(loaded.path)} "
         f"on cluster profile {comment(loaded.profile_path)}\n"

@@ -208,6 +208,7 @@ JOB_FEATURES: dict[str, Callable[[LoadedRecipe, str | None], bool]] = {
     ),
     "dependency": lambda loaded, dependency: bool(dependency),
     "service": lambda loaded, dependency: loaded.recipe.service is not None,
+    "components": lambda loaded, dependency: bool(loaded.recipe.components),
     "pyxis": lambda loaded, dependency: bool(loaded.recipe.container and loaded.recipe.container.runtime == "pyxis"),
 }
 

@@ -64,6 +64,8 @@ UNSUPPORTED = {
     "dependency": "--after/--singleton need SLURM's queue; the local executor runs a job at once",
     "service": "service: the service role needs SLURM (its steps are placed on named nodes of the allocation); the "
     "local executor cannot run it",
+    "components": "components: a heterogeneous job needs SLURM (each component is a hetjob group of the "
+    "allocation, started with srun --het-group); the local executor cannot run it",
     "pyxis": "a pyxis container needs SLURM's srun (its --container-* options); the local executor cannot run it",
 }
 MAX_NODES = 254

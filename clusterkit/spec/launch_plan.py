@@ -8,26 +8,33 @@ the job uses comes from here. The srun options a step gets are :mod:`clusterkit.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from clusterkit.spec import containers, enroot, layout
+from clusterkit.spec import components as het
+from clusterkit.spec import containers, layout
+from clusterkit.spec.container_steps import (
+    RUN_DIR,
+    Container,
+    container,
+    container_setup,
+    hooks_container,
+    plan_step,
+)
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
 from clusterkit.spec.runtime_values import placeholders
-from clusterkit.spec.sbatch_header import tasks_per_node, total_nodes
+from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.step_options import step_options
 from clusterkit.spec.watchdog import seconds
-from clusterkit.supervisor.plan import ContainerSetup, LaunchPlan, Notify, Recovery, Service, Step, Watchdog
+from clusterkit.supervisor.plan import Component, LaunchPlan, Notify, Recovery, Service, Step, Watchdog
 
 if TYPE_CHECKING:
     from clusterkit.spec.profile import ClusterProfile
     from clusterkit.spec.resolved import ResolvedRecipe, ResolvedStep
 
-RUN_DIR = "{run_dir}"
 # The steps the plan builds itself (a job of several steps may not name one of its own so).
 STEP_NAMES = ("launch", "preflight", "service", "image-check")
 # The check run in the image before anything starts: the Python packages the launch needs, by name.
@@ -35,42 +42,6 @@ IMAGE_CHECK = (
     "import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
     "missing and sys.exit('clusterkit: the container image has no Python package ' + ', '.join(missing))"
 )
-
-
-@dataclass(frozen=True)
-class Container:
-    """How the steps enter the recipe's container: pyxis takes srun options (and the node agent runs
-    inside, with the image's Python: the profile's container.python); every other runtime is a
-    command before the program (the node agent runs outside and starts it: spec.containers). The
-    run directory is always mounted at its own path."""
-
-    srun: Words
-    prefix: Words
-    agent_python: tuple[str, ...]
-
-
-def container(
-    recipe: ResolvedRecipe, profile: ClusterProfile, step: str = "launch", env: tuple[str, ...] = ()
-) -> Container:
-    """``step`` names a docker/podman container, with the job id and (but for the image check, one
-    task without the node agent) the srun task's id (a node's, or a rank's where a task is one): a
-    site's epilog can remove one that a killed client left behind (``docker rm -f``). ``env``: the
-    names such a container is given."""
-    box = recipe.container
-    if box is None:
-        return Container(Words(), Words(), ())
-    if box.runtime == "pyxis":
-        srun = (
-            Words()
-            .given(f"--container-image={box.image}")
-            .runtime(f"--container-mounts={''.join(mount + ',' for mount in box.mounts)}{RUN_DIR}:{RUN_DIR}")
-        )
-        if box.workdir:
-            srun.given(f"--container-workdir={box.workdir}")
-        return Container(srun, Words(), (box.python,))
-    # srun's task id; the image check and the hooks are one process, without it.
-    name = f"clusterkit-{{job_id}}-{step}" + ("" if step in ("image-check", "hooks") else "-{rank}")
-    return Container(Words(), containers.prefix(box, profile, name, env), ())
 
 
 def program(recipe: ResolvedRecipe, module: str | None = None) -> Program:
@@ -100,26 +71,6 @@ def image_needs(recipe: ResolvedRecipe) -> list[str]:
     if recipe.task.trainer is not None or recipe.preflight.enabled:
         needs += ["torch", "transformers", "clusterkit"]  # the built-in runner and the preflight are clusterkit's
     return sorted({need for need in needs if need})
-
-
-def _step(
-    name: str, hosts: str, nodes: int, per_node: int, command: Words, box: Container, srun: list[str], **fields: Any
-) -> Step:
-    argv = Words().extend(box.prefix).extend(command)
-    options = Words().extend(box.srun)
-    options.add(*srun)
-    return Step(
-        name=name,
-        hosts=hosts,
-        nodes=nodes,
-        tasks_per_node=per_node,
-        argv=tuple(argv.words),
-        expand=tuple(argv.expand),
-        srun=tuple(options.words),
-        srun_expand=tuple(options.expand),
-        agent_python=box.agent_python,
-        **fields,
-    )
 
 
 def _ranks_step(
@@ -152,7 +103,7 @@ def _ranks_step(
         command = launcher.batch_command(recipe, rank)  # type: ignore[misc]
         srun = step_options(recipe, profile) if launcher.name == "deepspeed" else []
         at = command.words.index(RUN_DIR + "/" + layout.SUPERVISOR_DIR + "/__main__.py") if srun else -1
-        return _step(
+        return plan_step(
             name,
             "batch",
             recipe.resources.nodes,
@@ -168,7 +119,7 @@ def _ranks_step(
             srun_flag="--launcher_args=" if srun else "",
             srun_at=at,
         )
-    return _step(
+    return plan_step(
         name,
         "train",
         recipe.resources.nodes,
@@ -254,44 +205,6 @@ def container_env(recipe: ResolvedRecipe, env_names: tuple[str, ...]) -> tuple[s
     return (*containers.PASSED_ENV, *sorted(job))  # sorted: the same words however env.sh orders its lines
 
 
-def container_setup(recipe: ResolvedRecipe) -> ContainerSetup | None:
-    """enroot's import (a registry image), create and remove, as one-task-per-node steps (spec.enroot)."""
-    box = recipe.container
-    if box is None or containers.RUNTIMES[box.runtime].style != "enroot":
-        return None
-    life = enroot.lifecycle(box, RUN_DIR)
-    logs = (
-        layout.node_log(layout.JOB_ID_PATTERN[recipe.job_kind], "%t", "out"),
-        layout.node_log(layout.JOB_ID_PATTERN[recipe.job_kind], "%t", "err"),
-    )
-
-    def once(name: str, hosts: str, nodes: int, words: Words) -> Step:
-        return _step(
-            name, hosts, nodes, 1, words, Container(Words(), Words(), ()), ["--cpus-per-task=1"], logs=logs, agent=False
-        )
-
-    nodes = total_nodes(recipe)
-    return ContainerSetup(
-        create=once("enroot-create", "all", nodes, life.create),
-        remove=once("enroot-remove", "all", nodes, life.remove),
-        import_=once("enroot-import", "first", 1, life.import_) if life.import_ else None,
-        imported=life.imported,
-    )
-
-
-def hooks_container(recipe: ResolvedRecipe, profile: ClusterProfile, passed: tuple[str, ...]) -> Step | None:
-    """hooks.in_container: the runtime's command (the tasks' own) that the hook lines' bash runs under,
-    here in the batch shell; a docker/podman container is also given post_run's exit code. pyxis's
-    are srun's options: one task on the allocation's first node, the batch shell's, in the image."""
-    if not recipe.hooks.in_container or recipe.container is None:
-        return None
-    box = container(recipe, profile, "hooks", (*passed, "CLUSTERKIT_EXIT_CODE"))
-    run = box.prefix
-    if box.srun.words:
-        run = Words().add("srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1").extend(box.srun)
-    return _step("hooks", "batch", 1, 1, run, Container(Words(), Words(), ()), [], agent=False)
-
-
 def launch_plan(
     recipe: ResolvedRecipe,
     profile: ClusterProfile,
@@ -312,7 +225,7 @@ def launch_plan(
     # interpreter; where nothing is imported, only that the node agent's interpreter is there (pyxis).
     if recipe.container is not None and (needs or box.agent_python):
         check = Words().add(*(recipe.python if needs else box.agent_python), "-c", IMAGE_CHECK, *needs)
-        image_check = _step(
+        image_check = plan_step(
             "image-check",
             "first",
             1,
@@ -331,7 +244,7 @@ def launch_plan(
         spec = recipe.service
         # The whole node's CPUs, whatever the launch's tasks per node: the service is one process per node.
         cpus = recipe.resources.cpus_per_task * tasks_per_node(recipe)
-        step = _step(
+        step = plan_step(
             "service",
             "service",
             spec.nodes,
@@ -394,4 +307,34 @@ def launch_plan(
         steps=job_steps(recipe, profile, box, late_env),
         container_setup=container_setup(recipe),
         hooks_container=hooks_container(recipe, profile, passed),
+        components=components(recipe),
     )
+
+
+def components(recipe: ResolvedRecipe) -> tuple[Component, ...]:
+    """A heterogeneous job's components: each command once per rank on its own het group's nodes,
+    exec'd by the node agent once RANK, LOCAL_RANK, WORLD_SIZE (the component's) are set."""
+    planned = []
+    for component in recipe.components or []:
+        cpus = [] if component.cpus_per_task is None else [f"--cpus-per-task={component.cpus_per_task}"]
+        srun = cpus + [
+            f"--{flag}" if value is True else f"--{flag}={value}"
+            for flag, value in sorted(component.srun.items())
+            if value is not False
+        ]
+        step = plan_step(
+            component.name,
+            "component",
+            component.nodes,
+            component.ranks_per_node,
+            Words().add(*component.command),
+            Container(Words(), Words(), ()),
+            srun,
+            logs=(het.component_log(component.name, "%t", "out"), het.component_log(component.name, "%t", "err")),
+            env={name: env_value(value) for name, value in component.env.items()},
+            ranks="task",
+            replace=True,
+            het_group=het.het_group(recipe, component.name),
+        )
+        planned.append(Component(component.name, step, component.port, component.ready_timeout_s))
+    return tuple(planned)

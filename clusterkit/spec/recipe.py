@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, field
 
+from clusterkit.spec.components import COMPONENT_PATTERN_HINTS, Component, Service
 from clusterkit.spec.hooks import Hooks
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.notify import NOTIFY_PATTERN_HINTS, Notify
@@ -47,6 +48,7 @@ PATTERN_HINTS = {
     KEY_PATH_PATTERN: "a recipe key path as --set takes it, e.g. task.trainer.args.learning_rate",
     **TRACKING_PATTERN_HINTS,
     **NOTIFY_PATTERN_HINTS,
+    **COMPONENT_PATTERN_HINTS,
     DURATION_PATTERN: DURATION_HINT,
     STEPS_PATTERN: STEPS_HINT,
 }
@@ -275,20 +277,6 @@ class Network(_Struct):
     debug: bool = False
 
 
-class Service(_Struct):
-    """A service role (an inference server, a reward model) on nodes of its own in the same allocation:
-    ``command`` runs once per service node in an srun step of its own, training runs on the other
-    nodes (world size, hostfile and rendezvous are the training nodes') and starts only once the
-    service answers on ``port``; the service is stopped when training ends."""
-
-    command: Annotated[list[NonEmptyLine], Meta(min_length=1)]  # argv, each item one word
-    port: Annotated[int, Meta(ge=1, le=65535)]
-    nodes: PositiveInt = 1  # beside resources.nodes (the training nodes); the allocation's last ones
-    ready_timeout_s: Annotated[int, Meta(ge=1, le=86_400)] = 600
-    # The variable that tells training where the service is: <first service host>:<port>.
-    address_env: Annotated[str, Meta(pattern=IDENTIFIER_PATTERN)] = "SERVICE_ADDR"
-
-
 # A step's env values: text, numbers or booleans (1/0), set for its tasks on top of the recipe's env.
 StepEnvValue = Union[EnvText, int, float, bool]
 
@@ -355,6 +343,7 @@ class Recipe(_Struct, kw_only=True):
     setup: list[Line] = field(default_factory=list)
     srun: Srun = field(default_factory=Srun)
     service: Service | None = None
+    components: Annotated[list[Component], Meta(min_length=1, max_length=16)] | None = None  # spec.components
     watchdog: Watchdog | None = None  # a hung job found and ended (spec.watchdog)
     # Where the job's events go (a webhook, SLURM's e-mail) and which (spec.notify); default: the
     # user config's notify:, and null turns that off.

@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from clusterkit.spec.components import Component
 from clusterkit.spec.job_steps import step_recipe, training_step
 from clusterkit.spec.notify import Notify, notify_secrets
 from clusterkit.spec.profile import ClusterProfile, Container
@@ -150,6 +151,7 @@ class ResolvedRecipe(_Struct, kw_only=True):
     setup: list[Line]
     srun: Srun
     service: Service | None
+    components: list[Component] | None = None  # spec.components (a heterogeneous job)
     watchdog: Watchdog | None
     notify: Notify | None
     collective_timeout: Duration | None  # spec.collective_timeout
@@ -281,6 +283,7 @@ def resolve(
         setup=recipe.setup,
         srun=recipe.srun,
         service=recipe.service,
+        components=recipe.components,
         watchdog=recipe.watchdog,
         notify=recipe.notify,
         collective_timeout=recipe.collective_timeout,

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import container_setup, hooks, job_steps, recovery
+from . import components, container_setup, hooks, job_steps, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -122,6 +122,9 @@ class Supervisor:
         service = self._start_service()
         if service is False:
             return self._end(1)
+        started = self._start_components(train)  # never beside a service (load.component_checks)
+        if started is None:
+            return self._end(1)
         try:
             if self.plan.preflight is not None:
                 code = self._preflight(train)
@@ -142,6 +145,7 @@ class Supervisor:
             if service:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)
+            components.stop_all(self.job, self.plan.components, started)
         print(f"clusterkit: {'the steps' if self.plan.steps else 'launchers'} exited with {code}", flush=True)
         hang = self.watcher.hang
         if hang is not None:  # ended by the watchdog: retried without the odd ranks' nodes, or not at all
@@ -321,6 +325,17 @@ class Supervisor:
             return self.running.wait()
         finally:
             self.running = None
+
+    def _start_components(self, train: List[str]) -> Optional[List[Running]]:
+        """A heterogeneous job's components started and ready ([] for none), every process told where
+        each runs; None where one has no nodes, cannot start or never answers."""
+        if not self.plan.components:
+            return []
+        placed = components.place(self.plan, self.job)
+        if placed is None:
+            return None
+        self.env.update(components.told(self.plan, train, placed), CLUSTERKIT_COMPONENT=components.TRAIN)
+        return components.start_all(self.plan, self.job, placed, str(self.run_dir), self.env)
 
     def _start_service(self):  # -> Running | None | False (False: it never answered)
         service = self.plan.service

@@ -34,6 +34,7 @@ def main(argv: List[str]) -> int:
                 plan.image_check,
                 plan.service.step if plan.service else None,
                 *plan.steps,  # a job of several steps: their names are none of the others' (load refuses those)
+                *(component.step for component in plan.components),  # nor are components' (spec.components)
             )
             if step
         }

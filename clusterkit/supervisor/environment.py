@@ -54,6 +54,10 @@ class JobEnvironment:
     def hosts(self) -> List[str]:
         raise NotImplementedError
 
+    def group_hosts(self, group: int) -> List[str]:
+        """The hosts of a heterogeneous job's component ``group`` (SLURM_JOB_NODELIST_HET_GROUP_<n>)."""
+        raise NotImplementedError
+
     def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> "subprocess.Popen[bytes]":
         """Start a step (``srun ...``) or a program in the batch shell."""
         return subprocess.Popen(list(argv), env=dict(env))
@@ -71,6 +75,11 @@ class JobEnvironment:
             except ProcessLookupError:
                 pass
 
+    def signal_group(self, group: int, signum: int) -> bool:
+        """Send ``signum`` to the tasks of a heterogeneous job's component ``group`` (its srun steps);
+        False where nothing can (then only ending the step's srun stops them)."""
+        return False
+
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         return None
 
@@ -84,8 +93,16 @@ class SlurmEnvironment(JobEnvironment):
     can_submit = True
 
     def hosts(self) -> List[str]:
+        return self._hostnames("SLURM_JOB_NODELIST")  # a heterogeneous job's: its first group's
+
+    def group_hosts(self, group: int) -> List[str]:
+        variable = f"SLURM_JOB_NODELIST_HET_GROUP_{group}"
+        # Unset: not a heterogeneous job (scontrol would read SLURM_JOB_NODELIST, group 0's, instead).
+        return self._hostnames(variable) if self.environ.get(variable) else []
+
+    def _hostnames(self, variable: str) -> List[str]:
         done = subprocess.run(
-            ["scontrol", "show", "hostnames", self.environ.get("SLURM_JOB_NODELIST", "")],
+            ["scontrol", "show", "hostnames", self.environ.get(variable, "")],
             stdout=subprocess.PIPE,
             check=True,
             universal_newlines=True,
@@ -98,6 +115,11 @@ class SlurmEnvironment(JobEnvironment):
     def signal_job(self, signum: int) -> None:
         # Every step's processes on every node, through slurmstepd (not the batch shell: this one).
         subprocess.run(["scancel", f"--signal={signum}", self.job_id])
+
+    def signal_group(self, group: int, signum: int) -> bool:
+        # srun ends its step with SIGKILL when it gets SIGTERM itself; through slurmstepd the tasks
+        # get the signal as it is (<job>+<offset> names a component's own steps, not the batch shell).
+        return subprocess.run(["scancel", f"--signal={signum}", f"{self.slurm_job_id}+{group}"]).returncode == 0
 
     def submit_held(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
         """``sbatch --parsable --hold ...``: the new job's id, or None where sbatch refused it."""

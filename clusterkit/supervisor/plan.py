@@ -96,6 +96,7 @@ class Step:
     srun_flag: str = ""
     srun_at: int = -1
     repeat: int = 1  # a step of several (LaunchPlan.steps): run this many times in a row, its trials
+    het_group: Optional[int] = None  # a heterogeneous job's component: srun --het-group (None: the job's first)
 
     @property
     def ntasks(self) -> int:
@@ -124,6 +125,17 @@ class ContainerSetup:
     remove: Step
     import_: Optional[Step] = None
     imported: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """A heterogeneous job's component (spec.components): ``step`` on its own nodes (het group
+    ``step.het_group``), ready once its first node answers on ``port`` (None: once started)."""
+
+    name: str
+    step: Step
+    port: Optional[int]
+    ready_timeout_s: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +203,8 @@ class LaunchPlan:
     # hooks.in_container: the runtime's command the hook lines' bash runs under, in the batch shell
     # (argv and its run-time values' positions: a Step run here); None: they run on the host.
     hooks_container: Optional[Step] = None
+    # A heterogeneous job: started before the launch, in order, and stopped when it ends (.components).
+    components: Tuple[Component, ...] = ()
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -216,8 +230,8 @@ def _build(cls: Any, data: Any) -> Any:
         nested = _NESTED.get(kind)
         if nested is not None and value is not None:
             value = _build(nested, value)
-        elif kind == "Tuple[Step, ...]" and isinstance(value, list):
-            value = tuple(_build(Step, item) for item in value)
+        elif kind in ("Tuple[Step, ...]", "Tuple[Component, ...]") and isinstance(value, list):
+            value = tuple(_build(_NESTED[kind[6:-6]], item) for item in value)
         elif kind.startswith("Tuple[") and isinstance(value, list):
             value = tuple(value)
         values[name] = value
@@ -230,6 +244,7 @@ def _build(cls: Any, data: Any) -> Any:
 _NESTED = {
     "Step": Step,
     "ContainerSetup": ContainerSetup,
+    "Component": Component,
     "Service": Service,
     "Recovery": Recovery,
     "Watchdog": Watchdog,

@@ -24,7 +24,10 @@ from .run_files import LAUNCH_PLAN, SUPERVISOR_DIR
 
 def step_hosts(plan: LaunchPlan, step: Step, hosts: Sequence[str]) -> List[str]:
     """The allocation's hosts a step runs on: training's are the first ``train_nodes``, the
-    service's the last ``service_nodes``; a one-node check runs on the first."""
+    service's the last ``service_nodes``; a one-node check runs on the first; a heterogeneous job's
+    component, on ``hosts``, its group's own."""
+    if step.hosts == "component":
+        return list(hosts)
     if step.hosts == "service":
         return list(hosts[len(hosts) - plan.service_nodes :])
     if step.hosts == "first":
@@ -56,6 +59,7 @@ def srun_argv(
     )
     return [
         "srun",
+        *([] if step.het_group is None else [f"--het-group={step.het_group}"]),
         f"--nodes={step.nodes}",
         f"--ntasks={step.ntasks}",
         f"--ntasks-per-node={step.tasks_per_node}",
