@@ -17,6 +17,7 @@ from clusterkit.spec import containers, layout
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
+from clusterkit.spec.ray_cluster import ray_cluster
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.step_options import step_options
@@ -135,7 +136,7 @@ def _ranks_step(
         layout.node_log(layout.JOB_ID_PATTERN[kind], "%t", "err"),
     )
     env = step_env(recipe)
-    if recipe.process_model == BATCH_LAUNCHER:
+    if recipe.process_model == BATCH_LAUNCHER or launcher.command is None:  # ray: its driver
         rank = (
             Program(
                 Words()
@@ -353,4 +354,5 @@ def launch_plan(
         if recipe.notify and recipe.notify.webhook_secret
         else None,
         steps=job_steps(recipe, profile, box, late_env),
+        ray=ray_cluster(recipe, profile),
     )

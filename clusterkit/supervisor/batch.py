@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import hooks, job_steps, recovery
+from . import hooks, job_steps, ray_cluster, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -116,7 +116,14 @@ class Supervisor:
         service = self._start_service()
         if service is False:
             return self._end(1)
+        cluster = None
         try:
+            if self.plan.ray is not None:  # launcher: ray: the driver (the launch) runs on it
+                cluster = ray_cluster.start(self.plan, self.job, train, str(self.run_dir), self.env)
+                if not cluster.ready:  # stopped before the job's end (its hooks, a retry)
+                    cluster, unready = None, cluster
+                    unready.stop()
+                    return self._end(1)
             if self.plan.preflight is not None:
                 code = self._preflight(train)
                 if code:
@@ -133,6 +140,8 @@ class Supervisor:
             self.notifier.send("start", f"started on {' '.join(self.watcher.hosts)}{again}")
             code = self._run_steps() if self.plan.steps else self._launch()
         finally:
+            if cluster is not None:
+                cluster.stop()
             if service:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)

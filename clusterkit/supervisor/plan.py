@@ -69,7 +69,9 @@ class Step:
     that starts the ranks itself). Each task runs the node agent (:mod:`.node`), which runs ``argv``."""
 
     name: str  # preflight | service | launch | image-check: logs and messages say it
-    hosts: str  # train: the allocation's first train_nodes; service: the last service_nodes; first; batch
+    # train: the allocation's first train_nodes; service: the last service_nodes; first; batch;
+    # rest: training's but the first (Ray's workers)
+    hosts: str
     nodes: int
     tasks_per_node: int
     argv: Tuple[str, ...]
@@ -111,6 +113,19 @@ class Service:
     port: int
     ready_timeout_s: int
     address_env: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RayCluster:
+    """launcher: ray: ``head`` on the first training node, ``workers`` on the others (None on one
+    node), each task running ``ray start`` through :mod:`.ray_cluster`; the launch (the driver)
+    starts once a check in ``python`` found every node alive within ``ready_timeout_s``; every
+    node's Ray is stopped when the driver ends."""
+
+    head: Step
+    workers: Optional[Step]
+    python: Tuple[str, ...]  # the job's interpreter (the [ray] extra's): runs the check
+    ready_timeout_s: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +189,7 @@ class LaunchPlan:
     # A job of several steps: these run in order instead of ``launch`` (which stays the rendezvous'
     # and the preflight's layout); the first that fails ends the job (:mod:`.job_steps`).
     steps: Tuple[Step, ...] = ()
+    ray: Optional[RayCluster] = None  # launcher: ray: the cluster the launch (its driver) runs on
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -210,7 +226,14 @@ def _build(cls: Any, data: Any) -> Any:
         raise PlanError(f"{cls.__name__}: {exc}") from None
 
 
-_NESTED = {"Step": Step, "Service": Service, "Recovery": Recovery, "Watchdog": Watchdog, "Notify": Notify}
+_NESTED = {
+    "Step": Step,
+    "RayCluster": RayCluster,
+    "Service": Service,
+    "Recovery": Recovery,
+    "Watchdog": Watchdog,
+    "Notify": Notify,
+}
 
 
 def load_plan(text: str) -> LaunchPlan:

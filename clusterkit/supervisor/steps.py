@@ -24,11 +24,14 @@ from .run_files import LAUNCH_PLAN, SUPERVISOR_DIR
 
 def step_hosts(plan: LaunchPlan, step: Step, hosts: Sequence[str]) -> List[str]:
     """The allocation's hosts a step runs on: training's are the first ``train_nodes``, the
-    service's the last ``service_nodes``; a one-node check runs on the first."""
+    service's the last ``service_nodes``; a one-node check runs on the first; Ray's workers on
+    training's but the first (its head's)."""
     if step.hosts == "service":
         return list(hosts[len(hosts) - plan.service_nodes :])
     if step.hosts == "first":
         return list(hosts[:1])
+    if step.hosts == "rest":
+        return list(hosts[1 : plan.train_nodes])
     return list(hosts[: plan.train_nodes])
 
 

@@ -1,0 +1,178 @@
+"""launcher: ray: a Ray cluster on the allocation, the driver on it, and its end.
+
+In the batch shell (:func:`start`, :meth:`Cluster.stop`): the head's srun step on the first training
+node; once its GCS port answers, one step over the other nodes with a worker on each; then a check,
+in the job's Python, that Ray reports every node alive. The launch (the driver, the recipe's script)
+then runs once in the batch shell with ``RAY_ADDRESS``; when it ends, or the job stops, each step is
+ended (SIGTERM: srun passes it to every node's ``ray start --block``, which stops its node's Ray
+processes) and waited for.
+
+On each node (:func:`run_node`, ``supervisor ray-node head|worker OPTIONS...``): ``ray start --block``
+with the node's address (resolved from its SLURM name: several nodes may share one machine), the
+CPUs and GPUs the allocation gives, and its temp dir (sockets, logs) in ``<run dir>/ray/<host>``.
+Ray's unix sockets lie below it and may be at most 107 bytes long: where that folder's path is too
+long, Ray runs in a private folder in the node's temp directory and its logs are copied into the run
+directory when it stops (the log says where it ran).
+
+:func:`wait_for_nodes` (``supervisor ray-wait ADDRESS COUNT TIMEOUT``) is that check: it imports ray.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .environment import JobEnvironment
+from .plan import LaunchPlan
+from .processes import exit_status
+from .run_files import RAY_DIR, SUPERVISOR_DIR
+from .steps import Running, answers, start as start_step, wait_until_ready
+
+# Ray's sockets lie at <temp dir>/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store
+# (at most 64 bytes after the temp dir), and a unix socket's path holds at most 107 bytes.
+SOCKET_PATH_MAX = 107
+SOCKET_TAIL = 70
+# The GCS port: above Ray's default worker ports (10002-19999), below Linux's ephemeral ones.
+PORTS_FROM, PORTS = 20000, 10000
+
+
+def gcs_port(job_id: str, host: str) -> int:
+    """The head's port: from the job id, moved on by 997 while something listens there."""
+    port = PORTS_FROM + (int(job_id) if job_id.isdigit() else 0) % PORTS
+    for _ in range(20):
+        if not answers(host, port):
+            break
+        port = PORTS_FROM + (port - PORTS_FROM + 997) % PORTS
+    return port
+
+
+class Cluster:
+    """The started Ray steps (the head's first) and the address the driver is given."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.steps: List[Running] = []
+        self.ready = False
+
+    def stop(self) -> None:
+        """Every node's Ray stopped (the workers first), each step waited for."""
+        for running in reversed(self.steps):
+            running.stop()
+        print("clusterkit: Ray stopped on every node", flush=True)
+
+
+def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: str, environ: dict) -> Cluster:
+    """Start the cluster; ``Cluster.ready`` says whether every node joined (else the log says why).
+    ``environ`` gets ``RAY_ADDRESS`` (the driver's) and ``CLUSTERKIT_RAY_ADDRESS`` (the nodes')."""
+    ray = plan.ray
+    assert ray is not None
+    head_ip = socket.gethostbyname(hosts[0])
+    cluster = Cluster(f"{head_ip}:{gcs_port(job.slurm_job_id, head_ip)}")
+    environ.update(RAY_ADDRESS=cluster.address, CLUSTERKIT_RAY_ADDRESS=cluster.address)
+    (Path(run_dir) / RAY_DIR).mkdir(exist_ok=True)  # srun opens each node's output there
+    print(f"clusterkit: starting Ray's head at {cluster.address} on {hosts[0]}", flush=True)
+    cluster.steps.append(start_step(plan, ray.head, job, hosts, run_dir, environ))
+    port = int(cluster.address.rsplit(":", 1)[1])
+    why = wait_until_ready(head_ip, port, ray.ready_timeout_s, cluster.steps[0])
+    if why is not None:
+        print(f"clusterkit: Ray's head did not answer ({why}): not running the driver", flush=True)
+        return cluster
+    if ray.workers is not None:
+        cluster.steps.append(start_step(plan, ray.workers, job, hosts, run_dir, environ))
+    check = [*ray.python, f"{run_dir}/{SUPERVISOR_DIR}", "ray-wait", cluster.address, str(plan.train_nodes)]
+    waiting = job.spawn([*check, str(ray.ready_timeout_s)], environ)
+    code = exit_status(waiting.wait())
+    cluster.ready = code == 0 and all(running.process.poll() is None for running in cluster.steps)
+    if not cluster.ready:
+        print(f"clusterkit: the Ray cluster did not come up ({code}): not running the driver", flush=True)
+    return cluster
+
+
+def wait_for_nodes(address: str, count: int, timeout_s: float) -> int:
+    """0 once Ray at ``address`` reports ``count`` nodes alive, 1 if not within ``timeout_s``."""
+    import ray  # the job's environment's (the [ray] extra)
+
+    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        started = time.monotonic()
+        while True:
+            alive = [node for node in ray.nodes() if node.get("Alive")]
+            if len(alive) >= count:
+                print(f"clusterkit: Ray has all {count} nodes", flush=True)
+                return 0
+            if time.monotonic() - started >= timeout_s:
+                print(f"clusterkit: {len(alive)} of {count} Ray nodes joined within {timeout_s:g} s", flush=True)
+                return 1
+            time.sleep(1.0)
+    finally:
+        ray.shutdown()
+
+
+def temp_dir(wanted: Path) -> tuple[Path, bool]:
+    """Ray's temp dir: ``wanted`` where its sockets' paths fit, else a new private folder in the
+    node's temp directory (True: the logs are to be copied to ``wanted`` at the end)."""
+    if len(os.fsencode(str(wanted))) + SOCKET_TAIL <= SOCKET_PATH_MAX:
+        wanted.mkdir(parents=True, exist_ok=True)
+        return wanted, False
+    return Path(tempfile.mkdtemp(prefix="ck-ray-")), True
+
+
+def run_node(role: str, options: List[str]) -> int:
+    """This node's ``ray start --block`` (``role``: head or worker), until it is ended: its exit
+    code is 0 when clusterkit ended it (the job's normal end), else Ray's own."""
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    address = os.environ["CLUSTERKIT_RAY_ADDRESS"]
+    logs = Path(os.environ["RUN_DIR"]) / RAY_DIR / host
+    temp, elsewhere = temp_dir(logs)
+    if elsewhere:
+        print(f"clusterkit: the run directory's path is too long for Ray's sockets: Ray runs in {temp}", flush=True)
+    where = [f"--port={address.rsplit(':', 1)[1]}", "--head"] if role == "head" else [f"--address={address}"]
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *where]
+    argv += [f"--node-ip-address={socket.gethostbyname(host)}", f"--temp-dir={temp}", *options]
+    stopped: List[int] = []
+    started: List["subprocess.Popen[bytes]"] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        for child in started:  # ray start --block stops this node's Ray processes on SIGTERM
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    # Installed first: an end asked for while Ray starts still reaches it.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    started.append(subprocess.Popen(argv))
+    if stopped:
+        started[0].send_signal(signal.SIGTERM)
+    code = exit_status(started[0].wait())
+    if elsewhere:
+        _keep_logs(temp, logs)
+    return 0 if stopped else code
+
+
+def _keep_logs(temp: Path, logs: Path) -> None:
+    """The logs of Ray's session copied into the run directory, its private folder removed."""
+    session = temp / "session_latest" / "logs"
+    try:
+        if session.is_dir():
+            shutil.copytree(session, logs / "logs", symlinks=True, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        print(f"clusterkit: cannot copy Ray's logs from {session} to {logs}: {exc}", file=sys.stderr, flush=True)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def main(argv: List[str]) -> Optional[int]:
+    """``ray-node ROLE OPTIONS...`` or ``ray-wait ADDRESS COUNT TIMEOUT``; None: neither."""
+    if argv[:1] == ["ray-node"] and argv[1:2] in (["head"], ["worker"]):
+        return run_node(argv[1], argv[2:])
+    if argv[:1] == ["ray-wait"] and len(argv) == 4:
+        return wait_for_nodes(argv[1], int(argv[2]), float(argv[3]))
+    return None
