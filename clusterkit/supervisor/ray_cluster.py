@@ -122,7 +122,10 @@ def temp_dir(wanted: Path) -> tuple[Path, bool]:
     if len(os.fsencode(str(wanted))) + SOCKET_TAIL <= SOCKET_PATH_MAX:
         wanted.mkdir(parents=True, exist_ok=True)
         return wanted, False
-    return Path(tempfile.mkdtemp(prefix="ck-ray-")), True
+    base = tempfile.gettempdir()  # a site's TMPDIR may be too deep as well
+    if len(os.fsencode(base)) + len("/ck-ray-12345678") + SOCKET_TAIL > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="ck-ray-", dir=base)), True
 
 
 def run_node(role: str, options: List[str]) -> int:
