@@ -54,7 +54,7 @@ def test_the_head_runs_on_the_first_node_a_worker_on_each_other_and_the_driver_i
     workers, _ = started(plan, plan.ray.workers, "/r")
     assert head[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=node1"]
     assert workers[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=node2,node3"]
-    assert "--cpus-per-task=2" in head and "--output=/r/ray/%N.out" in workers
+    assert "--cpus-per-task=2" in head and "--output=/r/ray/worker_%t.out" in workers
     # Each node declares to Ray what the allocation gives it; the recipe's options come after.
     node = task_argv(plan.ray.workers, "/r")
     assert node[1:] == ["/r/supervisor", "ray-node", "worker", "--num-cpus=2", "--num-gpus=2", "--object-store-memory=100000000"]

@@ -42,7 +42,7 @@ def _node_step(recipe: ResolvedRecipe, profile: ClusterProfile, role: str, hosts
         argv=tuple(command.words),
         expand=tuple(command.expand),
         srun=tuple(step_options(recipe, profile)),
-        logs=(f"{RAY_DIR}/%N.out", f"{RAY_DIR}/%N.err"),
+        logs=(f"{RAY_DIR}/{role}_%t.out", f"{RAY_DIR}/{role}_%t.err"),  # head_0, worker_0 ...
         # Ray's processes start with the preemption signal ignored: the driver gets it, and Ray is
         # stopped once the driver ends.
         signal_to_launcher=False,

@@ -3,9 +3,10 @@
 In the batch shell (:func:`start`, :meth:`Cluster.stop`): the head's srun step on the first training
 node; once its GCS port answers, one step over the other nodes with a worker on each; then a check,
 in the job's Python, that Ray reports every node alive. The launch (the driver, the recipe's script)
-then runs once in the batch shell with ``RAY_ADDRESS``; when it ends, or the job stops, each step is
-ended (SIGTERM: srun passes it to every node's ``ray start --block``, which stops its node's Ray
-processes) and waited for.
+then runs once in the batch shell with ``RAY_ADDRESS``; when it ends, or the job stops, the stop
+file (``ray/stop``) tells every node to stop its Ray (SIGTERM to its ``ray start --block``, which
+stops the node's Ray processes), and each step is waited for. Not srun's SIGTERM: SLURM would
+cancel the step and kill what is left after its KillWait, before the logs are kept.
 
 On each node (:func:`run_node`, ``supervisor ray-node head|worker OPTIONS...``): ``ray start --block``
 with the node's address (resolved from its SLURM name: several nodes may share one machine), the
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from .environment import JobEnvironment
 from .plan import LaunchPlan
@@ -42,6 +43,9 @@ SOCKET_PATH_MAX = 107
 SOCKET_TAIL = 70
 # The GCS port: above Ray's default worker ports (10002-19999), below Linux's ephemeral ones.
 PORTS_FROM, PORTS = 20000, 10000
+STOP = "stop"  # below RAY_DIR: written when the driver ended; each node then stops its Ray
+STOP_TIMEOUT_S = 60.0
+WATCH_EVERY_S = 0.5  # how often a node looks for the stop file
 
 
 def gcs_port(job_id: str, host: str) -> int:
@@ -57,15 +61,21 @@ def gcs_port(job_id: str, host: str) -> int:
 class Cluster:
     """The started Ray steps (the head's first) and the address the driver is given."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, run_dir: str) -> None:
         self.address = address
+        self.stop_file = Path(run_dir) / RAY_DIR / STOP
         self.steps: List[Running] = []
         self.ready = False
 
-    def stop(self) -> None:
-        """Every node's Ray stopped (the workers first), each step waited for."""
-        for running in reversed(self.steps):
-            running.stop()
+    def stop(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Every node's Ray stopped and each step waited for: asked through the stop file, so that
+        each node stops its own Ray and keeps its logs; a step still running after
+        ``STOP_TIMEOUT_S`` is ended by SLURM (SIGTERM to srun, then its KillWait)."""
+        self.stop_file.touch()
+        started = clock()
+        for running in reversed(self.steps):  # the workers first
+            if running.poll(max(0.0, STOP_TIMEOUT_S - (clock() - started))) is None:
+                running.stop()
         print("clusterkit: Ray stopped on every node", flush=True)
 
 
@@ -75,9 +85,13 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
     ray = plan.ray
     assert ray is not None
     head_ip = socket.gethostbyname(hosts[0])
-    cluster = Cluster(f"{head_ip}:{gcs_port(job.slurm_job_id, head_ip)}")
+    cluster = Cluster(f"{head_ip}:{gcs_port(job.slurm_job_id, head_ip)}", run_dir)
     environ.update(RAY_ADDRESS=cluster.address, CLUSTERKIT_RAY_ADDRESS=cluster.address)
     (Path(run_dir) / RAY_DIR).mkdir(exist_ok=True)  # srun opens each node's output there
+    try:
+        cluster.stop_file.unlink()  # an earlier attempt's (a requeued job's)
+    except FileNotFoundError:
+        pass
     print(f"clusterkit: starting Ray's head at {cluster.address} on {hosts[0]}", flush=True)
     cluster.steps.append(start_step(plan, ray.head, job, hosts, run_dir, environ))
     port = int(cluster.address.rsplit(":", 1)[1])
@@ -155,7 +169,14 @@ def run_node(role: str, options: List[str]) -> int:
     started.append(subprocess.Popen(argv))
     if stopped:
         started[0].send_signal(signal.SIGTERM)
-    code = exit_status(started[0].wait())
+    stop_file = logs.parent / STOP
+    while True:
+        try:
+            code = exit_status(started[0].wait(timeout=WATCH_EVERY_S))
+            break
+        except subprocess.TimeoutExpired:
+            if not stopped and stop_file.exists():  # the driver ended: this node's Ray stops
+                stop(signal.SIGTERM, None)
     if elsewhere:
         _keep_logs(temp, logs)
     return 0 if stopped else code
