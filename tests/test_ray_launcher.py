@@ -57,7 +57,14 @@ def test_the_head_runs_on_the_first_node_a_worker_on_each_other_and_the_driver_i
     assert "--cpus-per-task=2" in head and "--output=/r/ray/worker_%t.out" in workers
     # Each node declares to Ray what the allocation gives it; the recipe's options come after.
     node = task_argv(plan.ray.workers, "/r")
-    assert node[1:] == ["/r/supervisor", "ray-node", "worker", "--num-cpus=2", "--num-gpus=2", "--object-store-memory=100000000"]
+    assert node[1:] == [
+        "/r/supervisor",
+        "ray-node",
+        "worker",
+        "--num-cpus=2",
+        "--num-gpus=2",
+        "--object-store-memory=100000000",
+    ]
     assert task_argv(plan.ray.head, "/r")[2:4] == ["ray-node", "head"]
     driver, _ = started(plan, plan.launch, "/r")
     assert plan.launch.hosts == "batch" and driver[1:] == ["/r/code/tests/scripts/ray_driver.py", "0"]
@@ -76,8 +83,14 @@ def test_one_node_has_a_head_and_no_workers(tmp_path: Path) -> None:
         ({"resources": {"nodes": 2, "spare_nodes": 1, "time": "5"}}, "resources.spare_nodes: launcher: ray puts"),
         ({"preflight": True}, "preflight: the preflight (torch.distributed ranks) is not supported with launcher: ray"),
         ({"master_port": 29500}, "master_port: launcher: ray chooses the head's port itself"),
-        ({"service": {"command": ["sleep", "1"], "port": 8000}}, "service: a service role is not supported with launcher: ray"),
-        ({"launcher_args": ["--num-cpus=8"]}, "--num-cpus is written by clusterkit for ray; set resources.cpus_per_task"),
+        (
+            {"service": {"command": ["sleep", "1"], "port": 8000}},
+            "service: a service role is not supported with launcher: ray",
+        ),
+        (
+            {"launcher_args": ["--num-cpus=8"]},
+            "--num-cpus is written by clusterkit for ray; set resources.cpus_per_task",
+        ),
         ({"launcher_args": ["--temp-dir", "/tmp/x"]}, "--temp-dir is written by clusterkit for ray"),
         ({"process_model": "task_per_gpu"}, "task_per_gpu is not how launcher ray starts ranks"),
         ({"task": {"program": "/bin/true"}}, "task.program: launcher ray runs Python"),

@@ -375,6 +375,15 @@ LAUNCHERS: dict[str, Launcher] = {
         ),
         # A Ray cluster on the allocation (a ray start per node, launcher_args its options), then the
         # driver, the task's script or module, once in the batch shell (clusterkit.supervisor.ray_cluster).
-        Launcher("ray", (LAUNCHER_PER_NODE,), "ray", _RAY_OWNED, None, batch_command=_ray_driver, tasks=("script",), batch_ranks=False),
+        Launcher(
+            "ray",
+            (LAUNCHER_PER_NODE,),
+            "ray",
+            _RAY_OWNED,
+            None,
+            batch_command=_ray_driver,
+            tasks=("script",),
+            batch_ranks=False,
+        ),
     )
 }

@@ -19,6 +19,23 @@ if TYPE_CHECKING:
     from clusterkit.spec.resolved import ResolvedRecipe
 
 READY_TIMEOUT_S = 300  # the head answering, then every worker joined
+# The check the driver waits for, run in the batch shell with the job's Python: exit 0 once Ray at
+# ADDRESS reports COUNT nodes alive, 1 if not within TIMEOUT seconds (as ray symmetric-run waits).
+READY_CHECK = """import sys, time
+import ray
+address, count, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+ray.init(address=address, log_to_driver=False, configure_logging=False)
+started = time.monotonic()
+while True:
+    alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if alive >= count:
+        print(f"clusterkit: Ray has all {count} nodes", flush=True)
+        sys.exit(0)
+    if time.monotonic() - started >= limit:
+        print(f"clusterkit: {alive} of {count} Ray nodes joined within {limit:g} s", flush=True)
+        sys.exit(1)
+    time.sleep(1.0)
+"""
 
 
 def _node_step(recipe: ResolvedRecipe, profile: ClusterProfile, role: str, hosts: str, nodes: int) -> Step:
@@ -56,6 +73,6 @@ def ray_cluster(recipe: ResolvedRecipe, profile: ClusterProfile) -> RayCluster |
     return RayCluster(
         head=_node_step(recipe, profile, "head", "first", 1),
         workers=_node_step(recipe, profile, "worker", "rest", nodes - 1) if nodes > 1 else None,
-        python=tuple(recipe.python),
+        check=(*recipe.python, "-c", READY_CHECK),
         ready_timeout_s=READY_TIMEOUT_S,
     )

@@ -3,7 +3,7 @@
 - ``batch PLAN``: the batch shell's part of the job (:mod:`.batch`);
 - ``node PLAN STEP``: one task of a step, around its program (:mod:`.node`);
 - ``rank [--module] ENTRY ARGS...``: one rank started by a launcher in the batch shell (:mod:`.ranks`);
-- ``ray-node ROLE OPTIONS...``, ``ray-wait ADDRESS COUNT TIMEOUT``: launcher: ray (:mod:`.ray_cluster`).
+- ``ray-node ROLE OPTIONS...``: a node of launcher: ray's cluster (:mod:`.ray_cluster`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import sys
 from pathlib import Path
 from typing import List
 
-USAGE = (
-    "usage: supervisor batch PLAN | node PLAN STEP | rank [--module] ENTRY [ARGS...] | ray-node ROLE [OPTIONS...] "
-    "| ray-wait ADDRESS COUNT TIMEOUT"
-)
+USAGE = "usage: supervisor batch PLAN | node PLAN STEP | rank [--module] ENTRY [ARGS...] | ray-node ROLE [OPTIONS...]"
 
 
 def main(argv: List[str]) -> int:
@@ -49,7 +46,7 @@ def main(argv: List[str]) -> int:
 
         run_as_rank(args)
         return 0
-    if command.startswith("ray-"):
+    if command == "ray-node":
         from .ray_cluster import main as ray
 
         code = ray(argv)

@@ -119,12 +119,12 @@ class Service:
 class RayCluster:
     """launcher: ray: ``head`` on the first training node, ``workers`` on the others (None on one
     node), each task running ``ray start`` through :mod:`.ray_cluster`; the launch (the driver)
-    starts once a check in ``python`` found every node alive within ``ready_timeout_s``; every
-    node's Ray is stopped when the driver ends."""
+    starts once ``check`` (given the head's address, the node count and ``ready_timeout_s``) found
+    every node alive in time; every node's Ray is stopped when the driver ends."""
 
     head: Step
     workers: Optional[Step]
-    python: Tuple[str, ...]  # the job's interpreter (the [ray] extra's): runs the check
+    check: Tuple[str, ...]  # a program in the job's Python (the [ray] extra's)
     ready_timeout_s: int
 
 

@@ -2,7 +2,7 @@
 
 In the batch shell (:func:`start`, :meth:`Cluster.stop`): the head's srun step on the first training
 node; once its GCS port answers, one step over the other nodes with a worker on each; then a check,
-in the job's Python, that Ray reports every node alive. The launch (the driver, the recipe's script)
+in the job's Python, that Ray reports every node alive (the plan's ``check``, which imports ray). The launch (the driver, the recipe's script)
 then runs once in the batch shell with ``RAY_ADDRESS``; when it ends, or the job stops, the stop
 file (``ray/stop``) tells every node to stop its Ray (SIGTERM to its ``ray start --block``, which
 stops the node's Ray processes), and each step is waited for. Not srun's SIGTERM: SLURM would
@@ -14,8 +14,6 @@ CPUs and GPUs the allocation gives, and its temp dir (sockets, logs) in ``<run d
 Ray's unix sockets lie below it and may be at most 107 bytes long: where that folder's path is too
 long, Ray runs in a private folder in the node's temp directory and its logs are copied into the run
 directory when it stops (the log says where it ran).
-
-:func:`wait_for_nodes` (``supervisor ray-wait ADDRESS COUNT TIMEOUT``) is that check: it imports ray.
 """
 
 from __future__ import annotations
@@ -34,8 +32,9 @@ from typing import Callable, List, Optional, Sequence
 from .environment import JobEnvironment
 from .plan import LaunchPlan
 from .processes import exit_status
-from .run_files import RAY_DIR, SUPERVISOR_DIR
-from .steps import Running, answers, start as start_step, wait_until_ready
+from .run_files import RAY_DIR
+from .steps import Running, answers, wait_until_ready
+from .steps import start as start_step
 
 # Ray's sockets lie at <temp dir>/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store
 # (at most 64 bytes after the temp dir), and a unix socket's path holds at most 107 bytes.
@@ -101,33 +100,12 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
         return cluster
     if ray.workers is not None:
         cluster.steps.append(start_step(plan, ray.workers, job, hosts, run_dir, environ))
-    check = [*ray.python, f"{run_dir}/{SUPERVISOR_DIR}", "ray-wait", cluster.address, str(plan.train_nodes)]
-    waiting = job.spawn([*check, str(ray.ready_timeout_s)], environ)
+    waiting = job.spawn([*ray.check, cluster.address, str(plan.train_nodes), str(ray.ready_timeout_s)], environ)
     code = exit_status(waiting.wait())
     cluster.ready = code == 0 and all(running.process.poll() is None for running in cluster.steps)
     if not cluster.ready:
         print(f"clusterkit: the Ray cluster did not come up ({code}): not running the driver", flush=True)
     return cluster
-
-
-def wait_for_nodes(address: str, count: int, timeout_s: float) -> int:
-    """0 once Ray at ``address`` reports ``count`` nodes alive, 1 if not within ``timeout_s``."""
-    import ray  # the job's environment's (the [ray] extra)
-
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
-    try:
-        started = time.monotonic()
-        while True:
-            alive = [node for node in ray.nodes() if node.get("Alive")]
-            if len(alive) >= count:
-                print(f"clusterkit: Ray has all {count} nodes", flush=True)
-                return 0
-            if time.monotonic() - started >= timeout_s:
-                print(f"clusterkit: {len(alive)} of {count} Ray nodes joined within {timeout_s:g} s", flush=True)
-                return 1
-            time.sleep(1.0)
-    finally:
-        ray.shutdown()
 
 
 def temp_dir(wanted: Path) -> tuple[Path, bool]:
@@ -194,9 +172,7 @@ def _keep_logs(temp: Path, logs: Path) -> None:
 
 
 def main(argv: List[str]) -> Optional[int]:
-    """``ray-node ROLE OPTIONS...`` or ``ray-wait ADDRESS COUNT TIMEOUT``; None: neither."""
+    """``ray-node ROLE OPTIONS...``; None: not that."""
     if argv[:1] == ["ray-node"] and argv[1:2] in (["head"], ["worker"]):
         return run_node(argv[1], argv[2:])
-    if argv[:1] == ["ray-wait"] and len(argv) == 4:
-        return wait_for_nodes(argv[1], int(argv[2]), float(argv[3]))
     return None
