@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,14 +27,14 @@ DRIVER = str(REPO / "tests" / "scripts" / "ray_driver.py")
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the [ray] extra is not installed")
 
 
-def _recipe(tmp_path: Path, code: int = 0, **fields) -> Path:
+def _recipe(tmp_path: Path, code: int = 0, *then: str, **fields) -> Path:
     body = {
         "name": "rayjob",
         "cluster": "dev",
         "runs_dir": str(tmp_path / "runs"),
         "launcher": "ray",
         "resources": {"nodes": 2, "gpus_per_node": 1, "cpus_per_task": 1, "time": "5"},
-        "task": {"script": DRIVER, "args": [str(code)]},
+        "task": {"script": DRIVER, "args": [str(code), *then]},
         **fields,
     }
     path = tmp_path / "rayjob.yaml"
@@ -183,3 +185,36 @@ def test_ray_on_two_slurm_nodes(dev_cluster: str, tmp_path: Path, code: int) -> 
     # The dev cluster's nodes share this machine: each Ray node has its node's own address.
     ips = {task["ip"] for task in json.loads((run_dir / "ray-driver.json").read_text())["tasks"]}
     assert len(ips) == 2 and ips <= {"127.0.0.11", "127.0.0.12", "127.0.0.13"}, ips
+
+
+@needs_ray
+def test_a_head_that_cannot_start_ends_the_job_before_the_driver(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, 0, launcher_args=["--no-such-ray-option"])
+    done = run_cli("submit", str(recipe), "--executor", "local", "--follow", cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs" / "rayjob").iterdir())
+    log = next(run_dir.glob("*_log.out")).read_text()
+    assert "Ray's head did not answer (it ended): not running the driver" in log
+    assert "clusterkit: Ray stopped on every node" in log and not (run_dir / "ray-driver.json").exists()
+    assert "No such option" in (run_dir / "ray" / "head_0.err").read_text()
+    assert (run_dir / "exit_code").read_text() == "1\n" and _ray_processes_of(run_dir) == []
+
+
+@needs_ray
+def test_the_preemption_signal_reaches_the_driver_while_ray_stays_up_then_ray_stops(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, 0, "await-preemption")
+    done = run_cli("submit", str(recipe), "--executor", "local", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)["run"]
+    run_dir = Path(record["run_dir"])
+    deadline = time.monotonic() + 180
+    while not (run_dir / "ray-driver.ready").exists():
+        assert time.monotonic() < deadline, sorted(os.listdir(run_dir))
+        time.sleep(0.5)
+    os.kill(record["pid"], signal.SIGUSR2)  # as SLURM's --signal=B:USR2: to the batch process only
+    while not (run_dir / "exit_code").exists():
+        assert time.monotonic() < deadline, sorted(os.listdir(run_dir))
+        time.sleep(0.5)
+    assert (run_dir / "ray-driver.preempted").read_text() == "2"  # Ray's processes ignored it
+    assert (run_dir / "exit_code").read_text() == "0\n"
+    _check_ray_job(run_dir, 2)

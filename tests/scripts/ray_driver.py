@@ -1,10 +1,14 @@
 """launcher: ray's driver in the tests: the nodes Ray reports alive, a task run on each of them
-(pinned to its node), written to <run dir>/ray-driver.json; exits with the code in argv[1]."""
+(pinned to its node), written to <run dir>/ray-driver.json; exits with the code in argv[1]. With
+argv[2] == "await-preemption": first waits for the preemption signal (ray-driver.ready once its
+handler is set), and records in ray-driver.preempted how many nodes were alive when it came."""
 
 import json
 import os
+import signal
 import socket
 import sys
+import time
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -24,6 +28,16 @@ seen = {
     "nodes": [{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "resources": n["Resources"]} for n in alive],
     "tasks": ray.get([task.remote() for task in pinned], timeout=120),
 }
-with open(os.path.join(os.environ["RUN_DIR"], "ray-driver.json"), "w") as out:
+run_dir = os.environ["RUN_DIR"]
+with open(os.path.join(run_dir, "ray-driver.json"), "w") as out:
     json.dump(seen, out)
+if sys.argv[2:] == ["await-preemption"]:
+    came = []
+    signal.signal(getattr(signal, "SIG" + os.environ["CLUSTERKIT_PREEMPT_SIGNAL"]), lambda *_: came.append(1))
+    open(os.path.join(run_dir, "ray-driver.ready"), "w").close()
+    deadline = time.monotonic() + 120
+    while not came and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with open(os.path.join(run_dir, "ray-driver.preempted"), "w") as out:  # the cluster outlived the signal
+        out.write(str(sum(1 for node in ray.nodes() if node["Alive"])) if came else "never")
 sys.exit(int(sys.argv[1]))
