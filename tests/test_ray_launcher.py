@@ -218,3 +218,30 @@ def test_the_preemption_signal_reaches_the_driver_while_ray_stays_up_then_ray_st
     assert (run_dir / "ray-driver.preempted").read_text() == "2"  # Ray's processes ignored it
     assert (run_dir / "exit_code").read_text() == "0\n"
     _check_ray_job(run_dir, 2)
+
+
+class _Step:
+    """A started Ray step that ends (or not) when its node sees the stop file."""
+
+    def __init__(self, ends: bool) -> None:
+        self.ends, self.waited, self.ended_by_srun = ends, [], False
+
+    def poll(self, timeout_s: float):
+        self.waited.append(timeout_s)
+        return 0 if self.ends else None
+
+    def stop(self) -> int:
+        self.ended_by_srun = True
+        return 143
+
+
+def test_a_node_that_does_not_stop_its_ray_in_time_is_ended_through_srun(tmp_path: Path) -> None:
+    (tmp_path / "ray").mkdir()
+    cluster = ray_cluster.Cluster("127.0.0.1:20001", str(tmp_path))
+    head, workers = _Step(ends=True), _Step(ends=False)
+    cluster.steps = [head, workers]  # type: ignore[list-item]
+    now = iter([0.0, 0.0, 61.0])
+    cluster.stop(clock=lambda: next(now))
+    assert (tmp_path / "ray" / "stop").exists()  # what every node watches for
+    assert workers.waited == [ray_cluster.STOP_TIMEOUT_S] and workers.ended_by_srun  # the workers first
+    assert head.waited == [0.0] and not head.ended_by_srun  # the time left: none, but it had ended
