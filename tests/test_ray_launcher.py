@@ -194,7 +194,7 @@ def test_a_head_that_cannot_start_ends_the_job_before_the_driver(tmp_path: Path)
     assert done.returncode == 1, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "rayjob").iterdir())
     log = next(run_dir.glob("*_log.out")).read_text()
-    assert "Ray's head did not answer (it ended): not running the driver" in log
+    assert "Ray's head did not answer (it ended; its output: ray/head_0.err): not running the driver" in log
     assert "clusterkit: Ray stopped on every node" in log and not (run_dir / "ray-driver.json").exists()
     assert "No such option" in (run_dir / "ray" / "head_0.err").read_text()
     assert (run_dir / "exit_code").read_text() == "1\n" and _ray_processes_of(run_dir) == []
@@ -245,3 +245,11 @@ def test_a_node_that_does_not_stop_its_ray_in_time_is_ended_through_srun(tmp_pat
     assert (tmp_path / "ray" / "stop").exists()  # what every node watches for
     assert workers.waited == [ray_cluster.STOP_TIMEOUT_S] and workers.ended_by_srun  # the workers first
     assert head.waited == [0.0] and not head.ended_by_srun  # the time left: none, but it had ended
+
+
+@pytest.mark.parametrize("word", ['--resources={"a": 1}', "--labels=$(touch /tmp/pwned)", "--x=a\nb", "--y=~ % -"])
+def test_a_launcher_arg_reaches_ray_start_word_for_word(tmp_path: Path, word: str) -> None:
+    plan = plan_of(render_job(load_recipe(_recipe(tmp_path, launcher_args=[word]))))
+    assert plan.ray is not None and plan.ray.workers is not None
+    for step in (plan.ray.head, plan.ray.workers):
+        assert task_argv(step, "/r")[-1] == word

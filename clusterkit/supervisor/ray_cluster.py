@@ -83,7 +83,11 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
     ``environ`` gets ``RAY_ADDRESS`` (the driver's) and ``CLUSTERKIT_RAY_ADDRESS`` (the nodes')."""
     ray = plan.ray
     assert ray is not None
-    head_ip = socket.gethostbyname(hosts[0])
+    try:
+        head_ip = socket.gethostbyname(hosts[0])
+    except OSError as exc:
+        print(f"clusterkit: cannot resolve Ray's head node {hosts[0]}: {exc}: not running the driver", flush=True)
+        return Cluster("", run_dir)
     cluster = Cluster(f"{head_ip}:{gcs_port(job.slurm_job_id, head_ip)}", run_dir)
     environ.update(RAY_ADDRESS=cluster.address, CLUSTERKIT_RAY_ADDRESS=cluster.address)
     (Path(run_dir) / RAY_DIR).mkdir(exist_ok=True)  # srun opens each node's output there
@@ -92,19 +96,31 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
     except FileNotFoundError:
         pass
     print(f"clusterkit: starting Ray's head at {cluster.address} on {hosts[0]}", flush=True)
-    cluster.steps.append(start_step(plan, ray.head, job, hosts, run_dir, environ))
-    port = int(cluster.address.rsplit(":", 1)[1])
-    why = wait_until_ready(head_ip, port, ray.ready_timeout_s, cluster.steps[0])
-    if why is not None:
-        print(f"clusterkit: Ray's head did not answer ({why}): not running the driver", flush=True)
+    try:
+        cluster.steps.append(start_step(plan, ray.head, job, hosts, run_dir, environ))
+        port = int(cluster.address.rsplit(":", 1)[1])
+        why = wait_until_ready(head_ip, port, ray.ready_timeout_s, cluster.steps[0])
+        if why is not None:
+            print(
+                f"clusterkit: Ray's head did not answer ({why}; its output: {RAY_DIR}/head_0.err): "
+                "not running the driver",
+                flush=True,
+            )
+            return cluster
+        if ray.workers is not None:
+            cluster.steps.append(start_step(plan, ray.workers, job, hosts, run_dir, environ))
+        waiting = job.spawn([*ray.check, cluster.address, str(plan.train_nodes), str(ray.ready_timeout_s)], environ)
+    except OSError as exc:  # srun, or the job's Python
+        print(f"clusterkit: cannot start {exc.filename or 'srun'!r}: {exc.strerror or exc}", flush=True)
         return cluster
-    if ray.workers is not None:
-        cluster.steps.append(start_step(plan, ray.workers, job, hosts, run_dir, environ))
-    waiting = job.spawn([*ray.check, cluster.address, str(plan.train_nodes), str(ray.ready_timeout_s)], environ)
     code = exit_status(waiting.wait())
     cluster.ready = code == 0 and all(running.process.poll() is None for running in cluster.steps)
     if not cluster.ready:
-        print(f"clusterkit: the Ray cluster did not come up ({code}): not running the driver", flush=True)
+        print(
+            f"clusterkit: the Ray cluster did not come up ({code}; each node's output: {RAY_DIR}/): "
+            "not running the driver",
+            flush=True,
+        )
     return cluster
 
 
@@ -125,13 +141,18 @@ def run_node(role: str, options: List[str]) -> int:
     code is 0 when clusterkit ended it (the job's normal end), else Ray's own."""
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     address = os.environ["CLUSTERKIT_RAY_ADDRESS"]
+    try:  # several nodes may share a machine: each its own address
+        ip = socket.gethostbyname(host)
+    except OSError as exc:
+        print(f"clusterkit: cannot resolve this node's name {host}: {exc}", file=sys.stderr, flush=True)
+        return 1
     logs = Path(os.environ["RUN_DIR"]) / RAY_DIR / host
     temp, elsewhere = temp_dir(logs)
     if elsewhere:
         print(f"clusterkit: the run directory's path is too long for Ray's sockets: Ray runs in {temp}", flush=True)
     where = [f"--port={address.rsplit(':', 1)[1]}", "--head"] if role == "head" else [f"--address={address}"]
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *where]
-    argv += [f"--node-ip-address={socket.gethostbyname(host)}", f"--temp-dir={temp}", *options]
+    argv += [f"--node-ip-address={ip}", f"--temp-dir={temp}", *options]
     stopped: List[int] = []
     started: List["subprocess.Popen[bytes]"] = []
 
