@@ -95,6 +95,7 @@ def test_one_node_has_a_head_and_no_workers(tmp_path: Path) -> None:
         ),
         ({"launcher_args": ["--temp-dir", "/tmp/x"]}, "--temp-dir is written by clusterkit for ray"),
         ({"process_model": "task_per_gpu"}, "task_per_gpu is not how launcher ray starts ranks"),
+        ({"task": {"script": DRIVER, "args": ["{node_rank}"]}}, "task.args[0]: {node_rank} is known only on a node"),
         ({"task": {"program": "/bin/true"}}, "task.program: launcher ray runs Python"),
     ],
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from clusterkit.load.job_checks import Report
 from clusterkit.spec.profile import ClusterProfile
 from clusterkit.spec.recipe import Recipe
+from clusterkit.spec.runtime_values import BATCH, placeholders, when
 
 _DRIVER = "launcher: ray runs the task's script once as Ray's driver, which places its own work on the nodes"
 
@@ -44,3 +45,10 @@ def check_ray(recipe: Recipe, profile: ClusterProfile, error: Report, profile_er
         error(("master_port",), "launcher: ray chooses the head's port itself (outside Ray's worker ports)")
     if profile.container is not None:
         profile_error(("container",), "containers are not supported with launcher: ray yet")
+    for index, arg in enumerate(recipe.task.args):
+        if later := sorted(name for name in placeholders(arg) if when(name) != BATCH):
+            error(
+                ("task", "args", index),
+                f"{{{later[0]}}} is known only on a node or in a rank; launcher: ray runs the driver once, in the "
+                "batch shell: use {job_id}, {run_dir} or {env:NAME} here",
+            )
