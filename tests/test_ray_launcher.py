@@ -161,6 +161,7 @@ def _check_ray_job(run_dir: Path, nodes: int) -> None:
     log = next(run_dir.glob("*_log.out")).read_text()
     assert "clusterkit: Ray has all 2 nodes" in log and "clusterkit: Ray stopped on every node" in log
     assert list((run_dir / "ray").glob("*/logs/raylet.out")), sorted((run_dir / "ray").rglob("*"))[:20]
+    assert seen["raylets"] == nodes  # while the driver ran, seen by what looks for them now
     assert _ray_processes_of(run_dir) == []
 
 

@@ -20,6 +20,20 @@ def where() -> dict:
     return {"node_id": context.get_node_id(), "ip": ray.util.get_node_ip_address(), "host": socket.gethostname()}
 
 
+def raylets_of_this_run() -> int:
+    """The raylets running here with this run's RUN_DIR (the tests' nodes share this machine): what
+    the test looks for again once the job ended."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open(f"/proc/{pid}/environ", "rb") as environ:
+                ours = f"RUN_DIR={os.environ['RUN_DIR']}".encode() in environ.read().split(b"\0")
+                count += ours and b"raylet" in cmdline.read().split(b"\0")[0]
+        except OSError:
+            continue
+    return count
+
+
 ray.init()  # RAY_ADDRESS, from the supervisor
 alive = [node for node in ray.nodes() if node["Alive"]]
 pinned = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)) for n in alive]
@@ -27,6 +41,7 @@ seen = {
     "address": os.environ.get("RAY_ADDRESS"),
     "nodes": [{"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "resources": n["Resources"]} for n in alive],
     "tasks": ray.get([task.remote() for task in pinned], timeout=120),
+    "raylets": raylets_of_this_run(),
 }
 run_dir = os.environ["RUN_DIR"]
 with open(os.path.join(run_dir, "ray-driver.json"), "w") as out:
