@@ -255,3 +255,12 @@ def test_a_launcher_arg_reaches_ray_start_word_for_word(tmp_path: Path, word: st
     assert plan.ray is not None and plan.ray.workers is not None
     for step in (plan.ray.head, plan.ray.workers):
         assert task_argv(step, "/r")[-1] == word
+
+
+def test_the_dry_run_shows_the_ray_steps_and_the_driver_once(tmp_path: Path) -> None:
+    done = run_cli("submit", str(_recipe(tmp_path)), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith(("# ray-", "# launch:"))]
+    assert [line.split(":")[0] for line in lines] == ["# ray-head", "# ray-worker", "# launch"], lines
+    assert "1 x 1 task(s) per node: python3 '{run_dir}/supervisor' ray-node head --num-cpus=1 --num-gpus=1" in lines[0]
+    assert lines[2].startswith("# launch: 1 x 1 task(s) per node in the batch shell: python3")

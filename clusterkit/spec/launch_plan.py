@@ -152,11 +152,12 @@ def _ranks_step(
         command = launcher.batch_command(recipe, rank)  # type: ignore[misc]
         srun = step_options(recipe, profile) if launcher.name == "deepspeed" else []
         at = command.words.index(RUN_DIR + "/" + layout.SUPERVISOR_DIR + "/__main__.py") if srun else -1
+        once = recipe.process_model != BATCH_LAUNCHER  # ray's driver: one process, not the ranks
         return _step(
             name,
             "batch",
-            recipe.resources.nodes,
-            recipe.ranks_per_node,
+            1 if once else recipe.resources.nodes,
+            1 if once else recipe.ranks_per_node,
             command,
             Container(Words(), Words(), ()),
             srun,
