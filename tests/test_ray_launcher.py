@@ -20,6 +20,7 @@ import yaml
 from clusterkit import load_recipe, render_job
 from clusterkit.errors import RecipeError
 from clusterkit.supervisor import ray_cluster
+from clusterkit.supervisor.steps import free_port
 from conftest import REPO, run_cli
 from launch_plans import plan_of, started, task_argv
 
@@ -264,3 +265,11 @@ def test_the_dry_run_shows_the_ray_steps_and_the_driver_once(tmp_path: Path) -> 
     assert [line.split(":")[0] for line in lines] == ["# ray-head", "# ray-worker", "# launch"], lines
     assert "1 x 1 task(s) per node: python3 '{run_dir}/supervisor' ray-node head --num-cpus=1 --num-gpus=1" in lines[0]
     assert lines[2].startswith("# launch: 1 x 1 task(s) per node in the batch shell: python3")
+
+
+def test_the_heads_port_is_above_rays_worker_ports_and_moves_off_a_busy_one() -> None:
+    def port(job_id: str, busy: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+        return free_port(job_id, "h", lambda host, p: p in busy, first=ray_cluster.PORTS_FROM, count=ray_cluster.PORTS)
+
+    assert [port(job) for job in ("1", "9999", "10000", "123456")] == [20001, 29999, 20000, 23456]
+    assert port("4242", {24242}) == 24242 + 997  # Ray's workers take 10002-19999 on every node

@@ -33,28 +33,19 @@ from .environment import JobEnvironment
 from .plan import LaunchPlan
 from .processes import exit_status
 from .run_files import RAY_DIR
-from .steps import Running, answers, wait_until_ready
+from .steps import Running, free_port, wait_until_ready
 from .steps import start as start_step
 
 # Ray's sockets lie at <temp dir>/session_<date>_<time>_<microseconds>_<pid>/sockets/plasma_store
 # (at most 64 bytes after the temp dir), and a unix socket's path holds at most 107 bytes.
 SOCKET_PATH_MAX = 107
 SOCKET_TAIL = 70
-# The GCS port: above Ray's default worker ports (10002-19999), below Linux's ephemeral ones.
+# The head's (GCS) port, from the job id: above Ray's default worker ports (10002-19999), below
+# Linux's ephemeral ones.
 PORTS_FROM, PORTS = 20000, 10000
 STOP = "stop"  # below RAY_DIR: written when the driver ended; each node then stops its Ray
 STOP_TIMEOUT_S = 60.0
 WATCH_EVERY_S = 0.5  # how often a node looks for the stop file
-
-
-def gcs_port(job_id: str, host: str) -> int:
-    """The head's port: from the job id, moved on by 997 while something listens there."""
-    port = PORTS_FROM + (int(job_id) if job_id.isdigit() else 0) % PORTS
-    for _ in range(20):
-        if not answers(host, port):
-            break
-        port = PORTS_FROM + (port - PORTS_FROM + 997) % PORTS
-    return port
 
 
 class Cluster:
@@ -88,7 +79,8 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
     except OSError as exc:
         print(f"clusterkit: cannot resolve Ray's head node {hosts[0]}: {exc}: not running the driver", flush=True)
         return Cluster("", run_dir)
-    cluster = Cluster(f"{head_ip}:{gcs_port(job.slurm_job_id, head_ip)}", run_dir)
+    port = free_port(job.slurm_job_id, head_ip, first=PORTS_FROM, count=PORTS)
+    cluster = Cluster(f"{head_ip}:{port}", run_dir)
     environ.update(RAY_ADDRESS=cluster.address, CLUSTERKIT_RAY_ADDRESS=cluster.address)
     (Path(run_dir) / RAY_DIR).mkdir(exist_ok=True)  # srun opens each node's output there
     try:
@@ -98,7 +90,6 @@ def start(plan: LaunchPlan, job: JobEnvironment, hosts: Sequence[str], run_dir: 
     print(f"clusterkit: starting Ray's head at {cluster.address} on {hosts[0]}", flush=True)
     try:
         cluster.steps.append(start_step(plan, ray.head, job, hosts, run_dir, environ))
-        port = int(cluster.address.rsplit(":", 1)[1])
         why = wait_until_ready(head_ip, port, ray.ready_timeout_s, cluster.steps[0])
         if why is not None:
             print(

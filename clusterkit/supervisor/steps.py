@@ -140,16 +140,23 @@ def answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def free_port(job_id: str, host: str, probe: Optional[Callable[[str, int], bool]] = None) -> int:
-    """The rendezvous port: derived from the job id, below Linux's ephemeral range (32768+) so no
-    outgoing connection holds it. Ids 20000 apart, or jobs of another runs_dir, may still meet on a
-    node, so while something listens there it moves on by 997, out of the block of ports that jobs
-    submitted around the same time derive (at most 20 tries, then the last one)."""
-    port = 10000 + (int(job_id) if job_id.isdigit() else 0) % 20000
+def free_port(
+    job_id: str,
+    host: str,
+    probe: Optional[Callable[[str, int], bool]] = None,
+    first: int = 10000,
+    count: int = 20000,
+) -> int:
+    """The rendezvous port: derived from the job id, in ``first`` .. ``first + count - 1`` (by
+    default below Linux's ephemeral range, 32768+, so no outgoing connection holds it). Ids
+    ``count`` apart, or jobs of another runs_dir, may still meet on a node, so while something
+    listens there it moves on by 997, out of the block of ports that jobs submitted around the same
+    time derive (at most 20 tries, then the last one)."""
+    port = first + (int(job_id) if job_id.isdigit() else 0) % count
     for _ in range(20):
         if not (probe or answers)(host, port):
             break
-        port = 10000 + (port - 10000 + 997) % 20000
+        port = first + (port - first + 997) % count
     return port
 
 
