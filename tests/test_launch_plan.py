@@ -29,7 +29,7 @@ def _flag(word: str) -> str:
 def _loaded(launcher: str):
     """The tiny recipe under ``launcher``: a script for a command, a program for srun, one CPU per rank's task."""
     overrides = [f"launcher={launcher}", "resources.cpus_per_task=1"]
-    if launcher == "command":
+    if launcher in ("command", "ray"):  # ray: a script, its driver
         overrides += ["task={script: train.py}"]
     if launcher == "srun":
         overrides += ["task={program: ./train}"]

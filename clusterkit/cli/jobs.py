@@ -95,6 +95,8 @@ def plan_lines(files) -> list[str]:
         plan.image_check,
         plan.service.step if plan.service else None,
         *(component.step for component in plan.components),
+        plan.ray.head if plan.ray else None,  # launcher: ray: its cluster, then the driver (the launch)
+        plan.ray.workers if plan.ray else None,
         plan.preflight,
         *(plan.steps or [plan.launch]),
     ]

@@ -20,6 +20,7 @@ from clusterkit.load import (
     model_checks,
     parallel_checks,
     profile_checks,
+    ray_checks,
     sbatch_checks,
     step_checks,
     task_checks,
@@ -124,6 +125,7 @@ def resolve_and_check(
     launch_checks.check_service(recipe, found.error)
     component_checks.check_components(recipe, profile, found.error, found.warn, found.profile_error)
     launch_checks.check_launcher(recipe, found.error)
+    ray_checks.check_ray(recipe, profile, found.error, found.profile_error)
     if resolved is not None:
         accelerate_checks.check_accelerate_config(resolved, found.error)
     launch_checks.check_runtime_values(recipe, profile, found.error, found.profile_error)

@@ -25,6 +25,7 @@ from clusterkit.spec.container_steps import (
 from clusterkit.spec.launchers import BATCH_LAUNCHER, LAUNCHERS, Program, Words
 from clusterkit.spec.network import env_value
 from clusterkit.spec.profiling import nsys_wrapper
+from clusterkit.spec.ray_cluster import ray_cluster
 from clusterkit.spec.runtime_values import placeholders
 from clusterkit.spec.sbatch_header import tasks_per_node
 from clusterkit.spec.step_options import step_options
@@ -87,7 +88,7 @@ def _ranks_step(
         layout.node_log(layout.JOB_ID_PATTERN[kind], "%t", "err"),
     )
     env = step_env(recipe)
-    if recipe.process_model == BATCH_LAUNCHER:
+    if recipe.process_model == BATCH_LAUNCHER or launcher.command is None:  # ray: its driver
         rank = (
             Program(
                 Words()
@@ -103,11 +104,12 @@ def _ranks_step(
         command = launcher.batch_command(recipe, rank)  # type: ignore[misc]
         srun = step_options(recipe, profile) if launcher.name == "deepspeed" else []
         at = command.words.index(RUN_DIR + "/" + layout.SUPERVISOR_DIR + "/__main__.py") if srun else -1
+        once = recipe.process_model != BATCH_LAUNCHER  # ray's driver: one process, not the ranks
         return plan_step(
             name,
             "batch",
-            recipe.resources.nodes,
-            recipe.ranks_per_node,
+            1 if once else recipe.resources.nodes,
+            1 if once else recipe.ranks_per_node,
             command,
             Container(Words(), Words(), ()),
             srun,
@@ -308,6 +310,7 @@ def launch_plan(
         container_setup=container_setup(recipe),
         hooks_container=hooks_container(recipe, profile, passed),
         components=components(recipe),
+        ray=ray_cluster(recipe, profile),
     )
 
 

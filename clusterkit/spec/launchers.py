@@ -217,6 +217,13 @@ def _mpirun(recipe: ResolvedRecipe, program: Program) -> Words:
     return words.given(*recipe.launcher_args).add(*recipe.python, "-u").extend(program.words("--module"))
 
 
+def _ray_driver(recipe: ResolvedRecipe, program: Program) -> Words:
+    """Ray's driver, once in the batch shell (on the head's node) once every node joined the cluster
+    (RAY_ADDRESS in its environment): the recipe's script or module; the Ray nodes are the plan's
+    ray steps (:mod:`clusterkit.spec.ray_cluster`)."""
+    return Words().add(*recipe.python).extend(program.words("-m"))
+
+
 _TORCHRUN_OWNED = {
     "nnodes": "resources.nodes",
     "nproc-per-node": "resources.gpus_per_node",
@@ -302,6 +309,19 @@ _MPIRUN_OWNED = {
     "output-filename": _LOGS,
 }
 
+# ray start's flags that the plan's ray steps set from the allocation (clusterkit.spec.ray_cluster).
+_RAY_OWNED = {
+    "head": _LAYOUT,
+    "address": _LAYOUT,
+    "port": _LAYOUT,
+    "node-ip-address": _LAYOUT,
+    "num-cpus": "resources.cpus_per_task",
+    "num-gpus": "resources.gpus_per_node",
+    "temp-dir": _LOGS,
+    "block": _LAYOUT,
+    "disable-usage-stats": _LAYOUT,
+}
+
 LAUNCHERS: dict[str, Launcher] = {
     launcher.name: launcher
     for launcher in (
@@ -352,6 +372,18 @@ LAUNCHERS: dict[str, Launcher] = {
             None,
             batch_command=_mpirun,
             defaults=frozenset({"bind-to"}),
+        ),
+        # A Ray cluster on the allocation (a ray start per node, launcher_args its options), then the
+        # driver, the task's script or module, once in the batch shell (clusterkit.supervisor.ray_cluster).
+        Launcher(
+            "ray",
+            (LAUNCHER_PER_NODE,),
+            "ray",
+            _RAY_OWNED,
+            None,
+            batch_command=_ray_driver,
+            tasks=("script",),
+            batch_ranks=False,
         ),
     )
 }

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import components, container_setup, hooks, job_steps, recovery
+from . import components, container_setup, hooks, job_steps, ray_cluster, recovery
 from .environment import JobEnvironment
 from .notify import Notifier
 from .plan import PLAN_FORMAT, UNSET_VARIABLE, LaunchPlan, Step, UnsetVariable, unset_line
@@ -44,7 +44,7 @@ from .run_files import (
 )
 from .spares import Restart, Spares
 from .stacks import STACKS_SIGNAL
-from .steps import Running, batch_argv, free_port, start, step_hosts, wait_until_ready
+from .steps import Running, batch_argv, free_port, start, step_hosts
 from .watchdog import EXIT_HUNG, Watcher
 
 
@@ -119,13 +119,20 @@ class Supervisor:
                     flush=True,
                 )
                 return self._end(code)
-        service = self._start_service()
+        service = components.start_service(self.plan, self.job, self.hosts, str(self.run_dir), self.env)
         if service is False:
             return self._end(1)
         started = self._start_components(train)  # never beside a service (load.component_checks)
         if started is None:
             return self._end(1)
+        cluster = None
         try:
+            if self.plan.ray is not None:  # launcher: ray: the driver (the launch) runs on it
+                cluster = ray_cluster.start(self.plan, self.job, train, str(self.run_dir), self.env)
+                if not cluster.ready:  # stopped before the job's end (its hooks, a retry)
+                    cluster, unready = None, cluster
+                    unready.stop()
+                    return self._end(1)
             if self.plan.preflight is not None:
                 code = self._preflight(train)
                 if code:
@@ -142,6 +149,8 @@ class Supervisor:
             self.notifier.send("start", f"started on {' '.join(self.watcher.hosts)}{again}")
             code = self._run_steps() if self.plan.steps else self._launch()
         finally:
+            if cluster is not None:
+                cluster.stop()
             if service:
                 service.stop()
                 print("clusterkit: service stopped", flush=True)
@@ -336,28 +345,6 @@ class Supervisor:
             return None
         self.env.update(components.told(self.plan, train, placed), CLUSTERKIT_COMPONENT=components.TRAIN)
         return components.start_all(self.plan, self.job, placed, str(self.run_dir), self.env)
-
-    def _start_service(self):  # -> Running | None | False (False: it never answered)
-        service = self.plan.service
-        if service is None:
-            return None
-        try:
-            running = start(self.plan, service.step, self.job, self.hosts, str(self.run_dir), self.env)
-        except UnsetVariable as unset:
-            print(unset_line(unset, service.step.name, socket.gethostname()), flush=True)
-            return False
-        host = step_hosts(self.plan, service.step, self.hosts)[0]
-        address = f"{host}:{service.port}"
-        self.env[service.address_env] = address
-        print(f"clusterkit: waiting up to {service.ready_timeout_s} s for the service at {address}", flush=True)
-        why = wait_until_ready(host, service.port, service.ready_timeout_s, running)
-        if why is not None:
-            print(f"clusterkit: the service at {address} did not answer ({why}): not training", flush=True)
-            running.stop()
-            print("clusterkit: service stopped", flush=True)
-            return False
-        print(f"clusterkit: the service answers at {address}", flush=True)
-        return running
 
     def _end(self, code: int, retry: bool = False, exclude: Optional[Sequence[str]] = None) -> int:
         """The attempt's end: its exit code recorded, the post_run hooks, a retry where one is due

@@ -2,7 +2,8 @@
 
 - ``batch PLAN``: the batch shell's part of the job (:mod:`.batch`);
 - ``node PLAN STEP``: one task of a step, around its program (:mod:`.node`);
-- ``rank [--module] ENTRY ARGS...``: one rank started by a launcher in the batch shell (:mod:`.ranks`).
+- ``rank [--module] ENTRY ARGS...``: one rank started by a launcher in the batch shell (:mod:`.ranks`);
+- ``ray-node ROLE OPTIONS...``: a node of launcher: ray's cluster (:mod:`.ray_cluster`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import List
 
-USAGE = "usage: supervisor batch PLAN | node PLAN STEP | rank [--module] ENTRY [ARGS...]"
+USAGE = "usage: supervisor batch PLAN | node PLAN STEP | rank [--module] ENTRY [ARGS...] | ray-node ROLE [OPTIONS...]"
 
 
 def main(argv: List[str]) -> int:
@@ -33,6 +34,8 @@ def main(argv: List[str]) -> int:
                 plan.preflight,
                 plan.image_check,
                 plan.service.step if plan.service else None,
+                plan.ray.head if plan.ray else None,
+                plan.ray.workers if plan.ray else None,
                 *plan.steps,  # a job of several steps: their names are none of the others' (load refuses those)
                 *(component.step for component in plan.components),  # nor are components' (spec.components)
             )
@@ -44,5 +47,11 @@ def main(argv: List[str]) -> int:
 
         run_as_rank(args)
         return 0
+    if command == "ray-node":
+        from .ray_cluster import main as ray
+
+        code = ray(argv)
+        if code is not None:
+            return code
     print(USAGE, file=sys.stderr)
     return 2

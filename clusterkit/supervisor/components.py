@@ -7,16 +7,20 @@ What every process is told (docs/guides/heterogeneous-jobs.md): ``CLUSTERKIT_COM
 names, training's ``train`` first), ``CLUSTERKIT_COMPONENT`` (its own), and for each component
 ``CLUSTERKIT_COMPONENT_<NAME>_HOSTS`` / ``_ADDR`` / ``_PORT``. A component's ranks also get their
 own ``MASTER_ADDR`` / ``MASTER_PORT`` (its first node, a free port there), for a process group of their own.
+
+The simple case, the ``service:`` role on nodes of the job's own allocation, starts here too
+(:func:`start_service`).
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .environment import JobEnvironment
-from .plan import Component, LaunchPlan
-from .steps import Running, free_port, start, wait_until_ready
+from .plan import Component, LaunchPlan, UnsetVariable, unset_line
+from .steps import Running, free_port, start, step_hosts, wait_until_ready
 
 STOP_GRACE_S = 10  # from SIGTERM to a component's tasks until its step is ended
 TRAIN = "train"  # training's own name among the components (spec.components.TRAIN)
@@ -111,3 +115,28 @@ def described(plan: LaunchPlan) -> List[str]:
         + f", logs {c.step.logs[0].replace('%t', '<rank>')}"
         for c in plan.components
     ]
+
+
+def start_service(plan: LaunchPlan, job: JobEnvironment, hosts: List[str], run_dir: str, env: Dict[str, str]):
+    """The service role started on its nodes and ready, its address added to ``env`` (the launch's):
+    Running, None for no service, False where it cannot start or never answered (then stopped)."""
+    service = plan.service
+    if service is None:
+        return None
+    try:
+        running = start(plan, service.step, job, hosts, run_dir, env)
+    except UnsetVariable as unset:
+        print(unset_line(unset, service.step.name, socket.gethostname()), flush=True)
+        return False
+    host = step_hosts(plan, service.step, hosts)[0]
+    address = f"{host}:{service.port}"
+    env[service.address_env] = address
+    print(f"clusterkit: waiting up to {service.ready_timeout_s} s for the service at {address}", flush=True)
+    why = wait_until_ready(host, service.port, service.ready_timeout_s, running)
+    if why is not None:
+        print(f"clusterkit: the service at {address} did not answer ({why}): not training", flush=True)
+        running.stop()
+        print("clusterkit: service stopped", flush=True)
+        return False
+    print(f"clusterkit: the service answers at {address}", flush=True)
+    return running

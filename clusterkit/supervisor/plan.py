@@ -69,7 +69,10 @@ class Step:
     that starts the ranks itself). Each task runs the node agent (:mod:`.node`), which runs ``argv``."""
 
     name: str  # preflight | service | launch | image-check: logs and messages say it
-    hosts: str  # train: the allocation's first train_nodes; service: the last service_nodes; first; batch; all
+    # train: the allocation's first train_nodes; service: the last service_nodes; first; batch;
+    # all (each node of the allocation); component (a het group's own); rest: training's but the
+    # first (Ray's workers)
+    hosts: str
     nodes: int
     tasks_per_node: int
     argv: Tuple[str, ...]
@@ -135,6 +138,19 @@ class Component:
     name: str
     step: Step
     port: Optional[int]
+    ready_timeout_s: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RayCluster:
+    """launcher: ray: ``head`` on the first training node, ``workers`` on the others (None on one
+    node), each task running ``ray start`` through :mod:`.ray_cluster`; the launch (the driver)
+    starts once ``check`` (given the head's address, the node count and ``ready_timeout_s``) found
+    every node alive in time; every node's Ray is stopped when the driver ends."""
+
+    head: Step
+    workers: Optional[Step]
+    check: Tuple[str, ...]  # a program in the job's Python (the [ray] extra's)
     ready_timeout_s: int
 
 
@@ -205,6 +221,7 @@ class LaunchPlan:
     hooks_container: Optional[Step] = None
     # A heterogeneous job: started before the launch, in order, and stopped when it ends (.components).
     components: Tuple[Component, ...] = ()
+    ray: Optional[RayCluster] = None  # launcher: ray: the cluster the launch (its driver) runs on
     format: int = PLAN_FORMAT
 
     def to_json(self) -> str:
@@ -245,6 +262,7 @@ _NESTED = {
     "Step": Step,
     "ContainerSetup": ContainerSetup,
     "Component": Component,
+    "RayCluster": RayCluster,
     "Service": Service,
     "Recovery": Recovery,
     "Watchdog": Watchdog,

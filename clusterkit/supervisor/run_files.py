@@ -64,6 +64,8 @@ NCCL_TRACE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"  # where env.sh points torch 
 # and STEPS_RECORD, one JSON line as each run of a step starts and ends (step, trial, job_id, exit
 # code); read by status (the failing step) and by a requeued job (the runs it completed are not redone).
 STEPS_DIR = "steps"
+# launcher: ray: each node's ray start output (<host>.out/.err) and Ray's temp dir and logs (<host>/)
+RAY_DIR = "ray"
 STEPS_RECORD = "steps.jsonl"
 
 Node = Union[int, str]

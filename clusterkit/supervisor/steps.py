@@ -25,7 +25,7 @@ from .run_files import LAUNCH_PLAN, SUPERVISOR_DIR
 def step_hosts(plan: LaunchPlan, step: Step, hosts: Sequence[str]) -> List[str]:
     """The allocation's hosts a step runs on: training's are the first ``train_nodes``, the
     service's the last ``service_nodes``; a one-node check runs on the first; a heterogeneous job's
-    component, on ``hosts``, its group's own."""
+    component, on ``hosts``, its group's own; Ray's workers on training's but the first (its head's)."""
     if step.hosts == "component":
         return list(hosts)
     if step.hosts == "service":
@@ -34,6 +34,8 @@ def step_hosts(plan: LaunchPlan, step: Step, hosts: Sequence[str]) -> List[str]:
         return list(hosts[:1])
     if step.hosts == "all":  # each node of the allocation once (a container made or removed on each)
         return list(hosts)
+    if step.hosts == "rest":
+        return list(hosts[1 : plan.train_nodes])
     return list(hosts[: plan.train_nodes])
 
 
@@ -148,16 +150,23 @@ def answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def free_port(job_id: str, host: str, probe: Optional[Callable[[str, int], bool]] = None) -> int:
-    """The rendezvous port: derived from the job id, below Linux's ephemeral range (32768+) so no
-    outgoing connection holds it. Ids 20000 apart, or jobs of another runs_dir, may still meet on a
-    node, so while something listens there it moves on by 997, out of the block of ports that jobs
-    submitted around the same time derive (at most 20 tries, then the last one)."""
-    port = 10000 + (int(job_id) if job_id.isdigit() else 0) % 20000
+def free_port(
+    job_id: str,
+    host: str,
+    probe: Optional[Callable[[str, int], bool]] = None,
+    first: int = 10000,
+    count: int = 20000,
+) -> int:
+    """The rendezvous port: derived from the job id, in ``first`` .. ``first + count - 1`` (by
+    default below Linux's ephemeral range, 32768+, so no outgoing connection holds it). Ids
+    ``count`` apart, or jobs of another runs_dir, may still meet on a node, so while something
+    listens there it moves on by 997, out of the block of ports that jobs submitted around the same
+    time derive (at most 20 tries, then the last one)."""
+    port = first + (int(job_id) if job_id.isdigit() else 0) % count
     for _ in range(20):
         if not (probe or answers)(host, port):
             break
-        port = 10000 + (port - 10000 + 997) % 20000
+        port = first + (port - first + 997) % count
     return port
 
 
