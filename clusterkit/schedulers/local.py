@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 from clusterkit.errors import SchedulerError
 from clusterkit.runs.arrays import array_status, task_record
+from clusterkit.runs.function_results import function_status
 from clusterkit.runs.index import add_run
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.node_choice import NodeChoice, chosen_host
@@ -43,6 +44,7 @@ from clusterkit.schedulers.local_slurm import (
     terminate,
 )
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 from clusterkit.spec.layout import (
     CANCELLED_MARKER,
     LAUNCH_PLAN,
@@ -253,9 +255,14 @@ class LocalScheduler:
         return attached(command, cwd=record.run_dir, env=env)
 
 
+SUBMITIT_LOCAL = "SUBMITIT_EXECUTOR=local"  # in the environment of submitit's local job controller
+
+
 def _batch_status(record: RunRecord) -> JobStatus:
     if (record.path / CANCELLED_MARKER).exists():
         return JobStatus(CANCELLED)
+    if record.launcher == RECORD_LAUNCHER:  # a function's job: submitit's LocalExecutor, not our batch process
+        return function_status(record, bool(record.pid and carries(record.pid, (SUBMITIT_LOCAL,))))
     # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
     # It runs on after writing the exit code (post_run hooks, notices), as SLURM's job is COMPLETING
     # until its batch script ends: done is when nothing of the job is left.

@@ -1,0 +1,114 @@
+"""Python functions as jobs through submitit (``pip install 'clusterkit[functions]'``): the recipe
+gives every executor parameter (spec.function_jobs), the run directory ``<runs_dir>/<name>/<job id>``
+is submitit's folder, and a run record there makes the job a run like any other (status, ls, logs).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from clusterkit.errors import Finding, RecipeError, RecipeErrors, UsageError
+from clusterkit.load.loader import LoadedRecipe, Override, _load_with_bases, load_recipe, recipe_file
+from clusterkit.runs.index import add_run
+from clusterkit.runs.record import RunRecord
+from clusterkit.spec.function_jobs import EXECUTORS, LOCAL, RECORD_LAUNCHER, SLURM, executor_parameters, refusals
+
+# How submitit runs a job: `python -m submitit.core._submit FOLDER` in each task. As the recipe's task,
+# it is validated like any other (and the recipe file itself may not give one).
+SUBMITIT_ENTRY = "submitit.core._submit"
+_GIVEN_AS = "submit_function"
+TASK = (
+    Override(("task", "script"), SUBMITIT_ENTRY, _GIVEN_AS),
+    Override(("task", "module"), True, _GIVEN_AS),
+)
+Call = tuple[Sequence[Any], dict[str, Any]]  # one call's positional and keyword arguments
+
+
+def load_function_recipe(recipe: str | PathLike[str], overrides: Sequence[str | Override] = ()) -> LoadedRecipe:
+    """The recipe with submitit's entry as its task; one that gives a task or steps of its own is refused."""
+    path = recipe_file(recipe)
+    _, source = _load_with_bases(path, chain=())
+    for key in ("task", "steps"):
+        if source.written((key,)):
+            raise RecipeError(Finding(source.locate((key,)), (key,), "the function is the job's task: leave it out"))
+    return load_recipe(path, [*overrides, *TASK])
+
+
+def _written(loaded: LoadedRecipe) -> Callable[[tuple[str, ...]], bool]:
+    def written(path: tuple[str, ...]) -> bool:
+        if path[0] == "task":  # only ours (load_function_recipe refused the file's)
+            return False
+        return loaded.source.written(path)
+
+    return written
+
+
+def _executor_name(loaded: LoadedRecipe, executor: str | None) -> str:
+    if loaded.profile.login is not None or executor == "ssh":
+        return "ssh"  # refused with its reason by refusals()
+    if executor is None:
+        from shutil import which
+
+        return SLURM if which("sbatch") else LOCAL
+    if executor not in EXECUTORS:
+        raise UsageError(f"executor: {executor!r} is not one of {', '.join(EXECUTORS)} for a function")
+    return executor
+
+
+def submit_calls(
+    loaded: LoadedRecipe, fn: Callable[..., Any], calls: Sequence[Call], executor: str | None
+) -> list[RunRecord]:
+    """Each call of ``fn`` as a job (several: one SLURM job array, submitit's ``map_array``); their
+    run records, in the calls' order."""
+    import submitit
+
+    if not callable(fn):
+        raise UsageError(f"submit_function: {fn!r} is not callable")
+    if not calls:
+        return []
+    name = _executor_name(loaded, executor)
+    recipe, profile = loaded.recipe, loaded.profile
+    found = refusals(recipe, profile, name, _written(loaded))
+    if found:
+        findings = [Finding(loaded.locate(refusal.key_path), refusal.key_path, refusal.message) for refusal in found]
+        raise RecipeErrors(findings) if len(findings) > 1 else RecipeError(findings[0])
+    chosen = executor_parameters(recipe, profile, name)
+    base = Path(recipe.runs_dir).expanduser().absolute() / recipe.name
+    base.mkdir(parents=True, exist_ok=True)
+    auto = submitit.AutoExecutor(folder=base / "%j", cluster=chosen.executor)
+    auto.update_parameters(**chosen.parameters)
+    if len(calls) > 1:
+        auto.update_parameters(slurm_array_parallelism=len(calls))
+    submitted_at = time.time()
+    with auto.batch():
+        jobs = [auto.submit(fn, *args, **kwargs) for args, kwargs in calls]
+    return [_recorded(loaded, chosen.executor, job.job_id, Path(job.paths.folder), submitted_at) for job in jobs]
+
+
+def _recorded(loaded: LoadedRecipe, executor: str, job_id: str, run_dir: Path, submitted_at: float) -> RunRecord:
+    recipe = loaded.recipe
+    # The run directory is private: the results unpickled from it are ours (runs.function_results checks).
+    run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(run_dir, 0o700)
+    record = RunRecord(
+        job_id=job_id,
+        name=recipe.name,
+        scheduler=executor,
+        run_dir=str(run_dir),
+        recipe=str(loaded.path),
+        submitted_at=submitted_at,
+        nodes=recipe.resources.nodes,
+        ranks_per_node=recipe.resources.gpus_per_node,
+        launcher=RECORD_LAUNCHER,
+        pid=int(job_id) if executor == LOCAL else None,
+        overrides=loaded.overrides,
+        cluster=loaded.profile.name,
+    )
+    record.write()
+    add_run(record, run_dir)
+    return record

@@ -1,0 +1,126 @@
+"""A function job's outcome and value (clusterkit.submit_function): submitit's result pickles,
+``<job id>_<task>_result.pkl`` in the run directory, ``("success", value)`` or ``("error", traceback)``.
+
+A pickle runs code as it is read, so a result is unpickled only from a run directory that is ours
+and that no one else can write, from a regular file of ours no one else can write (:func:`private`).
+Whether a job succeeded is read without unpickling: the first string of the pickle, by pickletools.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pickletools
+import stat
+from pathlib import Path
+from typing import Any
+
+from clusterkit.errors import ExternalError, FunctionFailed, UserError
+from clusterkit.runs.record import RunRecord
+from clusterkit.runs.status import COMPLETED, FAILED, RUNNING, JobStatus
+from clusterkit.spec.bounded_read import MiB, read_bounded
+
+SUCCESS, ERROR = "success", "error"
+OUTCOME_LIMIT = 1 * MiB  # the outcome is in the pickle's first bytes
+RESULT_LIMIT = 4096 * MiB  # submitit's own limit on what it pickles is 1 GB by default
+LOG_TAIL_LINES = 40
+
+
+class NotOurs(UserError):
+    """A result file or run directory that someone else could have written: never unpickled."""
+
+
+def result_file(record: RunRecord, task: int) -> Path:
+    return record.path / f"{record.job_id}_{task}_result.pkl"
+
+
+def log_file(record: RunRecord, task: int, stream: str) -> Path:
+    return record.path / f"{record.job_id}_{task}_log.{stream}"
+
+
+def task_count(record: RunRecord) -> int:
+    return record.nodes * record.ranks_per_node
+
+
+def outcome(path: Path) -> str | None:
+    """``success`` or ``error``, read from the pickle's opcodes (nothing is run); None: no result (yet)."""
+    try:
+        head = path.open("rb").read(OUTCOME_LIMIT)
+    except OSError:
+        return None
+    try:
+        for opcode, argument, _ in pickletools.genops(head):
+            if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+                return argument if argument in (SUCCESS, ERROR) else None
+    except (ValueError, EOFError):  # cut short or not a pickle
+        return None
+    return None
+
+
+def outcomes(record: RunRecord) -> list[str | None]:
+    return [outcome(result_file(record, task)) for task in range(task_count(record))]
+
+
+def private(path: Path, directory: bool) -> None:
+    """Refuse (:class:`NotOurs`) a path that is a link, not of its kind, not ours, or writable by others."""
+    info = os.lstat(path)
+    kind = stat.S_ISDIR if directory else stat.S_ISREG
+    what = "run directory" if directory else "result file"
+    if not kind(info.st_mode):
+        raise NotOurs(f"{path}: not a {what} (a link or another kind of file): its result is not read")
+    if info.st_uid != os.getuid():
+        raise NotOurs(f"{path}: the {what} belongs to uid {info.st_uid}, not to you: its result is not unpickled")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise NotOurs(f"{path}: others can write this {what}: its result is not unpickled")
+
+
+def log_tail(record: RunRecord, task: int, lines: int = LOG_TAIL_LINES) -> str:
+    tails = []
+    for stream in ("err", "out"):
+        path = log_file(record, task, stream)
+        try:
+            text = read_bounded(path, 64 * MiB, "a function's log").decode("utf-8", "replace")
+        except (OSError, ValueError):
+            continue
+        tails.append(f"--- {path} (last {lines} lines) ---\n" + "\n".join(text.splitlines()[-lines:]))
+    return "\n".join(tails)
+
+
+def results(record: RunRecord) -> list[Any]:
+    """Each task's return value, in task order; :class:`~clusterkit.errors.FunctionFailed` with the
+    remote traceback and the task's log tail where the function raised, or left no result."""
+    private(record.path, directory=True)
+    values = []
+    for task in range(task_count(record)):
+        path = result_file(record, task)
+        if not path.exists():
+            raise FunctionFailed(
+                f"job {record.job_id} task {task} ended without a result ({path})", "", log_tail(record, task)
+            )
+        private(path, directory=False)
+        try:
+            state, value = pickle.loads(read_bounded(path, RESULT_LIMIT, "a function's result"))
+        except (pickle.UnpicklingError, ValueError, TypeError, EOFError) as exc:
+            raise ExternalError(f"{path}: not a submitit result: {exc}") from None
+        if state == ERROR:
+            value = str(value)
+            last = value.strip().splitlines()[-1] if value.strip() else "an exception"
+            raise FunctionFailed(
+                f"job {record.job_id} task {task}: the function raised {last}", value, log_tail(record, task)
+            )
+        values.append(value)
+    return values
+
+
+def function_status(record: RunRecord, running: bool) -> JobStatus:
+    """A local function job's state: running while its controller runs, then its result files' outcome."""
+    if running:
+        return JobStatus(RUNNING)
+    found = outcomes(record)
+    if ERROR in found:
+        return JobStatus(
+            FAILED, 1, failure=f"the function raised in task {found.index(ERROR)} (Run.result() gives its traceback)"
+        )
+    if all(state == SUCCESS for state in found):
+        return JobStatus(COMPLETED, 0)
+    return JobStatus(FAILED, reason="the function's job ended without a result")
