@@ -3,62 +3,29 @@
 
 A pickle runs code as it is read, so a result is unpickled only from a run directory that is ours
 and that no one else can write, from a regular file of ours no one else can write (:func:`private`).
-Whether a job succeeded is read without unpickling: the first string of the pickle, by pickletools.
+Whether a job succeeded is read without unpickling (runs.function_outcomes).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import pickletools
 import stat
 from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import ExternalError, FunctionFailed, UserError
+from clusterkit.runs.function_outcomes import ERROR, SUCCESS, log_file, outcomes, result_file, task_count
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import COMPLETED, FAILED, RUNNING, JobStatus
 from clusterkit.spec.bounded_read import MiB, read_bounded
 
-SUCCESS, ERROR = "success", "error"
-OUTCOME_LIMIT = 1 * MiB  # the outcome is in the pickle's first bytes
 RESULT_LIMIT = 4096 * MiB  # submitit's own limit on what it pickles is 1 GB by default
 LOG_TAIL_LINES = 40
 
 
 class NotOurs(UserError):
     """A result file or run directory that someone else could have written: never unpickled."""
-
-
-def result_file(record: RunRecord, task: int) -> Path:
-    return record.path / f"{record.job_id}_{task}_result.pkl"
-
-
-def log_file(record: RunRecord, task: int, stream: str) -> Path:
-    return record.path / f"{record.job_id}_{task}_log.{stream}"
-
-
-def task_count(record: RunRecord) -> int:
-    return record.nodes * record.ranks_per_node
-
-
-def outcome(path: Path) -> str | None:
-    """``success`` or ``error``, read from the pickle's opcodes (nothing is run); None: no result (yet)."""
-    try:
-        head = path.open("rb").read(OUTCOME_LIMIT)
-    except OSError:
-        return None
-    try:
-        for opcode, argument, _ in pickletools.genops(head):
-            if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
-                return argument if argument in (SUCCESS, ERROR) else None
-    except (ValueError, EOFError):  # cut short or not a pickle
-        return None
-    return None
-
-
-def outcomes(record: RunRecord) -> list[str | None]:
-    return [outcome(result_file(record, task)) for task in range(task_count(record))]
 
 
 def private(path: Path, directory: bool) -> None:
@@ -116,11 +83,9 @@ def function_status(record: RunRecord, running: bool) -> JobStatus:
     """A local function job's state: running while its controller runs, then its result files' outcome."""
     if running:
         return JobStatus(RUNNING)
-    found = outcomes(record)
+    found = [state for state, _ in outcomes(record)]
     if ERROR in found:
-        return JobStatus(
-            FAILED, 1, failure=f"the function raised in task {found.index(ERROR)} (Run.result() gives its traceback)"
-        )
+        return JobStatus(FAILED, 1)
     if all(state == SUCCESS for state in found):
         return JobStatus(COMPLETED, 0)
     return JobStatus(FAILED, reason="the function's job ended without a result")
