@@ -90,7 +90,9 @@ def test_setup_lines_give_each_value_as_it_is_and_run_nothing(tmp_path: Path) ->
 
 
 def test_local_parameters(tmp_path: Path) -> None:
-    loaded = load_function_recipe(recipe_file(tmp_path, "resources: {gpus_per_node: 2, time: '2:30'}\nsetup: [echo a]\n"))
+    loaded = load_function_recipe(
+        recipe_file(tmp_path, "resources: {gpus_per_node: 2, time: '2:30'}\nsetup: [echo a]\n")
+    )
     chosen = executor_parameters(loaded.recipe, loaded.profile, LOCAL)
     assert chosen.parameters == {
         "name": "fn",
@@ -148,3 +150,24 @@ def test_several_nodes_on_the_local_executor_are_refused(tmp_path: Path) -> None
     path = recipe_file(tmp_path, "resources: {nodes: 2}\n")
     with pytest.raises(RecipeError, match="resources.nodes: the local executor runs one node"):
         submit_calls(load_function_recipe(path), print, [((), {})], LOCAL)
+
+
+@pytest.mark.parametrize("runs_dir", ["runs%j", "my runs", "odd-%x"])
+def test_a_run_directory_submitit_cannot_write_unquoted_is_refused(tmp_path: Path, runs_dir: str) -> None:
+    path = recipe_file(tmp_path, "")
+    path.write_text(path.read_text().replace(f"runs_dir: {tmp_path / 'runs'}", f"runs_dir: {tmp_path / runs_dir}"))
+    with pytest.raises(RecipeError, match=r"runs_dir: .*%|runs_dir: .*without %, spaces") as raised:
+        submit_calls(load_function_recipe(path), print, [((), {})], LOCAL)
+    assert str(raised.value).startswith(f"{path}:3: runs_dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fn.yaml"], "nothing is written"
+
+
+def test_a_relative_runs_dir_under_a_folder_with_percent_is_refused(tmp_path: Path, monkeypatch) -> None:
+    odd = tmp_path / "at 100%j"
+    odd.mkdir()
+    monkeypatch.chdir(odd)
+    path = odd / "fn.yaml"
+    path.write_text("name: fn\nlauncher: python\nruns_dir: ./runs\n")
+    with pytest.raises(RecipeError, match="without %, spaces or control characters"):
+        submit_calls(load_function_recipe(path), print, [((), {})], LOCAL)
+    assert sorted(p.name for p in odd.iterdir()) == ["fn.yaml"]

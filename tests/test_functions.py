@@ -10,11 +10,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
 
 import clusterkit
 from clusterkit.errors import FunctionFailed
 from clusterkit.runs.function_results import NotOurs, result_file
+from conftest import REPO, run_cli
 
 NOBODY = 65534
 

@@ -73,12 +73,12 @@ def submit_calls(
         return []
     name = _executor_name(loaded, executor)
     recipe, profile = loaded.recipe, loaded.profile
-    found = refusals(recipe, profile, name, _written(loaded))
+    base = Path(recipe.runs_dir).expanduser().absolute() / recipe.name
+    found = refusals(recipe, profile, name, _written(loaded), str(base))
     if found:
         findings = [Finding(loaded.locate(refusal.key_path), refusal.key_path, refusal.message) for refusal in found]
         raise RecipeErrors(findings) if len(findings) > 1 else RecipeError(findings[0])
     chosen = executor_parameters(recipe, profile, name)
-    base = Path(recipe.runs_dir).expanduser().absolute() / recipe.name
     base.mkdir(parents=True, exist_ok=True)
     auto = submitit.AutoExecutor(folder=base / "%j", cluster=chosen.executor)
     auto.update_parameters(**chosen.parameters)

@@ -11,6 +11,7 @@ so each task of a distributed function has its rank in SLURM's variables (submit
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from clusterkit.spec.resolved import ResolvedRecipe
 from clusterkit.spec.timefmt import slurm_time_minutes
 
 KeyPath = tuple[str, ...]
+_UNFIT_FOLDER = re.compile(r"[%\s\x00-\x1f\x7f]")
 SLURM, LOCAL = "slurm", "local"
 EXECUTORS = (SLURM, LOCAL)
 LAUNCHER = "python"  # the launcher whose ranks a function's tasks are: one srun task per GPU
@@ -80,11 +82,23 @@ class ExecutorParameters:
 
 
 def refusals(
-    recipe: ResolvedRecipe, profile: ClusterProfile, executor: str, written: Callable[[KeyPath], bool]
+    recipe: ResolvedRecipe,
+    profile: ClusterProfile,
+    executor: str,
+    written: Callable[[KeyPath], bool],
+    runs_base: str,
 ) -> list[Refusal]:
     """Every part of the recipe (and profile) that a function's job cannot carry; ``written``: whether
-    the recipe (or an override) sets a key path."""
+    the recipe (or an override) sets a key path; ``runs_base``: the absolute ``<runs_dir>/<name>``."""
     found = [Refusal(path, reason) for path, reason in REFUSED.items() if written(path)]
+    if _UNFIT_FOLDER.search(runs_base):
+        found.append(
+            Refusal(
+                ("runs_dir",),
+                f"{runs_base!r}: submitit writes the run directory unquoted into #SBATCH lines and SLURM's "
+                "file patterns (%j): give a runs_dir without %, spaces or control characters",
+            )
+        )
     if written(("launcher",)) and recipe.launcher != LAUNCHER:
         found.append(Refusal(("launcher",), f"a function's tasks are launcher: {LAUNCHER}'s ranks; {_NO_LAUNCHER}"))
     if profile.login is not None:
