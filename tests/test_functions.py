@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import pickle
 import stat
+import time
 from pathlib import Path
 
 import pytest
+import submitit
 
 import clusterkit
 from clusterkit.errors import FunctionFailed
@@ -42,11 +44,25 @@ def ranks() -> tuple:
     return env.rank, env.world_size, os.environ["RANK"], os.environ["LOCAL_RANK"], total.item()
 
 
-def recipe(tmp_path: Path, nodes: int = 1, gpus: int = 1) -> Path:
+class Resumable(submitit.helpers.Checkpointable):
+    """Waits past its time limit on its first attempt; checkpointed (this object, pickled) and requeued
+    by submitit, its second attempt returns at once."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def __call__(self, word: str) -> tuple[str, int]:
+        self.attempts += 1
+        if self.attempts == 1:
+            time.sleep(300)
+        return word, self.attempts
+
+
+def recipe(tmp_path: Path, nodes: int = 1, gpus: int = 1, limit: str = "5") -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(
         f"name: tiny\nlauncher: python\nruns_dir: {tmp_path / 'runs'}\n"
-        f"resources: {{nodes: {nodes}, gpus_per_node: {gpus}, time: '5'}}\n"
+        f"resources: {{nodes: {nodes}, gpus_per_node: {gpus}, time: '{limit}'}}\n"
         f"env: {{PYTHONPATH: {REPO}:{REPO / 'tests'}}}\n",  # the tests' functions, unpickled in the job
         encoding="utf-8",
     )
@@ -95,6 +111,13 @@ def test_two_tasks_have_ranks_and_a_working_gloo_all_reduce(tmp_path: Path) -> N
 def test_map_returns_each_call_in_order(tmp_path: Path) -> None:
     runs = clusterkit.map_function(double, [(1,), (2,), (3,), (4,)], recipe=recipe(tmp_path), executor="local")
     assert [run.result(timeout=120) for run in runs] == [2, 4, 6, 8]
+
+
+def test_a_checkpointable_is_requeued_at_its_time_limit_and_resumes(tmp_path: Path) -> None:
+    """submitit's Checkpointable: signalled before the 1-minute limit, checkpointed and requeued."""
+    run = clusterkit.submit_function(Resumable(), "again", recipe=recipe(tmp_path, limit="1"), executor="local")
+    assert run.result(timeout=240) == ("again", 2)
+    assert "timed-out" in (Path(run.run_dir) / f"{run.job_id}_0_log.err").read_text()
 
 
 def test_status_ls_and_logs_of_a_function_run(tmp_path: Path) -> None:
