@@ -16,6 +16,7 @@ import submitit
 import clusterkit
 from clusterkit.errors import FunctionFailed
 from clusterkit.runs.function_results import NotOurs, result_file
+from clusterkit.schedulers.local_slurm import carries, processes_with
 from conftest import REPO, run_cli
 
 NOBODY = 65534
@@ -133,6 +134,19 @@ def test_status_ls_and_logs_of_a_function_run(tmp_path: Path) -> None:
     assert f"{run.job_id}_0_log.out" in logs.stdout and "about to fail" in logs.stdout
     assert "ValueError: kaboom logged" in logs.stdout, logs.stdout
     assert "about to fail" in run.logs(rank=0)
+
+
+def test_cancel_ends_a_running_function_and_its_tasks(tmp_path: Path) -> None:
+    run = clusterkit.submit_function(time.sleep, 300, recipe=recipe(tmp_path, gpus=2), executor="local")
+    deadline = time.monotonic() + 60
+    while len(processes_with((f"SUBMITIT_LOCAL_JOB_ID={run.job_id}",))) < 2:
+        assert time.monotonic() < deadline, "the two tasks did not start"
+        time.sleep(0.2)
+    done = run_cli("cancel", run.job_id, "--runs-dir", str(tmp_path / "runs"), env=cli_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert run.status().state == "CANCELLED"
+    assert not processes_with((f"SUBMITIT_LOCAL_JOB_ID={run.job_id}",)), "no task is left behind"
+    assert not carries(int(run.job_id), ("SUBMITIT_EXECUTOR=local",)), "the controller has ended"
 
 
 def _finished(tmp_path: Path) -> clusterkit.FunctionRun:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -217,6 +218,9 @@ class LocalScheduler:
         """Stop every process of the job (only those carrying its marker: a reused pid is left
         alone), SIGTERM first, SIGKILL after ``grace_s``; for a job array, of every task."""
         (record.path / CANCELLED_MARKER).touch()
+        if record.launcher == RECORD_LAUNCHER:
+            _end_function_job(record, grace_s)
+            return
         (record.path / SECRETS_FILE).unlink(missing_ok=True)  # no later attempt needs them
         for index in record.tasks:
             (record.path / str(index) / CANCELLED_MARKER).touch()
@@ -256,6 +260,23 @@ class LocalScheduler:
 
 
 SUBMITIT_LOCAL = "SUBMITIT_EXECUTOR=local"  # in the environment of submitit's local job controller
+
+
+def _end_function_job(record: RunRecord, grace_s: float) -> None:
+    """SIGINT to submitit's local controller, which ends its tasks (as its LocalJob.cancel asks); what
+    is left after ``grace_s``, SIGKILLed: the controller and its tasks (SUBMITIT_LOCAL_JOB_ID=<its pid>).
+    A reused pid, without submitit's variable, is left alone."""
+    controller = (SUBMITIT_LOCAL,)
+    if record.pid and carries(record.pid, controller):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        while carries(record.pid, controller) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if carries(record.pid, controller):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+    terminate((SUBMITIT_LOCAL, f"SUBMITIT_LOCAL_JOB_ID={record.pid}"), grace_s)
 
 
 def _batch_status(record: RunRecord) -> JobStatus:
