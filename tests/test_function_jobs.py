@@ -171,3 +171,9 @@ def test_a_relative_runs_dir_under_a_folder_with_percent_is_refused(tmp_path: Pa
     with pytest.raises(RecipeError, match="without %, spaces or control characters"):
         submit_calls(load_function_recipe(path), print, [((), {})], LOCAL)
     assert sorted(p.name for p in odd.iterdir()) == ["fn.yaml"]
+
+
+def test_the_guide_names_every_refused_key() -> None:
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "functions.md").read_text()
+    missing = [".".join(path) for path in REFUSED if f"`{'.'.join(path)}`" not in guide]
+    assert not missing, f"docs/guides/functions.md does not say these are refused: {missing}"
