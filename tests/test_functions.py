@@ -245,3 +245,11 @@ def test_dev_cluster_an_array_of_four_in_order(dev_cluster: str, tmp_path: Path)
     runs = clusterkit.map_function(double, [(1,), (2,), (3,), (4,)], recipe=recipe(tmp_path), executor="slurm")
     assert len({run.job_id.split("_")[0] for run in runs}) == 1  # one SLURM job array
     assert [run.result(timeout=300) for run in runs] == [2, 4, 6, 8]
+
+
+def test_submit_resume_of_a_function_run_is_refused(tmp_path: Path) -> None:
+    run = _finished(tmp_path)
+    done = run_cli("submit", "--resume", run.run_dir, "--executor", "local", env=cli_env())
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "resumes through submitit's Checkpointable, not --resume" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "runs" / "tiny").iterdir() if p.name != "%j") == [run.job_id]
