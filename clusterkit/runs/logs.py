@@ -43,7 +43,8 @@ def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     run_dir = record.path
     if record.launcher == RECORD_LAUNCHER:  # a function's job: submitit's <job id>_<task>_log.{out,err}
         tasks = "*" if rank is None else rank
-        return [path for stream in ("out", "err") for path in sorted(run_dir.glob(f"{record.job_id}_{tasks}_log.{stream}"))]
+        streams = ("out", "err")
+        return [path for stream in streams for path in sorted(run_dir.glob(f"{record.job_id}_{tasks}_log.{stream}"))]
     if rank is None:
         return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
     launcher = LAUNCHERS.get(record.launcher)
