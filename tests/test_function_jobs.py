@@ -177,3 +177,25 @@ def test_the_guide_names_every_refused_key() -> None:
     guide = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "functions.md").read_text()
     missing = [".".join(path) for path in REFUSED if f"`{'.'.join(path)}`" not in guide]
     assert not missing, f"docs/guides/functions.md does not say these are refused: {missing}"
+
+
+def test_without_a_launcher_the_cpus_per_task_are_a_task_per_gpus(tmp_path: Path) -> None:
+    """The dev profile's 2 CPUs per node shared by its 2 tasks (torchrun's one task per node would
+    ask 2 CPUs per task: 4 per node, a job SLURM never starts)."""
+    path = tmp_path / "fn.yaml"
+    path.write_text(f"name: fn\nruns_dir: {tmp_path / 'runs'}\nresources: {{gpus_per_node: 2}}\n")
+    parameters = executor_parameters(*_loaded_pair(path), SLURM).parameters
+    assert (parameters["tasks_per_node"], parameters["cpus_per_task"]) == (2, 1)
+
+
+def test_an_override_to_another_launcher_is_refused(tmp_path: Path) -> None:
+    path = recipe_file(tmp_path, "")
+    with pytest.raises(
+        RecipeError, match="^--set launcher=torchrun: launcher: a function's tasks are launcher: python"
+    ):
+        submit_calls(load_function_recipe(path, ["launcher=torchrun"]), print, [((), {})], LOCAL)
+
+
+def _loaded_pair(path: Path):
+    loaded = load_function_recipe(path)
+    return loaded.recipe, loaded.profile

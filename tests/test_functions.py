@@ -4,6 +4,7 @@ any other (status, logs), and a result is unpickled only from a run directory th
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import stat
@@ -59,15 +60,24 @@ class Resumable(submitit.helpers.Checkpointable):
         return word, self.attempts
 
 
+# A value the job's environment must hold as it is: quotes, $(...), backticks, a line break.
+HOSTILE = "a b$(touch /tmp/ck-fn-pwned)'\"`x`\\ ~%-;\n second line"
+
+
 def recipe(tmp_path: Path, nodes: int = 1, gpus: int = 1, limit: str = "5") -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(
-        f"name: tiny\nlauncher: python\nruns_dir: {tmp_path / 'runs'}\n"
+        f"name: tiny\nruns_dir: {tmp_path / 'runs'}\n"
         f"resources: {{nodes: {nodes}, gpus_per_node: {gpus}, time: '{limit}'}}\n"
-        f"env: {{PYTHONPATH: {REPO}:{REPO / 'tests'}}}\n",  # the tests' functions, unpickled in the job
+        # the tests' functions, unpickled in the job
+        f"env: {{PYTHONPATH: {REPO}:{REPO / 'tests'}, HOSTILE: {json.dumps(HOSTILE)}}}\n",
         encoding="utf-8",
     )
     return path
+
+
+def hostile() -> str:
+    return os.environ["HOSTILE"]
 
 
 def cli_env() -> dict[str, str]:
@@ -83,6 +93,12 @@ def test_a_lambda_returns_its_value(tmp_path: Path) -> None:
     assert run.status().state == "COMPLETED"
     assert Path(run.run_dir).parent == tmp_path / "runs" / "tiny"
     assert stat.S_IMODE(os.stat(run.run_dir).st_mode) == 0o700
+
+
+def test_the_recipes_env_reaches_the_function_as_written(tmp_path: Path) -> None:
+    run = clusterkit.submit_function(hostile, recipe=recipe(tmp_path), executor="local")
+    assert run.result(timeout=120) == HOSTILE
+    assert not Path("/tmp/ck-fn-pwned").exists()
 
 
 def test_keywords_go_to_the_function(tmp_path: Path) -> None:
@@ -216,6 +232,8 @@ def test_dev_cluster_a_lambda_returns_42(dev_cluster: str, tmp_path: Path) -> No
     run = clusterkit.submit_function(lambda x: x * 2, 21, recipe=recipe(tmp_path), executor="slurm")
     assert run.result(timeout=300) == 42
     assert run.record.scheduler == "slurm" and run.status().state == "COMPLETED"
+    quoted = clusterkit.submit_function(hostile, recipe=recipe(tmp_path), executor="slurm")
+    assert quoted.result(timeout=300) == HOSTILE and not Path("/tmp/ck-fn-pwned").exists()
 
 
 @pytest.mark.slurm

@@ -16,7 +16,16 @@ from clusterkit.errors import Finding, RecipeError, RecipeErrors, UsageError
 from clusterkit.load.loader import LoadedRecipe, Override, _load_with_bases, load_recipe, recipe_file
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
-from clusterkit.spec.function_jobs import EXECUTORS, LOCAL, RECORD_LAUNCHER, SLURM, executor_parameters, refusals
+from clusterkit.spec.function_jobs import (
+    EXECUTORS,
+    LAUNCHER,
+    LAUNCHER_REFUSAL,
+    LOCAL,
+    RECORD_LAUNCHER,
+    SLURM,
+    executor_parameters,
+    refusals,
+)
 
 # How submitit runs a job: `python -m submitit.core._submit FOLDER` in each task. As the recipe's task,
 # it is validated like any other (and the recipe file itself may not give one).
@@ -30,18 +39,22 @@ Call = tuple[Sequence[Any], dict[str, Any]]  # one call's positional and keyword
 
 
 def load_function_recipe(recipe: str | PathLike[str], overrides: Sequence[str | Override] = ()) -> LoadedRecipe:
-    """The recipe with submitit's entry as its task; one that gives a task or steps of its own is refused."""
+    """The recipe with submitit's entry as its task and launcher python's layout (a task per GPU,
+    which its CPUs per task are resolved for); one that gives a task, steps or another launcher of
+    its own is refused."""
     path = recipe_file(recipe)
-    _, source = _load_with_bases(path, chain=())
+    data, source = _load_with_bases(path, chain=())
     for key in ("task", "steps"):
         if source.written((key,)):
             raise RecipeError(Finding(source.locate((key,)), (key,), "the function is the job's task: leave it out"))
-    return load_recipe(path, [*overrides, *TASK])
+    if source.written(("launcher",)) and isinstance(data, dict) and data.get("launcher") != LAUNCHER:
+        raise RecipeError(Finding(source.locate(("launcher",)), ("launcher",), LAUNCHER_REFUSAL))
+    return load_recipe(path, [Override(("launcher",), LAUNCHER, _GIVEN_AS), *overrides, *TASK])
 
 
 def _written(loaded: LoadedRecipe) -> Callable[[tuple[str, ...]], bool]:
     def written(path: tuple[str, ...]) -> bool:
-        if path[0] == "task":  # only ours (load_function_recipe refused the file's)
+        if path[0] in ("task", "launcher"):  # ours, and refusals() checks the launcher's value
             return False
         return loaded.source.written(path)
 

@@ -31,6 +31,7 @@ LAUNCHER = "python"  # the launcher whose ranks a function's tasks are: one srun
 RECORD_LAUNCHER = "function"  # the run record's launcher: logs and status read submitit's files
 _THE_FUNCTION = "the function is the job's task"
 _NO_LAUNCHER = "submitit starts the function in each srun task itself (launcher: python's ranks)"
+LAUNCHER_REFUSAL = f"a function's tasks are launcher: {LAUNCHER}'s ranks; {_NO_LAUNCHER}"
 
 # Recipe keys that submitit's executors cannot carry -> why. Written in the recipe (or --set), each
 # stops the submission with one line; the rest of the recipe is carried by executor_parameters.
@@ -99,8 +100,8 @@ def refusals(
                 "file patterns (%j): give a runs_dir without %, spaces or control characters",
             )
         )
-    if written(("launcher",)) and recipe.launcher != LAUNCHER:
-        found.append(Refusal(("launcher",), f"a function's tasks are launcher: {LAUNCHER}'s ranks; {_NO_LAUNCHER}"))
+    if recipe.launcher != LAUNCHER:
+        found.append(Refusal(("launcher",), LAUNCHER_REFUSAL))
     if profile.login is not None:
         found.append(
             Refusal(
