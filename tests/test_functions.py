@@ -224,21 +224,44 @@ def test_an_unknown_executor_is_a_usage_error(tmp_path: Path) -> None:
         clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="ssh-ish")
 
 
+def test_submit_resume_of_a_function_run_is_refused(tmp_path: Path) -> None:
+    run = _finished(tmp_path)
+    done = run_cli("submit", "--resume", run.run_dir, "--executor", "local", env=cli_env())
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "resumes through submitit's Checkpointable, not --resume" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "runs" / "tiny").iterdir() if p.name != "%j") == [run.job_id]
+
+
 # --- the dev cluster (bin/dev-cluster up) ---------------------------------------------------------
 
 
+@pytest.fixture
+def on_slurm(dev_cluster: str, tmp_path: Path):
+    """submit_function on the dev cluster; every job still queued or running at the end is cancelled."""
+    submitted: list[clusterkit.FunctionRun] = []
+
+    def submit(fn, *args, nodes: int = 1, gpus: int = 1):
+        run = clusterkit.submit_function(fn, *args, recipe=recipe(tmp_path, nodes, gpus), executor="slurm")
+        submitted.append(run)
+        return run
+
+    yield submit
+    for run in submitted:
+        run.cancel()
+
+
 @pytest.mark.slurm
-def test_dev_cluster_a_lambda_returns_42(dev_cluster: str, tmp_path: Path) -> None:
-    run = clusterkit.submit_function(lambda x: x * 2, 21, recipe=recipe(tmp_path), executor="slurm")
+def test_dev_cluster_a_lambda_returns_42(on_slurm, tmp_path: Path) -> None:
+    run = on_slurm(lambda x: x * 2, 21)
     assert run.result(timeout=300) == 42
     assert run.record.scheduler == "slurm" and run.status().state == "COMPLETED"
-    quoted = clusterkit.submit_function(hostile, recipe=recipe(tmp_path), executor="slurm")
+    quoted = on_slurm(hostile)
     assert quoted.result(timeout=300) == HOSTILE and not Path("/tmp/ck-fn-pwned").exists()
 
 
 @pytest.mark.slurm
-def test_dev_cluster_a_raised_exception_with_status_and_logs(dev_cluster: str, tmp_path: Path) -> None:
-    run = clusterkit.submit_function(boom, "on slurm", recipe=recipe(tmp_path), executor="slurm")
+def test_dev_cluster_a_raised_exception_with_status_and_logs(on_slurm, tmp_path: Path) -> None:
+    run = on_slurm(boom, "on slurm")
     with pytest.raises(FunctionFailed) as raised:
         run.result(timeout=300)
     assert "ValueError: kaboom on slurm" in str(raised.value) and "about to fail" in raised.value.log_tail
@@ -250,8 +273,8 @@ def test_dev_cluster_a_raised_exception_with_status_and_logs(dev_cluster: str, t
 
 
 @pytest.mark.slurm
-def test_dev_cluster_two_nodes_of_two_tasks(dev_cluster: str, tmp_path: Path) -> None:
-    run = clusterkit.submit_function(ranks, recipe=recipe(tmp_path, nodes=2, gpus=2), executor="slurm")
+def test_dev_cluster_two_nodes_of_two_tasks(on_slurm, tmp_path: Path) -> None:
+    run = on_slurm(ranks, nodes=2, gpus=2)
     found = run.results(timeout=300)
     assert [(rank, world, env_rank) for rank, world, env_rank, _, _ in found] == [(r, 4, str(r)) for r in range(4)]
     assert [local for *_, local, _ in found] == ["0", "1", "0", "1"]
@@ -261,13 +284,9 @@ def test_dev_cluster_two_nodes_of_two_tasks(dev_cluster: str, tmp_path: Path) ->
 @pytest.mark.slurm
 def test_dev_cluster_an_array_of_four_in_order(dev_cluster: str, tmp_path: Path) -> None:
     runs = clusterkit.map_function(double, [(1,), (2,), (3,), (4,)], recipe=recipe(tmp_path), executor="slurm")
-    assert len({run.job_id.split("_")[0] for run in runs}) == 1  # one SLURM job array
-    assert [run.result(timeout=300) for run in runs] == [2, 4, 6, 8]
-
-
-def test_submit_resume_of_a_function_run_is_refused(tmp_path: Path) -> None:
-    run = _finished(tmp_path)
-    done = run_cli("submit", "--resume", run.run_dir, "--executor", "local", env=cli_env())
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "resumes through submitit's Checkpointable, not --resume" in done.stderr
-    assert sorted(p.name for p in (tmp_path / "runs" / "tiny").iterdir() if p.name != "%j") == [run.job_id]
+    try:
+        assert len({run.job_id.split("_")[0] for run in runs}) == 1  # one SLURM job array
+        assert [run.result(timeout=300) for run in runs] == [2, 4, 6, 8]
+    finally:
+        for run in runs:
+            run.cancel()
