@@ -195,12 +195,32 @@ def test_a_result_someone_else_owns_is_never_unpickled(tmp_path: Path) -> None:
 def test_a_run_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     run = _finished(tmp_path)
     os.chmod(run.run_dir, 0o770)
-    with pytest.raises(NotOurs, match="others can write this run directory"):
+    with pytest.raises(NotOurs, match="others can write this folder"):
         run.result(timeout=10)
     os.chmod(run.run_dir, 0o700)
     os.chmod(result_file(run.record, 0), 0o666)
     with pytest.raises(NotOurs, match="others can write this result file"):
         run.result(timeout=10)
+
+
+def test_no_function_is_submitted_from_a_folder_others_can_write(tmp_path: Path) -> None:
+    base = tmp_path / "runs" / "tiny"
+    base.mkdir(parents=True)
+    os.chmod(base, 0o777)  # anyone could swap the function's pickle before the job reads it
+    with pytest.raises(NotOurs, match="others can write this folder"):
+        clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="local")
+    assert list(base.iterdir()) == []
+
+
+def test_what_submitit_writes_is_private_from_the_start(tmp_path: Path) -> None:
+    before = os.umask(0o022)
+    os.umask(before)
+    run = _finished(tmp_path)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in Path(run.run_dir).iterdir()}
+    submitits = {name: mode for name, mode in modes.items() if name != "run.json"}  # the record: as every run's
+    assert len(submitits) == 4 and all(mode & 0o077 == 0 for mode in submitits.values()), modes
+    after = os.umask(before)
+    assert after == before, "the caller's umask is given back"
 
 
 def test_a_link_or_a_fifo_in_place_of_the_result_is_refused(tmp_path: Path) -> None:

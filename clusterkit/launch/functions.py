@@ -12,8 +12,9 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import Finding, RecipeError, RecipeErrors, UsageError
+from clusterkit.errors import Finding, RecipeError, RecipeErrors, SubmitError, UsageError
 from clusterkit.load.loader import LoadedRecipe, Override, _load_with_bases, load_recipe, recipe_file
+from clusterkit.runs.function_results import private
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.function_jobs import (
@@ -93,13 +94,24 @@ def submit_calls(
         raise RecipeErrors(findings) if len(findings) > 1 else RecipeError(findings[0])
     chosen = executor_parameters(recipe, profile, name)
     base.mkdir(parents=True, exist_ok=True)
-    auto = submitit.AutoExecutor(folder=base / "%j", cluster=chosen.executor)
-    auto.update_parameters(**chosen.parameters)
-    if len(calls) > 1:
-        auto.update_parameters(slurm_array_parallelism=len(calls))
+    # The job unpickles its function from here: a folder someone else can write could swap it.
+    private(base, directory=True)
     submitted_at = time.time()
-    with auto.batch():
-        jobs = [auto.submit(fn, *args, **kwargs) for args, kwargs in calls]
+    # What submitit writes (the run directory, the function's pickle; on this machine its logs and
+    # results; SLURM's job inherits the umask) is private from the start. The umask is the process's:
+    # for the moment of the submission.
+    umask = os.umask(0o077)
+    try:
+        auto = submitit.AutoExecutor(folder=base / "%j", cluster=chosen.executor)
+        auto.update_parameters(**chosen.parameters)
+        if len(calls) > 1:
+            auto.update_parameters(slurm_array_parallelism=len(calls))
+        with auto.batch():
+            jobs = [auto.submit(fn, *args, **kwargs) for args, kwargs in calls]
+    except submitit.core.utils.FailedJobError as exc:  # sbatch refused the job: its stderr says why
+        raise SubmitError(f"submitit could not submit the function's job: {exc}") from None
+    finally:
+        os.umask(umask)
     return [_recorded(loaded, chosen.executor, job.job_id, Path(job.paths.folder), submitted_at) for job in jobs]
 
 

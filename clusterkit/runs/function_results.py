@@ -25,20 +25,21 @@ LOG_TAIL_LINES = 40
 
 
 class NotOurs(UserError):
-    """A result file or run directory that someone else could have written: never unpickled."""
+    """A result file or run directory that someone else could have written: never unpickled (nor a
+    function submitted from a folder someone else could write)."""
 
 
 def private(path: Path, directory: bool) -> None:
     """Refuse (:class:`NotOurs`) a path that is a link, not of its kind, not ours, or writable by others."""
     info = os.lstat(path)
     kind = stat.S_ISDIR if directory else stat.S_ISREG
-    what = "run directory" if directory else "result file"
+    what = "folder" if directory else "result file"
     if not kind(info.st_mode):
-        raise NotOurs(f"{path}: not a {what} (a link or another kind of file): its result is not read")
+        raise NotOurs(f"{path}: not a {what} (a link or another kind of file): nothing there is unpickled")
     if info.st_uid != os.getuid():
-        raise NotOurs(f"{path}: the {what} belongs to uid {info.st_uid}, not to you: its result is not unpickled")
+        raise NotOurs(f"{path}: the {what} belongs to uid {info.st_uid}, not to you: nothing there is unpickled")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise NotOurs(f"{path}: others can write this {what}: its result is not unpickled")
+        raise NotOurs(f"{path}: others can write this {what}: nothing there is unpickled")
 
 
 def log_tail(record: RunRecord, task: int, lines: int = LOG_TAIL_LINES) -> str:
