@@ -239,6 +239,18 @@ def test_a_link_or_a_fifo_in_place_of_the_result_is_refused(tmp_path: Path) -> N
     assert not (tmp_path / "pwned").exists()
 
 
+def test_sbatch_refusing_the_job_is_a_submit_error(tmp_path: Path, monkeypatch) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Invalid account or account/partition' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    with pytest.raises(clusterkit.SubmitError, match="submitit could not submit.*Invalid account") as raised:
+        clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="slurm")
+    assert "\n" not in str(raised.value)
+    assert list((tmp_path / "runs" / "tiny").iterdir()) == [], "submitit's staged pickle and script are removed"
+
+
 def test_an_unknown_executor_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(clusterkit.UsageError, match="executor: 'ssh-ish'"):
         clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="ssh-ish")

@@ -6,6 +6,7 @@ is submitit's folder, and a run record there makes the job a run like any other 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from os import PathLike
@@ -36,6 +37,9 @@ TASK = (
     Override(("task", "script"), SUBMITIT_ENTRY, _GIVEN_AS),
     Override(("task", "module"), True, _GIVEN_AS),
 )
+# What submitit stages beside the run directories until the job has an id: the function's pickle(s)
+# and the batch script.
+_SUBMITIT_STAGING = re.compile(r"[0-9a-f]{32}\.pkl|\.submission_file_[0-9a-f]{32}\.sh")
 Call = tuple[Sequence[Any], dict[str, Any]]  # one call's positional and keyword arguments
 
 
@@ -97,6 +101,7 @@ def submit_calls(
     # The job unpickles its function from here: a folder someone else can write could swap it.
     private(base, directory=True)
     submitted_at = time.time()
+    already = set(os.listdir(base))
     # What submitit writes (the run directory, the function's pickle; on this machine its logs and
     # results; SLURM's job inherits the umask) is private from the start. The umask is the process's:
     # for the moment of the submission.
@@ -109,6 +114,9 @@ def submit_calls(
         with auto.batch():
             jobs = [auto.submit(fn, *args, **kwargs) for args, kwargs in calls]
     except submitit.core.utils.FailedJobError as exc:  # sbatch refused the job: its stderr says why
+        for leftover in set(os.listdir(base)) - already:  # submitit's staging: the pickles and the script
+            if _SUBMITIT_STAGING.fullmatch(leftover):
+                (base / leftover).unlink(missing_ok=True)
         raise SubmitError(f"submitit could not submit the function's job: {exc}") from None
     finally:
         os.umask(umask)
