@@ -199,3 +199,30 @@ def test_an_override_to_another_launcher_is_refused(tmp_path: Path) -> None:
 def _loaded_pair(path: Path):
     loaded = load_function_recipe(path)
     return loaded.recipe, loaded.profile
+
+
+@pytest.mark.parametrize(
+    ("request_kind", "expected"), [("gres", {"slurm_gres": "gpu:4"}), ("gpus-per-node", {"gpus_per_node": 4})]
+)
+def test_the_profiles_way_of_asking_for_gpus(tmp_path: Path, request_kind: str, expected: dict) -> None:
+    profile = tmp_path / "gpus.yaml"
+    profile.write_text(
+        f"name: gpus\ngpus_per_node: 4\ngpu_request: {request_kind}\ncpus_per_node: 32\ninterconnect: ethernet\n"
+        "gpu: {model: A100, memory_gb: 80}\npartition: gpu\naccount: lab\nmodules: [cuda/12.4]\n"
+    )
+    loaded = load_function_recipe(recipe_file(tmp_path, f"cluster: {profile}\n"))
+    parameters = executor_parameters(loaded.recipe, loaded.profile, SLURM).parameters
+    assert {key: parameters.get(key) for key in expected} == expected
+    assert (parameters["tasks_per_node"], parameters["cpus_per_task"]) == (4, 8)
+    assert (parameters["slurm_partition"], parameters["slurm_account"]) == ("gpu", "lab")
+    assert parameters["slurm_setup"][0] == "module load cuda/12.4"
+
+
+def test_the_local_executor_shows_a_gpu_profiles_gpus(tmp_path: Path) -> None:
+    """Without gpus_per_node, submitit's LocalExecutor sets CUDA_VISIBLE_DEVICES empty: no GPU at all."""
+    profile = tmp_path / "gpus.yaml"
+    profile.write_text(
+        "name: gpus\ngpus_per_node: 2\ncpus_per_node: 8\ninterconnect: ethernet\ngpu: {model: A100, memory_gb: 80}\n"
+    )
+    loaded = load_function_recipe(recipe_file(tmp_path, f"cluster: {profile}\n"))
+    assert executor_parameters(loaded.recipe, loaded.profile, LOCAL).parameters["gpus_per_node"] == 2

@@ -180,7 +180,9 @@ def executor_parameters(recipe: ResolvedRecipe, profile: ClusterProfile, executo
     if resources.time is not None:  # the local executor's limit; SLURM is given the text itself
         common["timeout_min"] = max(1, math.ceil(slurm_time_minutes(resources.time)))
     if executor == LOCAL:
-        return ExecutorParameters(LOCAL, {**common, "local_setup": setup_lines(recipe, profile)})
+        # submitit's LocalExecutor shows its tasks gpus_per_node GPUs (CUDA_VISIBLE_DEVICES), none if not given.
+        gpus_shown = {"gpus_per_node": gpus} if profile.accelerator == "gpu" else {}
+        return ExecutorParameters(LOCAL, {**common, **gpus_shown, "local_setup": setup_lines(recipe, profile)})
     slurm: dict[str, Any] = {
         "slurm_time": resources.time,
         "slurm_mem": resources.mem,
