@@ -251,6 +251,14 @@ def test_sbatch_refusing_the_job_is_a_submit_error(tmp_path: Path, monkeypatch) 
     assert list((tmp_path / "runs" / "tiny").iterdir()) == [], "submitit's staged pickle and script are removed"
 
 
+def test_the_ssh_executor_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        clusterkit.UsageError, match="^executor: ssh: submit_function submits with this machine's sbatch"
+    ):
+        clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="ssh")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_an_unknown_executor_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(clusterkit.UsageError, match="executor: 'ssh-ish'"):
         clusterkit.submit_function(double, 1, recipe=recipe(tmp_path), executor="ssh-ish")

@@ -67,8 +67,13 @@ def _written(loaded: LoadedRecipe) -> Callable[[tuple[str, ...]], bool]:
 
 
 def _executor_name(loaded: LoadedRecipe, executor: str | None) -> str:
-    if loaded.profile.login is not None or executor == "ssh":
-        return "ssh"  # refused with its reason by refusals()
+    if executor == "ssh":
+        raise UsageError(
+            "executor: ssh: submit_function submits with this machine's sbatch (submitit), not over SSH; "
+            "run it on the login node"
+        )
+    if loaded.profile.login is not None:
+        return "ssh"  # refused, at the profile, by refusals()
     if executor is None:
         from shutil import which
 
