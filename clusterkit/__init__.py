@@ -74,6 +74,7 @@ _API = (
 _ERRORS = (
     "ClusterkitError",
     "ExternalError",
+    "FunctionFailed",
     "RecipeError",
     "RecipeErrors",
     "RunNotFound",
@@ -84,8 +85,10 @@ _ERRORS = (
     "UserError",
     "WaitTimeout",
 )
+_FUNCTIONS = ("FunctionRun", "map_function", "submit_function")
 _PUBLIC = {
     **dict.fromkeys(_API, "clusterkit.api"),
+    **dict.fromkeys(_FUNCTIONS, "clusterkit.functions"),
     **dict.fromkeys(_ERRORS, "clusterkit.errors"),
     "LoadedRecipe": "clusterkit.load.loader",
     "RenderedJob": "clusterkit.render.job",
@@ -111,6 +114,7 @@ if TYPE_CHECKING:
     from clusterkit.errors import (
         ClusterkitError,
         ExternalError,
+        FunctionFailed,
         RecipeError,
         RecipeErrors,
         RunNotFound,
@@ -121,6 +125,7 @@ if TYPE_CHECKING:
         UserError,
         WaitTimeout,
     )
+    from clusterkit.functions import FunctionRun, map_function, submit_function
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
     from clusterkit.version import __version__

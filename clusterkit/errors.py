@@ -130,6 +130,21 @@ class SchedulerError(ExternalError, RuntimeError):
     """A scheduler command (squeue, scontrol, scancel) failed or did not answer; the message holds its stderr."""
 
 
+class FunctionFailed(ExternalError, RuntimeError):
+    """A function's job (clusterkit.submit_function) raised, or ended without a result. ``str()`` is
+    one line (the exception's own); ``.remote_traceback`` is the job's traceback and ``.log_tail`` the
+    task's last log lines, also added as notes, which Python prints under the error (line by line,
+    each line inert: a log's escape sequences are shown escaped)."""
+
+    def __init__(self, message: str, remote_traceback: str = "", log_tail: str = ""):
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+        self.log_tail = log_tail
+        for note in (remote_traceback, log_tail):
+            if note and hasattr(self, "add_note"):  # Python 3.11+
+                self.add_note("\n".join(printable(line) for line in note.rstrip("\n").splitlines()))
+
+
 class WaitTimeout(ExternalError, TimeoutError):
     """A run did not end within the time a caller waited for it (the run itself goes on)."""
 

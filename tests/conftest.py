@@ -31,6 +31,7 @@ FAST_MODULES = {
     "test_stragglers", "test_style", "test_supervisor", "test_template_cache", "test_template_errors", "test_top", "test_user_cache",
     "test_validation",
     "test_env_values", "test_program_args", "test_enroot",
+    "test_function_jobs",
 }  # fmt: skip
 
 

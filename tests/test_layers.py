@@ -32,6 +32,8 @@ ALLOWED = {
     "runtime": {"spec", "runs", "supervisor"},
     # The Python API: what the CLI does, as functions; the CLI is a thin layer over it.
     "api": {"", "spec", "estimate", "load", "render", "runs", "schedulers", "launch", "plan", "diagnose"},
+    # Python functions as jobs (submitit): the API's Run, with a function's value.
+    "functions": {"", "spec", "load", "runs", "launch", "api"},
     "cli": {
         "",
         "spec",

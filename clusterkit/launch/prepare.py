@@ -26,6 +26,7 @@ from clusterkit.render.sweep import render_sweep
 from clusterkit.runs.checkpoint_files import checkpoints_dir, newest_usable
 from clusterkit.runs.record import RunRecord, read_record
 from clusterkit.schedulers.api import SubmitRequest, dry_run
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 from clusterkit.spec.layout import RUN_RECORD
 from clusterkit.spec.resolved import ArrayPlacement
 
@@ -67,6 +68,11 @@ def prepare(options: SubmitOptions, extra: Sequence[Override] = (), one_job: str
     earlier = None
     if options.resume:
         earlier = read_record(Path(options.resume))
+        if earlier.launcher == RECORD_LAUNCHER:
+            raise UsageError(
+                f"{options.resume}: a Python function's run (submit_function) resumes through submitit's "
+                "Checkpointable, not --resume: submit the function again"
+            )
         remote = earlier.scheduler == "ssh"
         # The earlier run's recipe and overrides, then this command's, then where to resume from
         # (for a run submitted over SSH: its run directory on the cluster, and over SSH again).

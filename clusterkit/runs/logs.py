@@ -10,6 +10,7 @@ from typing import IO, BinaryIO, Protocol
 
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import MiB, read_bounded
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 from clusterkit.spec.launchers import LAUNCHERS
 from clusterkit.spec.layout import (
     STREAMS,
@@ -40,6 +41,10 @@ def read_run_file(file: Readable, limit: int, what: str) -> bytes:
 
 def log_files(record: RunRecord, rank: int | None) -> list[Path]:
     run_dir = record.path
+    if record.launcher == RECORD_LAUNCHER:  # a function's job: submitit's <job id>_<task>_log.{out,err}
+        tasks = "*" if rank is None else rank
+        streams = ("out", "err")
+        return [path for stream in streams for path in sorted(run_dir.glob(f"{record.job_id}_{tasks}_log.{stream}"))]
     if rank is None:
         return [path for stream in STREAMS for path in sorted(run_dir.glob(node_log(record.job_id, "*", stream)))]
     launcher = LAUNCHERS.get(record.launcher)

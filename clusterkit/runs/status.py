@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit.runs.function_outcomes import function_failure
 from clusterkit.runs.pending_reasons import pending_reason
 from clusterkit.runs.record import RunRecord
 from clusterkit.spec.bounded_read import CONFIG_LIMIT, InputFileError, read_bounded
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 from clusterkit.spec.layout import (
     EXIT_CODE,
     HANG_RECORD,
@@ -307,6 +309,8 @@ def first_failure(record: RunRecord) -> str | None:
     ordered by when they were written — the ranks that fail only because a peer died write theirs
     later, and torchelastic's own timestamp has one-second resolution, too coarse to tell — then the
     last line of the earliest rank log that holds a traceback."""
+    if record.launcher == RECORD_LAUNCHER:  # a function's job: submitit's result files say it
+        return function_failure(record)
     run_dir = record.path
     refused = _slow_preflight(run_dir)
     if refused:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import BinaryIO
 
 from clusterkit.errors import SchedulerError
 from clusterkit.runs.arrays import array_status, task_record
+from clusterkit.runs.function_results import function_status
 from clusterkit.runs.index import add_run
 from clusterkit.runs.logs import Readable, stream_run
 from clusterkit.runs.node_choice import NodeChoice, chosen_host
@@ -43,6 +45,7 @@ from clusterkit.schedulers.local_slurm import (
     terminate,
 )
 from clusterkit.schedulers.secret_values import secrets_payload, write_private
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 from clusterkit.spec.layout import (
     CANCELLED_MARKER,
     LAUNCH_PLAN,
@@ -217,6 +220,9 @@ class LocalScheduler:
         """Stop every process of the job (only those carrying its marker: a reused pid is left
         alone), SIGTERM first, SIGKILL after ``grace_s``; for a job array, of every task."""
         (record.path / CANCELLED_MARKER).touch()
+        if record.launcher == RECORD_LAUNCHER:
+            _end_function_job(record, grace_s)
+            return
         (record.path / SECRETS_FILE).unlink(missing_ok=True)  # no later attempt needs them
         for index in record.tasks:
             (record.path / str(index) / CANCELLED_MARKER).touch()
@@ -255,9 +261,31 @@ class LocalScheduler:
         return attached(command, cwd=record.run_dir, env=env)
 
 
+SUBMITIT_LOCAL = "SUBMITIT_EXECUTOR=local"  # in the environment of submitit's local job controller
+
+
+def _end_function_job(record: RunRecord, grace_s: float) -> None:
+    """SIGINT to submitit's local controller, which ends its tasks (as its LocalJob.cancel asks); what
+    is left after ``grace_s``, SIGKILLed: the controller and its tasks (SUBMITIT_LOCAL_JOB_ID=<its pid>).
+    A reused pid, without submitit's variable, is left alone."""
+    controller = (SUBMITIT_LOCAL,)
+    if record.pid and carries(record.pid, controller):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        while carries(record.pid, controller) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if carries(record.pid, controller):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+    terminate((SUBMITIT_LOCAL, f"SUBMITIT_LOCAL_JOB_ID={record.pid}"), grace_s)
+
+
 def _batch_status(record: RunRecord) -> JobStatus:
     if (record.path / CANCELLED_MARKER).exists():
         return JobStatus(CANCELLED)
+    if record.launcher == RECORD_LAUNCHER:  # a function's job: submitit's LocalExecutor, not our batch process
+        return function_status(record, bool(record.pid and carries(record.pid, (SUBMITIT_LOCAL,))))
     # The batch process, if that pid is still it (it carries the job's marker; a reused pid does not).
     # It runs on after writing the exit code (post_run hooks, notices), as SLURM's job is COMPLETING
     # until its batch script ends: done is when nothing of the job is left.
