@@ -49,6 +49,7 @@ REFUSED: dict[KeyPath, str] = {
     ("preflight",): "clusterkit's supervisor does not run in a function's job",
     ("secrets",): "the function's job is given no secrets file",
     ("service",): "no supervisor starts a service beside a function",
+    ("components",): "a function is one homogeneous submitit job, not a heterogeneous one",
     ("watchdog",): "clusterkit's supervisor does not run in a function's job",
     ("notify",): "clusterkit's supervisor does not run in a function's job",
     ("collective_timeout",): "the function sets up its own process group and its timeout",
