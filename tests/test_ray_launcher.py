@@ -91,6 +91,10 @@ def test_one_node_has_a_head_and_no_workers(tmp_path: Path) -> None:
             "service: a service role is not supported with launcher: ray",
         ),
         (
+            {"components": [{"name": "reward", "command": ["sleep", "1"], "nodes": 1, "port": 8000}]},
+            "components: heterogeneous components are not supported with launcher: ray",
+        ),
+        (
             {"launcher_args": ["--num-cpus=8"]},
             "--num-cpus is written by clusterkit for ray; set resources.cpus_per_task",
         ),

@@ -41,6 +41,11 @@ def check_ray(recipe: Recipe, profile: ClusterProfile, error: Report, profile_er
         error(("preflight",), "the preflight (torch.distributed ranks) is not supported with launcher: ray")
     if recipe.service is not None:
         error(("service",), "a service role is not supported with launcher: ray yet (run it as a Ray actor)")
+    if recipe.components:
+        error(
+            ("components",),
+            "heterogeneous components are not supported with launcher: ray yet (run them as Ray actors)",
+        )
     if recipe.master_port is not None:
         error(("master_port",), "launcher: ray chooses the head's port itself (outside Ray's worker ports)")
     if profile.container is not None:
