@@ -316,8 +316,9 @@ def test_the_cli_report_text_json_and_csv(tmp_path: Path, capsys, fake_sacct: Pa
     assert header.startswith("job_id,queue_wait,wall,gpu_hours") and row.startswith("41,5.0,")
     code, _, err = cli(capsys, "report", "41", "--runs-dir", str(runs), "--csv", "--json")
     assert code == 2 and err.count("\n") == 1
-    code, _, err = cli(capsys, "report", "999", "--runs-dir", str(runs))
-    assert code == 2 and "no run with job id 999" in err and err.count("\n") == 1
+    # Not found under runs_dir nor in the run index (where the suite's own dev-cluster jobs are: 999 was one).
+    code, _, err = cli(capsys, "report", "987654321012", "--runs-dir", str(runs))
+    assert code == 2 and "no run with job id 987654321012" in err and err.count("\n") == 1
 
 
 def test_a_sweep_has_a_row_per_point_and_totals(tmp_path: Path, capsys, fake_sacct: Path) -> None:

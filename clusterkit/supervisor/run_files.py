@@ -5,8 +5,10 @@ clusterkit, so the names are defined on this side)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:  # not imported at run time: spec.layout is read by the CLI's --help, which imports no pathlib
+    from pathlib import Path
 
 JOB_SCRIPT = "job.sbatch"  # render; the retry submits it again
 SUPERVISOR_DIR = "supervisor"  # render: this package, copied as it is
