@@ -4,13 +4,16 @@ and what no component field holds is listed with its line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from clusterkit.cli.scaffold import checked
 from clusterkit.load.import_script import import_script
 from clusterkit.load.import_yaml import recipe_yaml
 from clusterkit.load.script_compare import differences, script_parts
-from clusterkit.load.script_text import parse_script
+from clusterkit.load.script_text import parse_script, read_script
 
 HAND_WRITTEN = """#!/bin/bash
 #SBATCH --job-name=rlhf --nodes=2 --gres=gpu:8 --ntasks-per-node=1 --time=12:00:00 --partition=gpu
@@ -89,3 +92,45 @@ def test_a_hand_written_hetjob_imports_to_a_recipe_that_renders_its_groups(tmp_p
         "header --ntasks-per-node (het group 2): only in the render (1)",
         "header --partition (het group 2): only in the render (gpu)",
     ]
+
+
+def test_a_component_line_over_several_lines_or_with_control_characters_is_listed_not_run() -> None:
+    text = "#SBATCH -N 2\n#SBATCH hetjob\n#SBATCH -N 1\nsrun --het-group=1 bash -c 'serve\nmore' &\nsrun python t.py\n"
+    imported = _imported(text)
+    (component,) = imported.recipe["components"]
+    assert component["command"] == ["true"]
+    assert any(u.line == 4 and "several lines" in u.why for u in imported.unmapped)
+
+
+@pytest.mark.parametrize(
+    "components",
+    [
+        [{"name": "x", "port": None, "ready_timeout_s": 5, "step": {"het_group": 0, "argv": ["a"], "srun": [], "env": {}}}],
+        [{"name": "x", "port": None, "ready_timeout_s": 5, "step": {"het_group": 9, "argv": ["a"], "srun": [], "env": {}}}],
+        [{"name": "x"}],
+        "not a list",
+        [{"name": "x", "port": None, "ready_timeout_s": 5, "step": {"het_group": 1, "argv": "a", "srun": 1, "env": []}}],
+    ],
+    ids=["group-0", "group-9", "no-step", "text", "wrong-types"],
+)  # fmt: skip
+def test_a_tampered_plan_json_is_listed_never_a_traceback(tmp_path: Path, components: object) -> None:
+    job = tmp_path / "job.sbatch"
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "hetjob-rlhf-reward.yaml"
+    from clusterkit import api
+
+    files = api.render_job(api.load_recipe(recipe)).files
+    job.write_text(files["job.sbatch"])
+    plan = json.loads(files["plan.json"])
+    plan["components"] = components
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    imported = import_script(read_script(job))
+    assert any("plan" in u.why and u.nearest == "components:" for u in imported.unmapped)
+    assert imported.recipe["resources"]["nodes"] == 2
+
+
+def test_a_hetjob_line_first_or_last_in_the_header_is_an_empty_group() -> None:
+    imported = _imported("#SBATCH hetjob\n#SBATCH -N 3\n#SBATCH hetjob\nsrun python t.py\n")
+    first, second = imported.recipe["components"]
+    assert (first["nodes"], "nodes" in second) == (3, False)
+    assert "nodes" not in imported.recipe["resources"]
+    assert [u.line for u in imported.unmapped if u.nearest.endswith(".command")] == [1, 3]

@@ -290,7 +290,7 @@ def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch
         imported.unmapped.append(Unmapped(0, "exec ... plan.json", "its launch plan is not beside it", "task:"))
         return None
     recipe["hooks"] = {"pre_launch": list(plan.get("pre_launch") or []), "post_run": list(plan.get("post_run") or [])}
-    plan_components(plan, imported.components)
+    plan_components(plan, imported)
     return launch
 
 

@@ -38,7 +38,8 @@ def read_components(groups: list[list[Command]], commands: list[Command], import
     components = [_resources(group, index, imported) for index, group in enumerate(groups)]
     rest, stepped = [], set()
     for command in commands:
-        group = None if imported.generated else _step_group(command.words)
+        listed = not command.text.replace("\t", " ").isprintable()  # a quoted line break: import lists it
+        group = None if imported.generated or listed else _step_group(command.words)
         if group is None or not 1 <= group <= len(components):
             rest.append(command)
             continue
@@ -55,24 +56,39 @@ def read_components(groups: list[list[Command]], commands: list[Command], import
     return rest
 
 
-def plan_components(plan: dict[str, Any], components: list[dict[str, Any]]) -> None:
+def plan_components(plan: dict[str, Any], imported: Imported) -> None:
     """A rendered script's components as its plan.json runs them: their names, commands, env,
-    srun options and readiness (the header groups gave their resources)."""
-    for entry in plan.get("components") or []:
-        step = entry["step"]
-        component = components[int(step["het_group"]) - 1]
-        component.update(name=str(entry["name"]), command=[str(word) for word in step["argv"]])
-        srun = {}
-        for option in step["srun"]:
-            flag, equals, value = str(option).removeprefix("--").partition("=")
-            if flag not in COMPONENT_SRUN:  # those the supervisor writes from the fields
-                srun[flag] = value if equals else True
-        for key, value in (("srun", srun), ("env", dict(step["env"]))):
-            if value:
-                component[key] = value
-        if entry.get("port") is not None:
-            component["port"] = int(entry["port"])
-        component["ready_timeout_s"] = int(entry["ready_timeout_s"])
+    srun options and readiness (the header groups gave their resources). The plan is data: one that
+    does not read as a component list is listed, and nothing of it taken."""
+    try:
+        read = [_planned(entry, len(imported.components)) for entry in plan.get("components") or []]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        why = "its launch plan's components do not read as clusterkit writes them"
+        imported.unmapped.append(Unmapped(0, "plan.json components", why, "components:"))
+        return
+    for group, fields in read:
+        imported.components[group - 1].update(fields)
+
+
+def _planned(entry: dict[str, Any], groups: int) -> tuple[int, dict[str, Any]]:
+    """One plan.json component: (its het group, its fields); ValueError where it is no such entry."""
+    step = entry["step"]
+    group, argv, env = step["het_group"], step["argv"], step["env"]
+    if not (isinstance(group, int) and 1 <= group <= groups and isinstance(argv, list) and isinstance(env, dict)):
+        raise ValueError("not a component entry")
+    fields: dict[str, Any] = {"name": str(entry["name"]), "command": [str(word) for word in argv]}
+    srun = {}
+    for option in step["srun"]:
+        flag, equals, value = str(option).removeprefix("--").partition("=")
+        if flag not in COMPONENT_SRUN:  # those the supervisor writes from the fields
+            srun[flag] = value if equals else True
+    for key, value in (("srun", srun), ("env", dict(env))):
+        if value:
+            fields[key] = value
+    if entry.get("port") is not None:
+        fields["port"] = int(entry["port"])
+    fields["ready_timeout_s"] = int(entry["ready_timeout_s"])
+    return group, fields
 
 
 def _at(index: int) -> str:
