@@ -134,3 +134,13 @@ def test_a_hetjob_line_first_or_last_in_the_header_is_an_empty_group() -> None:
     assert (first["nodes"], "nodes" in second) == (3, False)
     assert "nodes" not in imported.recipe["resources"]
     assert [u.line for u in imported.unmapped if u.nearest.endswith(".command")] == [1, 3]
+
+
+def test_a_component_steps_log_options_point_at_the_run_directory() -> None:
+    imported = _imported(
+        "#SBATCH -N 1\n#SBATCH hetjob\n#SBATCH -N 1\nsrun --het-group=1 -o x.log --open-mode=append -n 4 s &\n"
+    )
+    nearest = {u.text: u.nearest for u in imported.unmapped if u.line == 4}
+    assert nearest["srun --output=x.log"].startswith("runs_dir")
+    assert nearest["srun --open-mode=append"].startswith("nothing")
+    assert nearest["srun --ntasks=4"] == "components[0].nodes and ranks_per_node"

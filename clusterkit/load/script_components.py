@@ -21,6 +21,7 @@ from clusterkit.spec.components import (
     COMPONENT_SRUN,
     JOB_WIDE_SBATCH,
     RESERVED_NAMES,
+    Component,
 )
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 HET_GROUP = ("het-group", "pack-group")  # srun's option naming the group a step runs in (pack: its old name)
 SRUN_SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "G": "gpus", "w": "nodelist", "o": "output",
               "e": "error", "l": "label", "p": "partition"}  # fmt: skip
+COMPONENT_FIELDS = frozenset(Component.__struct_fields__)
 FLAG = re.compile(r"^[a-z][a-z0-9-]*$")  # a component's sbatch/srun flag (spec.components' _FLAG)
 
 
@@ -162,7 +164,8 @@ def _step(command: Command, component: dict[str, Any], index: int, imported: Imp
             if flag in COMPONENT_SRUN or flag in ("partition", "export"):
                 nearest = {"partition": "partition", "export": "env"}.get(flag) or COMPONENT_SRUN[flag]
                 why = "clusterkit's component step sets it" if flag in COMPONENT_SRUN else "not an srun option here"
-                imported.unmapped.append(Unmapped(line, shown, why, f"{where}.{nearest.split(' ')[0]}"))
+                field = nearest.split(" ")[0] in COMPONENT_FIELDS  # else: the run directory, or nothing
+                imported.unmapped.append(Unmapped(line, shown, why, f"{where}.{nearest}" if field else nearest))
             elif not FLAG.match(flag) or (value is not None and ("$" in value or COMPUTED in value)):
                 imported.unmapped.append(Unmapped(line, shown, "a run-time value or no long option", f"{where}.srun"))
             else:
