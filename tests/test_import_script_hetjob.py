@@ -144,3 +144,12 @@ def test_a_component_steps_log_options_point_at_the_run_directory() -> None:
     assert nearest["srun --output=x.log"].startswith("runs_dir")
     assert nearest["srun --open-mode=append"].startswith("nothing")
     assert nearest["srun --ntasks=4"] == "components[0].nodes and ranks_per_node"
+
+
+def test_a_component_steps_variable_the_job_sets_itself_is_listed_not_taken() -> None:
+    text = "#SBATCH -N 1\n#SBATCH hetjob\n#SBATCH -N 1\nRANK=3 SLURM_X=1 B=2 srun --het-group=1 s &\nsrun python t.py\n"
+    imported = _imported(text)
+    assert imported.recipe["components"][0]["env"] == {"B": "2"}
+    assert sorted(u.text for u in imported.unmapped if u.line == 4 and u.why.startswith("set by")) == [
+        "RANK=3", "SLURM_X=1"
+    ]  # fmt: skip

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_header import GPU_COUNT, header_options
 from clusterkit.load.script_launch import PYTHON, srun_step
+from clusterkit.load.script_options import owner_of
 from clusterkit.load.script_text import COMPUTED, Command, Unmapped, split_commands
 from clusterkit.spec.components import (
     COMPONENT_NAME_PATTERN,
@@ -173,10 +174,12 @@ def _step(command: Command, component: dict[str, Any], index: int, imported: Imp
         for redirection in redirections:
             why = "its output goes to component_<name>_<rank>.out|err in the run directory"
             imported.unmapped.append(Unmapped(line, redirection, why, "runs_dir"))
-        run_time = {name for name, value in env.items() if "$" in value or COMPUTED in value}
-        for name in sorted(run_time):
-            imported.unmapped.append(Unmapped(line, f"{name}=...", "a run-time value", f"{where}.env"))
-        for key, value in (("srun", srun), ("env", {k: v for k, v in env.items() if k not in run_time})):
+        listed = {name for name, value in env.items() if "$" in value or COMPUTED in value or owner_of(name)}
+        for name in sorted(listed):
+            shown, owner = f"{name}={env[name]}".replace(COMPUTED, "$(...)"), owner_of(name)
+            why = f"set by {owner}" if owner else "a run-time value"
+            imported.unmapped.append(Unmapped(line, shown, why, "remove it" if owner else f"{where}.env"))
+        for key, value in (("srun", srun), ("env", {k: v for k, v in env.items() if k not in listed})):
             if value:
                 component[key] = value
         why = "the port it answers on (training waits for it) is not in the script"
