@@ -62,8 +62,10 @@ def test_the_import_of_a_rendered_job_renders_the_same_job(recipe: str, tmp_path
     plan = json.loads(files["plan.json"].replace(str(tmp_path), str(home.resolve())))
     before = rendered_parts(job.read_text(), json.loads((job.parent / "plan.json").read_text()))
     assert differences(before, rendered_parts(files["job.sbatch"], plan)) == []
-    first, second = json.loads((job.parent / "plan.json").read_text())["launch"], plan["launch"]
+    first_plan = json.loads((job.parent / "plan.json").read_text())
+    first, second = first_plan["launch"], plan["launch"]
     assert (second["argv"], second["srun"]) == (first["argv"], first["srun"])
+    assert plan["components"] == first_plan["components"]  # a heterogeneous job's: only plan.json says them
 
 
 def _import(tmp_path: Path, text: str | bytes, *extra: str) -> tuple[int, str, str]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.load.script_header import Header, read_header
+from clusterkit.load.script_components import plan_components, read_components
+from clusterkit.load.script_header import Header, header_groups, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import map_launch, owner_of
 from clusterkit.load.script_steps import launch_index, other_launches
@@ -51,6 +52,7 @@ class Imported:
     uncertain: set[str] = field(default_factory=set)  # set again where only the shell decides (if/for)
     plain: dict[str, Command] = field(default_factory=dict)  # NAME=value (not exported), for later lines
     defaults: dict[str, str] = field(default_factory=dict)  # `: "${NAME:=value}"`: value unless the submitter's
+    components: list[dict[str, Any]] = field(default_factory=list)  # a heterogeneous job's later header groups
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -60,7 +62,8 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
         None if profile is None else ([profile.python] if isinstance(profile.python, str) else list(profile.python))
     )
     own = set() if profile is None else {*profile.setup, *(f"module load {m}" for m in profile.modules)}
-    header = read_header(script.directives)
+    groups = header_groups(script.directives)
+    header = read_header(groups[0])  # a heterogeneous job's group 0: the job's own
     imported = Imported({}, header, None, unmapped=list(script.unmapped) + header.unmapped, warnings=header.warnings)
     imported.generated, imported.profile = script.generated, profile
     imported.mapped += [directive.line for directive in script.directives]
@@ -72,6 +75,7 @@ def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> 
     commands = [
         c for c in script.commands if not (script.generated and GENERATED_OWN.match(c.text)) and c.text not in own
     ]
+    commands = read_components(groups[1:], commands, imported)
     launch_at = None if script.generated else launch_index(commands)
     imported.unmapped += other_launches(commands, launch_at)
     for index, command in enumerate(commands):
@@ -286,6 +290,7 @@ def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch
         imported.unmapped.append(Unmapped(0, "exec ... plan.json", "its launch plan is not beside it", "task:"))
         return None
     recipe["hooks"] = {"pre_launch": list(plan.get("pre_launch") or []), "post_run": list(plan.get("post_run") or [])}
+    plan_components(plan, imported)
     return launch
 
 
@@ -345,6 +350,8 @@ def _build(
     hooks = {k: v for k, v in recipe["hooks"].items() if v}
     if hooks:
         out["hooks"] = hooks
+    if imported.components:
+        out["components"] = imported.components
     imported.recipe = out
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterkit.load.import_script import import_script, plan_launch
-from clusterkit.load.script_header import header_options
+from clusterkit.load.script_header import header_groups, header_options
 from clusterkit.load.script_launch import Launch
 from clusterkit.load.script_text import ScriptText, parse_script
 
@@ -23,7 +23,10 @@ class Parts:
 def script_parts(script: ScriptText, launch: Launch | None = None) -> Parts:
     """A script's parts; ``launch``: the one found already (a rendered script's is in its plan)."""
     imported = import_script(script) if launch is None else None
-    header, _ = header_options(script.directives)
+    groups = header_groups(script.directives)
+    header, _ = header_options(groups[0])
+    for number, group in enumerate(groups[1:], 1):  # a heterogeneous job's components' groups
+        header.update({f"{flag} (het group {number})": value for flag, value in header_options(group)[0].items()})
     env = imported.env if imported is not None else _exports(script)
     return Parts(header, env, launch if imported is None else imported.launch)
 

@@ -22,6 +22,8 @@ RESOURCE_TEXT = {"partition", "account", "qos", "constraint", "reservation", "me
 LOGS = "runs_dir (clusterkit writes the job's logs to its run directory)"
 SIGNALS = ("USR2", "TERM", "HUP", "URG", "USR1")
 GPU_COUNT = re.compile(r"^(?:gpu:)?(?:[A-Za-z0-9_.-]+:)?([0-9]+)$")
+# `#SBATCH hetjob`: the directives after it are the next component's (packjob: its old name).
+HET_SEPARATORS = (["hetjob"], ["packjob"])
 
 
 @dataclass
@@ -40,12 +42,25 @@ class Header:
     unmapped: list[Unmapped] = field(default_factory=list)
 
 
+def header_groups(directives: list[Command]) -> list[list[Command]]:
+    """A heterogeneous job's header groups, split at each ``#SBATCH hetjob`` line (kept first in the
+    group it opens, for its line number); one group for any other script. Group 0 is the job's."""
+    groups: list[list[Command]] = [[]]
+    for directive in directives:
+        if directive.words in HET_SEPARATORS:
+            groups.append([])
+        groups[-1].append(directive)
+    return groups
+
+
 def header_options(directives: list[Command]) -> tuple[dict[str, str | None], dict[str, int]]:
     """Every directive as long flag -> value (a later one wins, as with sbatch), and its line."""
     options: dict[str, str | None] = {}
     lines: dict[str, int] = {}
     for directive in directives:
         words, at = directive.words, 0
+        if words in HET_SEPARATORS:
+            continue
         while at < len(words):
             word = words[at]
             at += 1

@@ -128,6 +128,18 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 
 
+def srun_step(words: list[str]) -> tuple[dict[str, str], list[tuple[str, str | None]], list[str], list[str]] | None:
+    """An ``[VAR=value ...] srun [options] argv [redirections]`` command's parts as written (a
+    heterogeneous job component's step): (prefix env, srun options, argv, redirections); None where
+    it is no srun step."""
+    words, redirections = _without_redirections(words)
+    prefix_env, words = _env_prefix(words)
+    if not words or words[0].rsplit("/", 1)[-1] != "srun":
+        return None
+    options, argv = _srun_options(words[1:])
+    return prefix_env, options, argv, redirections
+
+
 def _inner(
     line: int, text: str, srun: list[tuple[str, str | None]], prefix_env: dict[str, str], redirections: list[str]
 ) -> Launch | None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 STEP_DROPPED = {
     "nodes", "N", "ntasks", "n", "ntasks-per-node", "nodelist", "w", "output", "o", "error", "e", "open-mode",
-    "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem",
+    "jobid", "unbuffered", "u", "gres", "gpus", "gpus-per-node", "G", "export", "mem", "het-group", "pack-group",
 }  # fmt: skip
 SRUN_FIELDS = {
     "wait": "wait",
