@@ -383,10 +383,10 @@ def test_a_hand_written_enroot_job_maps_its_image_and_mounts_and_lists_the_rest(
         "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gpus-per-node=8\n"
         "IMG=/scratch/me/pt.sqsh\n"  # line 4
         "enroot import -o $IMG docker://nvcr.io#nvidia/pytorch:24.10-py3\n"  # line 5: mapped
-        "srun --ntasks-per-node=1 enroot create --force --name pt \"$IMG\"\n"  # line 6: mapped
+        'srun --ntasks-per-node=1 enroot create --force --name pt "$IMG"\n'  # line 6: mapped
         "enroot import docker://ubuntu:22.04\n"  # line 7: its file is enroot's to name
-        "srun enroot create --name other \"$(pick)\"\n"  # line 8: a run-time image
-        "srun --ntasks-per-node=1 enroot start --rw --mount /shared/data:/shared/data --mount=/scratch:/scratch "
+        'srun enroot create --name other "$(pick)"\n'  # line 8: a run-time image
+        "srun enroot start --rw --mount /shared/data:/shared/data --mount=/scratch:/scratch "
         "--env NCCL_DEBUG --root pt torchrun --nproc-per-node=8 train.py\n"  # line 9: the launch
         "srun --ntasks-per-node=1 enroot remove -f pt\n"  # line 10: clusterkit removes its own
     )
