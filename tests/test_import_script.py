@@ -350,10 +350,14 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
         ("dev", "srun docker run -it me/mine:1 python a.py", None, "a container the recipe cannot name: the program would run outside it"),
         ("enroot-h100", "srun enroot start -e NCCL_DEBUG /img/mine.sqsh python a.py", "/img/mine.sqsh", None),
         ("dev", "srun enroot start /img/mine.sqsh python a.py", None, "a container the recipe cannot name: the program would run outside it"),
+        # a bash -c inside the container is still the container's (its runtime kept)
+        ("enroot-h100", "srun enroot start /img/mine.sqsh bash -c 'cd /w && python a.py'", "/img/mine.sqsh", None),
+        ("apptainer-a100", "srun apptainer exec --nv /img/mine.sif bash -c 'python a.py'", "/img/mine.sif", None),
     ],
     ids=[
         "pyxis", "apptainer", "no-container-profile", "singularity", "apptainer-on-singularity", "docker", "shifter",
         "docker-without-a-profile", "enroot-image-file", "enroot-without-a-profile",
+        "enroot-bash-c", "apptainer-bash-c",
     ],
 )  # fmt: skip
 def test_a_container_maps_to_the_profiles_container(
@@ -368,6 +372,7 @@ def test_a_container_maps_to_the_profiles_container(
     assert imported.recipe.get("container_image") == image
     assert imported.recipe["task"] == {"script": "a.py"}
     assert [item.why for item in imported.unmapped if item.why == listed] == ([listed] if listed else [])
+    assert not [item for item in imported.unmapped if item.why.startswith("a container") and not listed]
     checked(recipe_yaml(imported, "job.sh", cluster), None)  # validates
 
 
@@ -426,6 +431,20 @@ def test_enroot_start_of_the_profiles_image_names_no_image_of_its_own(monkeypatc
     assert [item.why for item in unnamed.unmapped] == [
         "a container the recipe cannot name: the program would run outside it"
     ]
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("enroot import docker://nvcr.io#nvidia/pytorch:24.05-py3 # pull", ["enroot", "import", "docker://nvcr.io#nvidia/pytorch:24.05-py3"]),
+        ("echo $# ${#A} '#q' \"#d\" \\#e a\\ #f;#g", ["echo", "$#", "${#A}", "#q", "#d", "#e", "a #f", ";"]),
+        ("a|#b", ["a", "|"]),
+    ],
+)  # fmt: skip
+def test_a_comment_starts_a_word_as_in_bash(line: str, words: list[str]) -> None:
+    from clusterkit.load.script_text import words_of
+
+    assert words_of(line) == words
 
 
 def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> None:

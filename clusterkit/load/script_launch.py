@@ -120,7 +120,7 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
         inner = _inner(line, words[2], srun, prefix_env, redirections)
         if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
-            inner.container = container
+            inner.container, inner.container_runtime, inner.container_options = container, runtime, container_options
         return inner
     if not words:  # `srun --flag` with no command: nothing launched
         return None
