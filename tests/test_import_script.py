@@ -434,6 +434,28 @@ def test_enroot_start_of_the_profiles_image_names_no_image_of_its_own(monkeypatc
 
 
 @pytest.mark.parametrize(
+    "cluster, source",
+    [("enroot-h100", "docker://$REGISTRY/pt:1"), ("dev", "docker://nvcr.io#nvidia/pytorch:24.05-py3")],
+    ids=["run-time-image", "no-enroot-profile"],
+)
+def test_enroot_steps_no_recipe_container_takes_stay_hook_lines_and_are_listed(
+    cluster: str, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    monkeypatch.setenv("CLUSTERKIT_CLUSTERS", str(REPO / "recipes" / "clusters"))
+    profile = load_profile(cluster, REPO)[0]
+    text = f"#SBATCH -N 1\nenroot import -o /s/pt.sqsh {source}\nenroot create -n pt /s/pt.sqsh\nsrun enroot start pt python a.py\n"
+    imported = import_script(parse_script(text, "job.sh"), profile)
+    assert "container_image" not in imported.recipe
+    assert imported.recipe["hooks"]["pre_launch"] == text.splitlines()[1:3]
+    listed = [(item.line, item.why) for item in imported.unmapped]
+    assert (4, "a container the recipe cannot name: the program would run outside it") in listed
+    assert [line for line, _ in listed if line in (2, 3)] == [2, 3]
+
+
+@pytest.mark.parametrize(
     "line, words",
     [
         ("enroot import docker://nvcr.io#nvidia/pytorch:24.05-py3 # pull", ["enroot", "import", "docker://nvcr.io#nvidia/pytorch:24.05-py3"]),

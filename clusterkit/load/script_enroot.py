@@ -19,6 +19,7 @@ from clusterkit.spec.containers import RUNTIMES
 if TYPE_CHECKING:
     from clusterkit.load.import_script import Imported
     from clusterkit.load.script_launch import Launch
+    from clusterkit.spec.profile import Container
 
 # Each verb's options that take a value (as enroot's usage names them); every other option stands alone.
 VALUED = {
@@ -82,10 +83,14 @@ def _read(words: list[str], valued: dict[str, str]) -> tuple[dict[str, str], lis
 
 def start_image(launch: Launch, name: str, out: dict[str, Any], imported: Imported) -> str | None:
     """The image the launch's ``enroot start NAME`` runs (the profile's own where it is the same
-    registry image), its import/create/remove steps marked used; None where no step names one.
-    A hand-written start's options are mapped (mounts the profile has, variables) or listed."""
+    registry image), its import/create/remove steps marked used; None where no step names one,
+    where only the shell knows it, or where the profile has no enroot container to take it (the
+    steps then stay hook lines). A hand-written start's options are mapped or listed."""
+    box = imported.profile.container if imported.profile is not None else None
+    if box is None or box.runtime != "enroot":
+        return None
     if not imported.generated:
-        _start_options(launch, out, imported)
+        _start_options(launch, box, out, imported)
     before = [s for s in imported.enroot_steps if s.line < launch.line or imported.generated]
     file, used = name, []
     if not name.endswith(enroot.SQUASHFS_SUFFIXES):
@@ -99,8 +104,9 @@ def start_image(launch: Launch, name: str, out: dict[str, Any], imported: Import
         used.append(pulled)
     elif not file.endswith(enroot.SQUASHFS_SUFFIXES):
         return None
-    box = imported.profile.container if imported.profile is not None else None
-    if pulled is not None and box is not None and enroot.source(image) == enroot.source(box.image):
+    if run_time(image):
+        return None
+    if pulled is not None and enroot.source(image) == enroot.source(box.image):
         image = box.image  # nvcr.io#nvidia/pytorch:24.05-py3 is docker://nvcr.io#nvidia/pytorch:24.05-py3
     after = [s for s in imported.enroot_steps if s.line > launch.line or imported.generated]
     used += [s for s in after if s.verb == "remove" and name in s.target.split(" ")]
@@ -108,13 +114,12 @@ def start_image(launch: Launch, name: str, out: dict[str, Any], imported: Import
     return image
 
 
-def _start_options(launch: Launch, out: dict[str, Any], imported: Imported) -> None:
+def _start_options(launch: Launch, box: Container, out: dict[str, Any], imported: Imported) -> None:
     """``--mount SRC:DST`` the profile's container has (whatever its options), ``--env NAME`` (the
     job's variables are passed by name), ``--env NAME=VALUE`` (env, or the profile's GPU option):
     mapped; the others listed."""
-    box = imported.profile.container if imported.profile is not None else None
     mounts = set()
-    for mount in box.mounts if box is not None and box.runtime == "enroot" else ():
+    for mount in box.mounts:
         source, _, rest = mount.partition(":")
         mounts.add((source, rest.partition(":")[0] or source))
     gpus = RUNTIMES["enroot"].gpus.get(imported.profile.gpu_vendor if imported.profile else "", ())
@@ -159,5 +164,5 @@ def unused_steps(imported: Imported, recipe: dict[str, Any]) -> None:
             why = f"an enroot {step.verb} of an image only the shell knows"
             imported.unmapped.append(Unmapped(step.line, step.text, why, IMAGE))
         else:
-            why = f"an enroot {step.verb} the launch's enroot start does not read"
+            why = f"an enroot {step.verb} no container of the recipe takes the place of"
             imported.unmapped.append(Unmapped(step.line, step.text, why, IMAGE))
