@@ -350,10 +350,16 @@ def test_header_and_environment_forms_map_to_their_fields() -> None:
         ("shifter-perlmutter", "srun shifter --image=docker:me/mine:1 --module=gpu python a.py", "docker:me/mine:1",
          None),
         ("dev", "srun docker run -it me/mine:1 python a.py", None, "a container the recipe cannot name: the program would run outside it"),
+        ("enroot-h100", "srun enroot start -e NCCL_DEBUG /img/mine.sqsh python a.py", "/img/mine.sqsh", None),
+        ("dev", "srun enroot start /img/mine.sqsh python a.py", None, "a container the recipe cannot name: the program would run outside it"),
+        # a bash -c inside the container is still the container's (its runtime kept)
+        ("enroot-h100", "srun enroot start /img/mine.sqsh bash -c 'cd /w && python a.py'", "/img/mine.sqsh", None),
+        ("apptainer-a100", "srun apptainer exec --nv /img/mine.sif bash -c 'python a.py'", "/img/mine.sif", None),
     ],
     ids=[
         "pyxis", "apptainer", "no-container-profile", "singularity", "apptainer-on-singularity", "docker", "shifter",
-        "docker-without-a-profile",
+        "docker-without-a-profile", "enroot-image-file", "enroot-without-a-profile",
+        "enroot-bash-c", "apptainer-bash-c",
     ],
 )  # fmt: skip
 def test_a_container_maps_to_the_profiles_container(
@@ -368,7 +374,101 @@ def test_a_container_maps_to_the_profiles_container(
     assert imported.recipe.get("container_image") == image
     assert imported.recipe["task"] == {"script": "a.py"}
     assert [item.why for item in imported.unmapped if item.why == listed] == ([listed] if listed else [])
+    assert not [item for item in imported.unmapped if item.why.startswith("a container") and not listed]
     checked(recipe_yaml(imported, "job.sh", cluster), None)  # validates
+
+
+def test_a_hand_written_enroot_job_maps_its_image_and_mounts_and_lists_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    monkeypatch.setenv("CLUSTERKIT_CLUSTERS", str(REPO / "recipes" / "clusters"))
+    profile = load_profile("enroot-h100", REPO)[0]
+    text = (
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gpus-per-node=8\n"
+        "IMG=/scratch/me/pt.sqsh\n"  # line 4
+        "enroot import -o $IMG docker://nvcr.io#nvidia/pytorch:24.10-py3\n"  # line 5: mapped
+        'srun --ntasks-per-node=1 enroot create --force --name pt "$IMG"\n'  # line 6: mapped
+        "enroot import docker://ubuntu:22.04\n"  # line 7: its file is enroot's to name
+        'srun enroot create --name other "$(pick)"\n'  # line 8: a run-time image
+        "srun enroot start --rw --mount /shared/data:/shared/data --mount=/scratch:/scratch "
+        "--env NCCL_DEBUG --root pt torchrun --nproc-per-node=8 train.py\n"  # line 9: the launch
+        "srun --ntasks-per-node=1 enroot remove -f pt\n"  # line 10: clusterkit removes its own
+    )
+    imported = import_script(parse_script(text, "job.sh"), profile)
+    recipe = imported.recipe
+    assert recipe["container_image"] == "docker://nvcr.io#nvidia/pytorch:24.10-py3"
+    assert recipe["launcher"] == "torchrun" and recipe["task"] == {"script": "train.py"}
+    assert "launcher_args" not in recipe
+    listed = sorted((item.line, item.text, item.why) for item in imported.unmapped)
+    assert listed == [
+        (7, "enroot import docker://ubuntu:22.04", "an enroot import without --output: the file is enroot's to name"),
+        (8, 'srun enroot create --name other "$(pick)"', "an enroot create of an image only the shell knows"),
+        (9, "--mount=/scratch:/scratch", "a mount the cluster profile's container has not"),
+        (9, "--root", "an enroot start option the cluster profile's container does not give"),
+        (9, "--rw", "an enroot start option the cluster profile's container does not give"),
+    ]
+    hooks = recipe.get("hooks", {}).get("pre_launch", []) + recipe.get("hooks", {}).get("post_run", [])
+    assert not any(line in hooks for line in text.splitlines()[4:6] + text.splitlines()[9:10])
+    assert {5, 6, 9, 10} <= set(imported.mapped)
+    checked(recipe_yaml(imported, "job.sh", "enroot-h100"), None)  # validates
+
+
+def test_enroot_start_of_the_profiles_image_names_no_image_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    monkeypatch.setenv("CLUSTERKIT_CLUSTERS", str(REPO / "recipes" / "clusters"))
+    profile = load_profile("enroot-h100", REPO)[0]
+    text = (
+        "#SBATCH -N 1\nenroot import --output=/s/pt.sqsh 'docker://nvcr.io#nvidia/pytorch:24.05-py3'\n"
+        "enroot create -n pt /s/pt.sqsh\nsrun env A=1 enroot start pt python a.py\n"
+    )
+    imported = import_script(parse_script(text, "job.sh"), profile)
+    assert "container_image" not in imported.recipe and imported.recipe["task"] == {"script": "a.py"}
+    assert imported.recipe["env"]["A"] == "1" and imported.unmapped == []
+    unnamed = import_script(parse_script("#SBATCH -N 1\nsrun enroot start nobody python a.py\n", "job.sh"), profile)
+    assert [item.why for item in unnamed.unmapped] == [
+        "a container the recipe cannot name: the program would run outside it"
+    ]
+
+
+@pytest.mark.parametrize(
+    "cluster, source",
+    [("enroot-h100", "docker://$REGISTRY/pt:1"), ("dev", "docker://nvcr.io#nvidia/pytorch:24.05-py3")],
+    ids=["run-time-image", "no-enroot-profile"],
+)
+def test_enroot_steps_no_recipe_container_takes_stay_hook_lines_and_are_listed(
+    cluster: str, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterkit.load.loader import load_profile
+    from clusterkit.load.script_text import parse_script
+
+    monkeypatch.setenv("CLUSTERKIT_CLUSTERS", str(REPO / "recipes" / "clusters"))
+    profile = load_profile(cluster, REPO)[0]
+    text = f"#SBATCH -N 1\nenroot import -o /s/pt.sqsh {source}\nenroot create -n pt /s/pt.sqsh\nsrun enroot start pt python a.py\n"
+    imported = import_script(parse_script(text, "job.sh"), profile)
+    assert "container_image" not in imported.recipe
+    assert imported.recipe["hooks"]["pre_launch"] == text.splitlines()[1:3]
+    listed = [(item.line, item.why) for item in imported.unmapped]
+    assert (4, "a container the recipe cannot name: the program would run outside it") in listed
+    assert [line for line, _ in listed if line in (2, 3)] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("enroot import docker://nvcr.io#nvidia/pytorch:24.05-py3 # pull", ["enroot", "import", "docker://nvcr.io#nvidia/pytorch:24.05-py3"]),
+        ("echo $# ${#A} '#q' \"#d\" \\#e a\\ #f;#g", ["echo", "$#", "${#A}", "#q", "#d", "#e", "a #f", ";"]),
+        ("a|#b", ["a", "|"]),
+    ],
+)  # fmt: skip
+def test_a_comment_starts_a_word_as_in_bash(line: str, words: list[str]) -> None:
+    from clusterkit.load.script_text import words_of
+
+    assert words_of(line) == words
 
 
 def test_what_the_launch_line_holds_beside_the_launch_is_mapped_or_listed() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.script_components import plan_components, read_components
+from clusterkit.load.script_enroot import EnrootStep, enroot_step, unused_steps
 from clusterkit.load.script_header import Header, header_groups, read_header
 from clusterkit.load.script_launch import Launch, launcher_of, parse_launch, wrapped_python
 from clusterkit.load.script_options import map_launch, owner_of
@@ -53,6 +54,8 @@ class Imported:
     plain: dict[str, Command] = field(default_factory=dict)  # NAME=value (not exported), for later lines
     defaults: dict[str, str] = field(default_factory=dict)  # `: "${NAME:=value}"`: value unless the submitter's
     components: list[dict[str, Any]] = field(default_factory=list)  # a heterogeneous job's later header groups
+    enroot_steps: list[EnrootStep] = field(default_factory=list)  # enroot import/create/remove commands
+    enroot_used: list[EnrootStep] = field(default_factory=list)  # those the launch's image was read from
 
 
 def import_script(script: ScriptText, profile: ClusterProfile | None = None) -> Imported:
@@ -147,6 +150,9 @@ def _command(command: Command, recipe: dict, variables: dict, imported: Imported
     if len(parts) == 1 and words[0] in ("export", "unset") or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if len(parts) == 1 and _environment(words, command, recipe, variables, imported):
             return
+    step = enroot_step(line, command.text, words, variables)
+    if step is not None:  # a hook line unless the launch's enroot start reads its image from it
+        imported.enroot_steps.append(step)
     first = words[0]
     if first == ":":
         imported.defaults.update(defaults_of(words[1:], variables))
@@ -291,6 +297,9 @@ def _plan_launch(script: ScriptText, recipe: dict, imported: Imported) -> Launch
         return None
     recipe["hooks"] = {"pre_launch": list(plan.get("pre_launch") or []), "post_run": list(plan.get("post_run") or [])}
     plan_components(plan, imported)
+    for setup in (plan.get("container_setup") or {}).values():  # enroot's import, create, remove
+        if isinstance(setup, dict) and (step := enroot_step(0, "", [str(w) for w in setup["argv"]], {})):
+            imported.enroot_steps.append(step)
     return launch
 
 
@@ -333,6 +342,7 @@ def _build(
     else:
         map_launch(launch, out, resources, header, variables, imported, profile_python)
         recipe["env"].update(out.pop("env", {}))  # VAR=value words before the launch command
+    unused_steps(imported, recipe)
     if header.gpus_per_node is not None:
         resources["gpus_per_node"] = header.gpus_per_node
     out["resources"] = resources

@@ -36,6 +36,7 @@ OPTIONS_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?:\[[@*]\])?\}|[A-
 # docker/podman run's flags that take no value (its -e and -v do)
 RUN_BARE = frozenset("--rm --init --privileged -i -t -it -d --detach --interactive --tty --read-only --replace".split())
 SHIFTER_BARE = frozenset({"--help", "--verbose", "-v"})
+ENROOT_START_BARE = frozenset({"--rw", "-w", "--root", "-r"})
 MPIRUN_TWO_VALUES = frozenset({"mca", "gmca"})
 TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 DEEPSPEED_MODULES = frozenset({"deepspeed.launcher.runner"})
@@ -58,6 +59,7 @@ class Launch:
     redirections: list[str] = field(default_factory=list)
     container: str | None = None  # the image of an `apptainer exec [options] IMAGE` before the launcher
     container_runtime: str = ""  # which runtime's command that was (apptainer, singularity, docker, ...)
+    container_options: list[str] = field(default_factory=list)  # its options before the image, as written
     beside: list[str] = field(default_factory=list)  # other commands in its `bash -c` / on its line
     under_srun: bool = False  # started by srun (a task each), not in the batch shell
     batch_shell: bool = False  # run once in the batch shell, starting the ranks itself (a launch plan's)
@@ -112,18 +114,20 @@ def parse_launch(line: int, words: list[str], under_srun: bool = False, literal:
     if words and words[0].rsplit("/", 1)[-1] == "srun":
         srun, words = _srun_options(words[1:])
         under_srun = True  # with or without options of its own
-    runtime, container, words = _container(words)
+    if words[:1] == ["env"] and (assigned := _env_prefix(words[1:]))[0] and assigned[1]:
+        prefix_env, words = {**prefix_env, **assigned[0]}, assigned[1]  # `env NAME=value ... enroot start`
+    runtime, container, container_options, words = _container(words)
     if not literal and len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh") and words[1] == "-c":
         inner = _inner(line, words[2], srun, prefix_env, redirections)
         if inner is not None and container is not None:  # `singularity run IMG bash -c "..."`: still in it
-            inner.container = container
+            inner.container, inner.container_runtime, inner.container_options = container, runtime, container_options
         return inner
     if not words:  # `srun --flag` with no command: nothing launched
         return None
     kind = launcher_of(words) or "command"
     launch = Launch(line, kind, srun=srun, prefix_env=prefix_env, redirections=redirections, container=container)
     launch.under_srun = under_srun
-    launch.container_runtime = runtime
+    launch.container_runtime, launch.container_options = runtime, container_options
     _fill(launch, words)
     return launch if (srun or under_srun or kind != "command") and launch.program else None
 
@@ -225,11 +229,18 @@ def _program(launch: Launch, words: list[str]) -> None:
         launch.program, launch.args = words[0], words[1:]
 
 
-def _container(words: list[str]) -> tuple[str, str | None, list[str]]:
+def _container(words: list[str]) -> tuple[str, str | None, list[str], list[str]]:
     """``apptainer exec [options] IMAGE rest`` (singularity, ``docker|podman run``, ``shifter
-    --image=IMAGE``) -> (runtime, IMAGE, rest); other words as they are."""
+    --image=IMAGE``, ``enroot start``) -> (runtime, IMAGE, options, rest); other words as they are."""
     runtime = words[0].rsplit("/", 1)[-1] if words else ""
-    verbs = {"apptainer": ("exec", "run"), "singularity": ("exec", "run"), "docker": ("run",), "podman": ("run",)}
+    verbs = {
+        "apptainer": ("exec", "run"),
+        "singularity": ("exec", "run"),
+        "docker": ("run",),
+        "podman": ("run",),
+        "enroot": ("start",),
+    }
+    none: tuple[str, None, list[str], list[str]] = ("", None, [], words)
     if runtime == "shifter":
         at, image = 1, None
         while at < len(words) and words[at].startswith("-"):
@@ -237,16 +248,17 @@ def _container(words: list[str]) -> tuple[str, str | None, list[str]]:
             if flag == "--image":
                 image = value if equals else (words[at + 1] if at + 1 < len(words) else None)
             at += 1 if equals or flag in SHIFTER_BARE else 2
-        return (runtime, image, words[at:]) if image and at < len(words) else ("", None, words)
+        return (runtime, image, words[1:at], words[at:]) if image and at < len(words) else none
     if len(words) < 3 or words[1] not in verbs.get(runtime, ()):
-        return "", None, words
-    at, bare = 2, RUN_BARE if runtime in ("docker", "podman") else CONTAINER_BARE
+        return none
+    bare = {"docker": RUN_BARE, "podman": RUN_BARE, "enroot": ENROOT_START_BARE}.get(runtime, CONTAINER_BARE)
+    at = 2
     while at < len(words) and words[at].startswith("-"):
         alone = "=" in words[at] or words[at] in bare or (words[at][:2] == "-B" and len(words[at]) > 2)
         if words[at] == "--rootfs":  # podman's folder image
-            return (runtime, words[at + 1], words[at + 2 :]) if at + 2 < len(words) else ("", None, words)
+            return (runtime, words[at + 1], words[2:at], words[at + 2 :]) if at + 2 < len(words) else none
         at += 1 if alone else 2
-    return (runtime, words[at], words[at + 1 :]) if at < len(words) else ("", None, words)
+    return (runtime, words[at], words[2:at], words[at + 1 :]) if at < len(words) else none
 
 
 def _srun_options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:

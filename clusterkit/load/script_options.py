@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.load.job_checks import OWNED_ENV, OWNED_ENV_PREFIXES, SHELL_ENV
+from clusterkit.load.script_enroot import start_image
 from clusterkit.load.script_header import LOGS
 from clusterkit.load.script_launch import has_computed, normalise, wrapped_python
 from clusterkit.load.script_text import LINE_LIMIT, Unmapped
@@ -113,8 +114,11 @@ def map_launch(
     runtime = launch.container_runtime
     runtimes = ("apptainer", "singularity") if runtime in ("apptainer", "singularity") else (runtime,)
     image = None if launch.container is None else substitute(launch.container, variables)
+    named = start_image(launch, image, out, imported) if runtime == "enroot" and image is not None else image
     if image is not None and (
-        run_time(image) or not _profile_container(imported, runtimes, "container-image", image, out, launch.line)
+        named is None
+        or run_time(named)
+        or not _profile_container(imported, runtimes, "container-image", named, out, launch.line)
     ):
         why = "a container the recipe cannot name: the program would run outside it"
         imported.unmapped.append(Unmapped(launch.line, f"{runtime} ... {image}", why, CONTAINER))

@@ -192,7 +192,7 @@ def words_of(text: str) -> list[str] | None:
         return None
     lexer = shlex.shlex(marked, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
-    lexer.commenters = "#"
+    lexer.commenters = ""  # comments are cut by _mark_computed: shlex would end a word at its `#`
     try:
         return list(lexer)
     except ValueError:
@@ -215,6 +215,11 @@ def _mark_computed(text: str) -> str | None:
             quote = "'"
         elif char == '"':
             quote = "" if quote == '"' else '"'
+        elif char == "#" and not quote and (not out or out[-1] in (" ", "\t", "\n", ";", "&", "|", "(", ")", "<", ">")):
+            # a comment starts a word (docker://nvcr.io#nvidia/pytorch is one word): to the line's end
+            end = text.find("\n", index)
+            index = len(text) if end < 0 else end
+            continue
         elif text.startswith("$(", index) or char == "`":
             end = _span_end(text, index)
             if end is None:

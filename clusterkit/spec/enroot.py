@@ -74,6 +74,11 @@ def start(box: Container, gpus: tuple[str, ...], env_names: tuple[str, ...]) -> 
     return words.add(*gpus, *box.options).runtime(CONTAINER_NAME)
 
 
+def source(image: str) -> str:
+    """A registry image as ``enroot import`` reads it: ``docker://[REGISTRY#]IMAGE[:TAG]``."""
+    return image if image.startswith("docker://") else "docker://" + image.removeprefix("docker:")
+
+
 def lifecycle(box: Container, run_dir: str) -> Lifecycle:
     """Import (a registry image, enroot's ``docker://[REGISTRY#]IMAGE[:TAG]``), create (``--force``:
     a requeued job's container of the same name, left by a node that was ended, is made anew), remove."""
@@ -82,8 +87,7 @@ def lifecycle(box: Container, run_dir: str) -> Lifecycle:
     import_ = None
     if not box.image.endswith(SQUASHFS_SUFFIXES):
         imported = IMPORTED_IMAGE
-        source = box.image if box.image.startswith("docker://") else "docker://" + box.image.removeprefix("docker:")
-        import_ = Words().add("enroot", "import").runtime(f"--output={run_dir}/{imported}").given(source)
+        import_ = Words().add("enroot", "import").runtime(f"--output={run_dir}/{imported}").given(source(box.image))
         image = Words().runtime(f"{run_dir}/{imported}")
     create = Words().add("enroot", "create", "--force").runtime(f"--name={CONTAINER_NAME}").add("--").extend(image)
     remove = Words().add("enroot", "remove", "--force", "--").runtime(CONTAINER_NAME)
