@@ -85,7 +85,7 @@ _ERRORS = (
     "UserError",
     "WaitTimeout",
 )
-_FUNCTIONS = ("FunctionRun", "map_function", "submit_function")
+_FUNCTIONS = ("map_function", "submit_function")
 _PUBLIC = {
     **dict.fromkeys(_API, "clusterkit.api"),
     **dict.fromkeys(_FUNCTIONS, "clusterkit.functions"),
@@ -125,7 +125,7 @@ if TYPE_CHECKING:
         UserError,
         WaitTimeout,
     )
-    from clusterkit.functions import FunctionRun, map_function, submit_function
+    from clusterkit.functions import map_function, submit_function
     from clusterkit.load.loader import LoadedRecipe
     from clusterkit.render.job import RenderedJob
     from clusterkit.version import __version__

@@ -307,6 +307,20 @@ class Run:
                     )
                 time.sleep(0.3)
 
+    def result(self, timeout: float | None = None) -> Any:
+        """A function's run (:func:`clusterkit.submit_function`): its value (a function of several
+        tasks: rank 0's) once the run has ended (:meth:`wait`);
+        :class:`~clusterkit.errors.FunctionFailed` with the remote traceback and log tail if it raised.
+        Read only from a run directory private to you; UsageError for a run that is no function's."""
+        return self.results(timeout)[0]
+
+    def results(self, timeout: float | None = None) -> list[Any]:
+        """A function's run: every task's value, in rank order."""
+        from clusterkit.runs.function_results import results
+
+        self.wait(timeout)
+        return results(self.record)
+
     def cancel(self) -> bool:
         """Cancel the run unless it has ended; whether it was cancelled."""
         with self._scheduler() as scheduler:
@@ -381,19 +395,3 @@ def statuses(found: Sequence[Run], unreachable_ok: bool = False) -> list[JobStat
     return scheduler_statuses(
         [run.record for run in found], any(run.accept_new_host_key for run in found), unreachable_ok
     )
-
-
-__all__ = [
-    "Overrides",
-    "Run",
-    "SubmitChoices",
-    "Validation",
-    "dry_run",
-    "find_run",
-    "list_runs",
-    "load_recipe",
-    "render_job",
-    "statuses",
-    "submit",
-    "validate",
-]

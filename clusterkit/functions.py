@@ -23,24 +23,7 @@ from clusterkit.errors import UsageError
 _OPTIONS = ("executor", "overrides")
 
 
-class FunctionRun(Run):
-    """A function's run: a :class:`~clusterkit.api.Run` with its value."""
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The function's value (a function of several tasks: rank 0's), once the run has ended
-        (:meth:`wait`); :class:`~clusterkit.errors.FunctionFailed` with the remote traceback and the
-        log tail if it raised. Read only from a run directory private to you."""
-        return self.results(timeout)[0]
-
-    def results(self, timeout: float | None = None) -> list[Any]:
-        """Every task's value, in rank order."""
-        from clusterkit.runs.function_results import results
-
-        self.wait(timeout)
-        return results(self.record)
-
-
-def submit_function(fn: Callable[..., Any], *args: Any, recipe: str | PathLike[str], **kwargs: Any) -> FunctionRun:
+def submit_function(fn: Callable[..., Any], *args: Any, recipe: str | PathLike[str], **kwargs: Any) -> Run:
     """``fn(*args, **kwargs)`` as a job of ``recipe``; ``executor=`` (slurm or local; default: slurm
     where sbatch is here) and ``overrides=`` (as :func:`~clusterkit.api.load_recipe`'s) are
     clusterkit's keywords, the others the function's."""
@@ -55,7 +38,7 @@ def map_function(
     recipe: str | PathLike[str],
     executor: str | None = None,
     overrides: Any = None,
-) -> list[FunctionRun]:
+) -> list[Run]:
     """``fn(*call)`` for each call (its positional arguments) as one job array (on SLURM); a run
     per call, in the calls' order."""
     calls = list(calls)
@@ -64,11 +47,11 @@ def map_function(
     return _submit(fn, [(tuple(call), {}) for call in calls], recipe, executor, overrides)
 
 
-def _submit(fn, calls, recipe, executor: str | None = None, overrides: Any = None) -> list[FunctionRun]:
+def _submit(fn, calls, recipe, executor: str | None = None, overrides: Any = None) -> list[Run]:
     from clusterkit.launch.functions import load_function_recipe, submit_calls
 
     loaded = load_function_recipe(recipe, overrides_of(overrides))
-    return [FunctionRun(record) for record in submit_calls(loaded, fn, calls, executor)]
+    return [Run(record) for record in submit_calls(loaded, fn, calls, executor)]
 
 
-__all__ = ["FunctionRun", "map_function", "submit_function"]
+__all__ = ["map_function", "submit_function"]

@@ -4,6 +4,7 @@ any other (status, logs), and a result is unpickled only from a run directory th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -165,10 +166,19 @@ def test_cancel_ends_a_running_function_and_its_tasks(tmp_path: Path) -> None:
     assert not carries(int(run.job_id), ("SUBMITIT_EXECUTOR=local",)), "the controller has ended"
 
 
-def _finished(tmp_path: Path) -> clusterkit.FunctionRun:
+def _finished(tmp_path: Path) -> clusterkit.Run:
     run = clusterkit.submit_function(double, 21, recipe=recipe(tmp_path), executor="local")
     assert run.result(timeout=120) == 42
     return run
+
+
+def test_a_run_found_again_by_its_job_id_gives_its_value(tmp_path: Path) -> None:
+    """In a new kernel: find_run, then result(); a run that is no function's has none, said in one line."""
+    run = _finished(tmp_path)
+    assert clusterkit.find_run(run.job_id, tmp_path / "runs").result(timeout=10) == 42
+    other = clusterkit.Run(dataclasses.replace(run.record, launcher="torchrun"))
+    with pytest.raises(clusterkit.UsageError, match=f"job {run.job_id} is not a function's run"):
+        other.result(timeout=10)
 
 
 def _planted(path: Path, marker: Path) -> None:
@@ -278,7 +288,7 @@ def test_submit_resume_of_a_function_run_is_refused(tmp_path: Path) -> None:
 @pytest.fixture
 def on_slurm(dev_cluster: str, tmp_path: Path):
     """submit_function on the dev cluster; every job still queued or running at the end is cancelled."""
-    submitted: list[clusterkit.FunctionRun] = []
+    submitted: list[clusterkit.Run] = []
 
     def submit(fn, *args, nodes: int = 1, gpus: int = 1):
         run = clusterkit.submit_function(fn, *args, recipe=recipe(tmp_path, nodes, gpus), executor="slurm")

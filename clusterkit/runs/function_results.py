@@ -14,11 +14,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from clusterkit.errors import ExternalError, FunctionFailed, UserError
+from clusterkit.errors import ExternalError, FunctionFailed, UsageError, UserError
 from clusterkit.runs.function_outcomes import ERROR, SUCCESS, log_file, outcomes, result_file, task_count
 from clusterkit.runs.record import RunRecord
 from clusterkit.runs.status import COMPLETED, FAILED, RUNNING, JobStatus
 from clusterkit.spec.bounded_read import MiB, read_bounded
+from clusterkit.spec.function_jobs import RECORD_LAUNCHER
 
 RESULT_LIMIT = 4096 * MiB  # submitit's own limit on what it pickles is 1 GB by default
 LOG_TAIL_LINES = 40
@@ -56,7 +57,10 @@ def log_tail(record: RunRecord, task: int, lines: int = LOG_TAIL_LINES) -> str:
 
 def results(record: RunRecord) -> list[Any]:
     """Each task's return value, in task order; :class:`~clusterkit.errors.FunctionFailed` with the
-    remote traceback and the task's log tail where the function raised, or left no result."""
+    remote traceback and the task's log tail where the function raised, or left no result;
+    UsageError for a run that is no function's (it has no value)."""
+    if record.launcher != RECORD_LAUNCHER:
+        raise UsageError(f"job {record.job_id} is not a function's run (launcher {record.launcher}): it has no result")
     private(record.path, directory=True)
     values = []
     for task in range(task_count(record)):
