@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.errors import Finding, RecipeError, RecipeErrors, SubmitError, UsageError
-from clusterkit.load.loader import LoadedRecipe, Override, _load_with_bases, load_recipe, recipe_file
+from clusterkit.load.loader import LoadedRecipe, Override, load_recipe, recipe_file
+from clusterkit.load.yaml_source import SourceMap
 from clusterkit.runs.function_results import private
 from clusterkit.runs.index import add_run
 from clusterkit.runs.record import RunRecord
@@ -47,14 +48,18 @@ def load_function_recipe(recipe: str | PathLike[str], overrides: Sequence[str | 
     """The recipe with submitit's entry as its task and launcher python's layout (a task per GPU,
     which its CPUs per task are resolved for); one that gives a task, steps or another launcher of
     its own is refused."""
-    path = recipe_file(recipe)
-    data, source = _load_with_bases(path, chain=())
-    for key in ("task", "steps"):
-        if source.written((key,)):
-            raise RecipeError(Finding(source.locate((key,)), (key,), "the function is the job's task: leave it out"))
-    if source.written(("launcher",)) and isinstance(data, dict) and data.get("launcher") != LAUNCHER:
-        raise RecipeError(Finding(source.locate(("launcher",)), ("launcher",), LAUNCHER_REFUSAL))
-    return load_recipe(path, [Override(("launcher",), LAUNCHER, _GIVEN_AS), *overrides, *TASK])
+
+    def no_task_of_its_own(data: dict, source: SourceMap) -> None:
+        for key in ("task", "steps"):
+            if source.written((key,)):
+                raise RecipeError(
+                    Finding(source.locate((key,)), (key,), "the function is the job's task: leave it out")
+                )
+        if source.written(("launcher",)) and data.get("launcher") != LAUNCHER:
+            raise RecipeError(Finding(source.locate(("launcher",)), ("launcher",), LAUNCHER_REFUSAL))
+
+    overrides = [Override(("launcher",), LAUNCHER, _GIVEN_AS), *overrides, *TASK]
+    return load_recipe(recipe_file(recipe), overrides, as_written=no_task_of_its_own)
 
 
 def _written(loaded: LoadedRecipe) -> Callable[[tuple[str, ...]], bool]:

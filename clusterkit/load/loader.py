@@ -116,13 +116,21 @@ def cluster_override(reference: str) -> Override:
     return Override(("cluster",), reference, given_as)
 
 
-def load_recipe(path: str | Path, overrides: typing.Sequence[str | Override] = ()) -> LoadedRecipe:
+def load_recipe(
+    path: str | Path,
+    overrides: typing.Sequence[str | Override] = (),
+    as_written: typing.Callable[[dict, SourceMap], None] | None = None,
+) -> LoadedRecipe:
     """Load, merge, validate and resolve the recipe at ``path``; ``overrides`` are ``--set``
-    texts (``key.path=value``) or typed :class:`Override` values, applied in order."""
+    texts (``key.path=value``) or typed :class:`Override` values, applied in order. ``as_written``
+    checks the file's own keys (its bases merged) before any override: a caller that gives some keys
+    itself refuses a file that writes them (raising RecipeError); the file is read once."""
     path = recipe_file(path)
     data, source = _load_with_bases(path, chain=())
     if not isinstance(data, dict):
         raise RecipeError(Finding(source.default, (), "a recipe must be a mapping of keys to values"))
+    if as_written is not None:
+        as_written(data, source)
     for override in overrides:
         _apply_override(data, source, override)
     fill_recipe_defaults(data, source)
